@@ -1,0 +1,149 @@
+//! Pure reference models of the six algorithms.
+//!
+//! Each model is a function of a limit, the key's stored state (if any) and one request; it
+//! returns the [`Verdict`] and what to store. The models read no clock and own no storage: the
+//! caller passes `now` and applies the [`Update`] atomically. The Lua scripts in `lua/` compute
+//! the very same numbers in Redis, with the same floating-point operations in the same order, so
+//! that a test can hold the two against each other field by field.
+//!
+//! Rules every algorithm follows:
+//! - Time is in microseconds. A caller whose clock lags the key's latest time is treated as
+//!   arriving at that latest time: late callers never see a fresher state than the key has, so
+//!   concurrent callers with skewed clocks cannot over-admit.
+//! - `cost` 0 asks without consuming and never writes.
+//! - A cost above the limit's capacity is denied with `retry_after_ms: None` and consumes
+//!   nothing, whatever `count_denied` says.
+//! - A denied request consumes nothing unless `count_denied` is set; then it is counted, with
+//!   the debt bounded so that state stays small (documented per algorithm).
+//! - Every write carries a time to live after which an absent key means the same as the state.
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod leaky_bucket;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+use crate::limit::Limit;
+use crate::verdict::Verdict;
+
+/// Tolerance, in cost units, when comparing fractional levels, tokens or estimates: float
+/// rounding must never deny what exact arithmetic would admit.
+pub const AMOUNT_EPSILON: f64 = 1e-9;
+
+/// Tolerance when comparing GCRA arrival times: times are exact to the microsecond only.
+pub const TIME_EPSILON_US: f64 = 1.0;
+
+/// One request against one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// The time of the decision, in microseconds since the Unix epoch.
+    pub now_us: i64,
+    /// How many units the request consumes; 0 only asks.
+    pub cost: u64,
+    /// Whether a denied request consumes too.
+    pub count_denied: bool,
+}
+
+/// What to do with a key's state after a decision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update<S> {
+    /// Leave the key as it is (absent stays absent).
+    Keep,
+    /// Store `state` and let the key expire after `ttl_ms`.
+    Write {
+        /// The new state.
+        state: S,
+        /// Milliseconds until the key may vanish; at least 1.
+        ttl_ms: u64,
+    },
+}
+
+/// A verdict and the state change that goes with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome<S> {
+    /// The answer.
+    pub verdict: Verdict,
+    /// What to store.
+    pub update: Update<S>,
+}
+
+/// The stored state of any algorithm.
+#[derive(Debug, Clone, PartialEq)]
+pub enum State {
+    /// See [`fixed_window::State`].
+    FixedWindow(fixed_window::State),
+    /// See [`sliding_log::State`].
+    SlidingLog(sliding_log::State),
+    /// See [`sliding_window::State`].
+    SlidingWindow(sliding_window::State),
+    /// See [`token_bucket::State`].
+    TokenBucket(token_bucket::State),
+    /// See [`leaky_bucket::State`].
+    LeakyBucket(leaky_bucket::State),
+    /// See [`gcra::State`].
+    Gcra(gcra::State),
+}
+
+impl Limit {
+    /// Decides `request` against this limit given the key's state, as the Lua script would.
+    ///
+    /// A state of another algorithm is treated as absent (keys differ by algorithm, so this only
+    /// happens in tests that misuse the store).
+    pub fn decide(&self, state: Option<&State>, request: Request) -> Outcome<State> {
+        fn lift<S>(outcome: Outcome<S>, wrap: fn(S) -> State) -> Outcome<State> {
+            Outcome {
+                verdict: outcome.verdict,
+                update: match outcome.update {
+                    Update::Keep => Update::Keep,
+                    Update::Write { state, ttl_ms } => Update::Write {
+                        state: wrap(state),
+                        ttl_ms,
+                    },
+                },
+            }
+        }
+        macro_rules! dispatch {
+            ($($variant:ident => $model:ident),* $(,)?) => {
+                match self {
+                    $(Limit::$variant(limit) => {
+                        let state = match state {
+                            Some(State::$variant(state)) => Some(state),
+                            _ => None,
+                        };
+                        lift($model::decide(limit, state, request), State::$variant)
+                    })*
+                }
+            };
+        }
+        dispatch! {
+            FixedWindow => fixed_window,
+            SlidingLog => sliding_log,
+            SlidingWindow => sliding_window,
+            TokenBucket => token_bucket,
+            LeakyBucket => leaky_bucket,
+            Gcra => gcra,
+        }
+    }
+}
+
+/// Microseconds to whole milliseconds, rounded up: a client told to wait must not come back
+/// early. The Lua prelude's `ceil_ms` is the same function.
+pub fn ceil_ms(us: f64) -> u64 {
+    if us <= 0.0 {
+        0
+    } else {
+        (us / 1000.0).ceil() as u64
+    }
+}
+
+/// A key's time to live: [`ceil_ms`], at least 1 ms.
+pub(crate) fn ttl_ms(us: f64) -> u64 {
+    ceil_ms(us).max(1)
+}
+
+/// Largest whole number not above `x`, never negative (reported `remaining`).
+pub(crate) fn floor_units(x: f64) -> u64 {
+    let floored = (x + AMOUNT_EPSILON).floor();
+    if floored <= 0.0 { 0 } else { floored as u64 }
+}

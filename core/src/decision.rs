@@ -1,0 +1,261 @@
+//! From the server's verdicts to what the filter does with the request, and the headers that
+//! tell the client about it.
+//!
+//! - Denied when any enforced (non-shadow) check is denied. The binding denial is the one that
+//!   lasts longest: its rule's numbers go in the headers, and `Retry-After` says when the
+//!   request could pass (absent when it never can).
+//! - Otherwise allowed; a shaping leaky bucket may ask to hold the request first (the longest
+//!   such delay wins). With `on_allowed`, the response carries the headers of the most
+//!   constrained enforced rule (least remaining).
+
+use crate::limit::Limit;
+use crate::policy::{HeaderStyle, Policy, ResponseConfig};
+use crate::verdict::Verdict;
+
+/// What the filter does with a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Let it go on, after `delay_ms`, adding `headers` to its response.
+    Allow {
+        /// How long to hold it first (shaping).
+        delay_ms: u64,
+        /// Headers for the upstream response (empty unless `on_allowed`).
+        headers: Vec<(String, String)>,
+    },
+    /// Answer it locally.
+    Deny(Denial),
+}
+
+/// A local reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// Status code.
+    pub status: u16,
+    /// Body.
+    pub body: String,
+    /// Headers, lower-case names.
+    pub headers: Vec<(String, String)>,
+}
+
+/// One enforced or shadow rule's verdict, as the filter hands it over.
+#[derive(Debug, Clone, Copy)]
+pub struct RuleVerdict<'a> {
+    /// The rule's name.
+    pub rule: &'a str,
+    /// Its limit.
+    pub limit: &'a Limit,
+    /// Whether it is a shadow rule.
+    pub shadow: bool,
+    /// The server's answer.
+    pub verdict: &'a Verdict,
+}
+
+/// Decides the request from the verdicts of the checks it needed.
+pub fn decide(response: &ResponseConfig, verdicts: &[RuleVerdict<'_>]) -> Decision {
+    let enforced = || verdicts.iter().filter(|v| !v.shadow);
+    let binding_denial = enforced()
+        .filter(|v| !v.verdict.allowed)
+        .max_by_key(|v| v.verdict.retry_after_ms.unwrap_or(u64::MAX));
+    if let Some(denial) = binding_denial {
+        let mut headers = Vec::new();
+        if let Some(retry_ms) = denial.verdict.retry_after_ms {
+            headers.push(("retry-after".to_owned(), seconds(retry_ms).to_string()));
+        }
+        headers.extend(rate_limit_headers(response.headers, denial));
+        return Decision::Deny(Denial {
+            status: response.status,
+            body: response.body.clone(),
+            headers,
+        });
+    }
+    let delay_ms = enforced().map(|v| v.verdict.delay_ms).max().unwrap_or(0);
+    let headers = if response.on_allowed {
+        enforced()
+            .min_by_key(|v| (v.verdict.remaining, v.verdict.limit))
+            .map(|v| rate_limit_headers(response.headers, v))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    Decision::Allow { delay_ms, headers }
+}
+
+/// Whole seconds, rounded up: clients must not come back early.
+pub fn seconds(ms: u64) -> u64 {
+    ms.div_ceil(1000)
+}
+
+/// The rate-limit headers for one rule's verdict, in the chosen style.
+pub fn rate_limit_headers(style: HeaderStyle, v: &RuleVerdict<'_>) -> Vec<(String, String)> {
+    let reset = seconds(v.verdict.reset_ms);
+    match style {
+        HeaderStyle::None => Vec::new(),
+        HeaderStyle::XRateLimit => vec![
+            ("x-ratelimit-limit".to_owned(), v.verdict.limit.to_string()),
+            (
+                "x-ratelimit-remaining".to_owned(),
+                v.verdict.remaining.to_string(),
+            ),
+            ("x-ratelimit-reset".to_owned(), reset.to_string()),
+        ],
+        HeaderStyle::Ietf => {
+            // draft-ietf-httpapi-ratelimit-headers: a quota policy named by the rule, its quota
+            // (q) and window (w, seconds); the remaining units (r) and seconds to reset (t).
+            let (_, per) = v.limit.nominal_rate();
+            let window = seconds(per.as_millis()).max(1);
+            vec![
+                (
+                    "ratelimit-policy".to_owned(),
+                    format!("\"{}\";q={};w={}", v.rule, v.verdict.limit, window),
+                ),
+                (
+                    "ratelimit".to_owned(),
+                    format!("\"{}\";r={};t={}", v.rule, v.verdict.remaining, reset),
+                ),
+            ]
+        }
+    }
+}
+
+impl Policy {
+    /// The reply when sluice-server cannot answer and the failure mode is `deny`.
+    pub fn failure_denial(&self) -> Denial {
+        Denial {
+            status: 503,
+            body: "rate limit service unavailable\n".to_owned(),
+            headers: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit() -> Limit {
+        serde_json::from_str(r#"{"algorithm":"fixed_window","limit":10,"window":"1m"}"#).unwrap()
+    }
+
+    fn verdict(allowed: bool, remaining: u64, retry: Option<u64>) -> Verdict {
+        Verdict {
+            allowed,
+            limit: 10,
+            remaining,
+            reset_ms: 30_500,
+            retry_after_ms: retry,
+            delay_ms: 0,
+        }
+    }
+
+    fn config(headers: HeaderStyle, on_allowed: bool) -> ResponseConfig {
+        ResponseConfig {
+            status: 429,
+            body: "slow down".into(),
+            headers,
+            on_allowed,
+        }
+    }
+
+    #[test]
+    fn a_denial_carries_retry_after_and_the_binding_rules_headers() {
+        let l = limit();
+        let short = verdict(false, 0, Some(1_200));
+        let long = verdict(false, 0, Some(7_001));
+        let vs = [
+            RuleVerdict {
+                rule: "a",
+                limit: &l,
+                shadow: false,
+                verdict: &short,
+            },
+            RuleVerdict {
+                rule: "b",
+                limit: &l,
+                shadow: false,
+                verdict: &long,
+            },
+        ];
+        let Decision::Deny(d) = decide(&config(HeaderStyle::XRateLimit, false), &vs) else {
+            panic!()
+        };
+        assert_eq!(d.status, 429);
+        assert_eq!(
+            d.headers,
+            [
+                ("retry-after".to_owned(), "8".to_owned()),
+                ("x-ratelimit-limit".to_owned(), "10".to_owned()),
+                ("x-ratelimit-remaining".to_owned(), "0".to_owned()),
+                ("x-ratelimit-reset".to_owned(), "31".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn shadow_denials_do_not_deny() {
+        let l = limit();
+        let denied = verdict(false, 0, Some(1_000));
+        let vs = [RuleVerdict {
+            rule: "s",
+            limit: &l,
+            shadow: true,
+            verdict: &denied,
+        }];
+        assert_eq!(
+            decide(&config(HeaderStyle::XRateLimit, true), &vs),
+            Decision::Allow {
+                delay_ms: 0,
+                headers: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn ietf_headers_name_the_policy() {
+        let l = limit();
+        let a = verdict(true, 3, Some(0));
+        let b = verdict(true, 7, Some(0));
+        let vs = [
+            RuleVerdict {
+                rule: "tight",
+                limit: &l,
+                shadow: false,
+                verdict: &a,
+            },
+            RuleVerdict {
+                rule: "loose",
+                limit: &l,
+                shadow: false,
+                verdict: &b,
+            },
+        ];
+        let Decision::Allow { headers, .. } = decide(&config(HeaderStyle::Ietf, true), &vs) else {
+            panic!()
+        };
+        assert_eq!(
+            headers,
+            [
+                (
+                    "ratelimit-policy".to_owned(),
+                    "\"tight\";q=10;w=60".to_owned()
+                ),
+                ("ratelimit".to_owned(), "\"tight\";r=3;t=31".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_request_that_can_never_pass_gets_no_retry_after() {
+        let l = limit();
+        let never = verdict(false, 10, None);
+        let vs = [RuleVerdict {
+            rule: "a",
+            limit: &l,
+            shadow: false,
+            verdict: &never,
+        }];
+        let Decision::Deny(d) = decide(&config(HeaderStyle::None, false), &vs) else {
+            panic!()
+        };
+        assert!(d.headers.is_empty());
+    }
+}

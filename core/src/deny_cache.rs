@@ -1,0 +1,137 @@
+//! The local deny cache's slots: which slot a key lives in and what a slot holds.
+//!
+//! Envoy's shared data never forgets a key, so a cache keyed by client would grow with every
+//! address an attacker rotates through. The cache is therefore direct-mapped: a fixed number of
+//! slots, a key hashed to one of them, the full key stored in the slot and checked on read. A
+//! newer denial for another key takes the slot over; a lost entry only costs one callout.
+//!
+//! The filter does the shared-data reads and compare-and-swap writes; this module is the pure
+//! part: slot names, encoding, and which of two entries to keep.
+
+use sha2::{Digest, Sha256};
+
+use crate::key::{LimitKey, RuleName};
+
+/// One remembered denial.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// `<rule>:<key>` of the denied check.
+    pub id: String,
+    /// Host time (ms since the epoch) until which the key is denied.
+    pub until_ms: u64,
+    /// Host time at which the rule's limit is fully restored (for the reset header).
+    pub reset_at_ms: u64,
+    /// The rule's capacity (for the limit header).
+    pub limit: u64,
+}
+
+/// The identity of a check in the cache.
+pub fn entry_id(rule: &RuleName, key: &LimitKey) -> String {
+    format!("{rule}:{key}")
+}
+
+/// The shared-data key of the slot `id` maps to, among `slots`, for the configuration whose
+/// fingerprint is `fingerprint` (so that two configurations never read each other's entries).
+pub fn slot_key(fingerprint: &str, id: &str, slots: u32) -> String {
+    let digest = Sha256::digest(id.as_bytes());
+    let hash = u32::from_le_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    format!("sluice.{fingerprint}.deny.{}", hash % slots.max(1))
+}
+
+/// A short, stable fingerprint of a configuration's bytes.
+pub fn fingerprint(configuration: &[u8]) -> String {
+    let digest = Sha256::digest(configuration);
+    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Entry {
+    /// `until|reset_at|limit|id`.
+    pub fn encode(&self) -> Vec<u8> {
+        format!(
+            "{}|{}|{}|{}",
+            self.until_ms, self.reset_at_ms, self.limit, self.id
+        )
+        .into_bytes()
+    }
+
+    /// Reads a slot's bytes; `None` for anything malformed (the slot is then treated as empty).
+    pub fn decode(bytes: &[u8]) -> Option<Entry> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut fields = text.splitn(4, '|');
+        Some(Entry {
+            until_ms: fields.next()?.parse().ok()?,
+            reset_at_ms: fields.next()?.parse().ok()?,
+            limit: fields.next()?.parse().ok()?,
+            id: fields.next()?.to_owned(),
+        })
+    }
+
+    /// Whether this entry denies `id` at `now_ms`.
+    pub fn denies(&self, id: &str, now_ms: u64) -> bool {
+        self.id == id && now_ms < self.until_ms
+    }
+
+    /// Whether writing `self` over `current` loses nothing worth more: a live entry for the same
+    /// key that lasts longer is kept.
+    pub fn should_replace(&self, current: Option<&Entry>, now_ms: u64) -> bool {
+        match current {
+            Some(c) if c.id == self.id && c.until_ms >= self.until_ms => false,
+            Some(c) if c.id != self.id && c.until_ms > now_ms && c.until_ms >= self.until_ms => {
+                // Another key's denial that outlasts ours keeps the slot.
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, until_ms: u64) -> Entry {
+        Entry {
+            id: id.into(),
+            until_ms,
+            reset_at_ms: until_ms + 5,
+            limit: 10,
+        }
+    }
+
+    #[test]
+    fn entries_round_trip_and_junk_is_empty() {
+        let e = entry("per-ip:1.2.3.4|x", 1000);
+        assert_eq!(Entry::decode(&e.encode()), Some(e));
+        assert_eq!(Entry::decode(b"garbage"), None);
+        assert_eq!(Entry::decode(&[0xff, b'|']), None);
+    }
+
+    #[test]
+    fn an_entry_denies_only_its_key_and_only_until_its_time() {
+        let e = entry("r:a", 1000);
+        assert!(e.denies("r:a", 999));
+        assert!(!e.denies("r:a", 1000));
+        assert!(!e.denies("r:b", 10));
+    }
+
+    #[test]
+    fn slots_are_bounded_and_stable() {
+        let slots: std::collections::HashSet<String> = (0..10_000)
+            .map(|i| slot_key("f", &format!("r:{i}"), 64))
+            .collect();
+        assert_eq!(slots.len(), 64);
+        assert_eq!(slot_key("f", "r:1", 64), slot_key("f", "r:1", 64));
+    }
+
+    #[test]
+    fn a_longer_denial_is_not_overwritten_by_a_shorter_one() {
+        let long = entry("r:a", 5000);
+        assert!(!entry("r:a", 3000).should_replace(Some(&long), 100));
+        assert!(entry("r:a", 6000).should_replace(Some(&long), 100));
+        assert!(
+            entry("r:b", 3000).should_replace(Some(&entry("r:a", 50)), 100),
+            "expired entries give way"
+        );
+        assert!(entry("r:b", 3000).should_replace(None, 100));
+    }
+}

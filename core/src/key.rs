@@ -1,0 +1,246 @@
+//! Rule names, limit keys, and the Redis key they make.
+//!
+//! A [`LimitKey`] is built from values a client controls (addresses, header values, paths), so
+//! it is escaped before it goes anywhere: every byte outside printable ASCII, and each of
+//! `% { } : #`, becomes `%XX`. An escaped key therefore cannot contain the `}` that would end
+//! its Redis Cluster hash tag, nor the `:` that separates it from the rule's name, so no value
+//! can collide with another rule's key. Keys longer than [`MAX_KEY_LEN`] once escaped are
+//! replaced by `#` and a SHA-256 prefix, so a client cannot grow them without bound.
+//!
+//! ```
+//! use sluice_core::key::{LimitKey, RuleName};
+//! let key = LimitKey::from_parts([b"tenant{a}".as_slice(), b"/api:v1"]);
+//! assert_eq!(key.as_str(), "tenant%7Ba%7D:/api%3Av1");
+//! let rule = RuleName::new("per-tenant").unwrap();
+//! assert_eq!(
+//!     sluice_core::key::redis_key("sluice", &rule, &key, sluice_core::limit::Algorithm::Gcra),
+//!     "sluice:{per-tenant:tenant%7Ba%7D:/api%3Av1}:gcra",
+//! );
+//! ```
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::limit::Algorithm;
+
+/// The longest escaped key kept as it is; longer ones are hashed.
+pub const MAX_KEY_LEN: usize = 128;
+/// The longest rule name.
+pub const MAX_RULE_NAME_LEN: usize = 64;
+/// The separator between the parts of a key.
+pub const PART_SEPARATOR: char = ':';
+
+/// A rule's name: 1 to 64 of `A-Z a-z 0-9 _ . -`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RuleName(String);
+
+/// Why a rule name or a key was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// Empty, too long, or with a character outside the allowed set.
+    #[error("`{0}` is not a rule name: use 1 to 64 of A-Z a-z 0-9 _ . -")]
+    BadRuleName(String),
+    /// Not the escaped form this module produces.
+    #[error(
+        "`{0}` is not an escaped limit key: at most 128 printable ASCII characters without {{ }} # % unless escaped, or # and 32 hex digits"
+    )]
+    BadKey(String),
+}
+
+impl RuleName {
+    /// Validates `name`.
+    pub fn new(name: impl Into<String>) -> Result<RuleName, NameError> {
+        let name = name.into();
+        let valid = !name.is_empty()
+            && name.len() <= MAX_RULE_NAME_LEN
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if valid {
+            Ok(RuleName(name))
+        } else {
+            Err(NameError::BadRuleName(name))
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for RuleName {
+    type Error = NameError;
+    fn try_from(name: String) -> Result<RuleName, NameError> {
+        RuleName::new(name)
+    }
+}
+
+impl From<RuleName> for String {
+    fn from(name: RuleName) -> String {
+        name.0
+    }
+}
+
+impl fmt::Display for RuleName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An escaped key: safe in a Redis key, a hash tag, a log line and a JSON string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct LimitKey(String);
+
+fn needs_escape(b: u8) -> bool {
+    !(0x21..=0x7e).contains(&b) || b"%{}:#".contains(&b)
+}
+
+fn escape_into(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in bytes {
+        if needs_escape(b) {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        } else {
+            out.push(char::from(b));
+        }
+    }
+}
+
+impl LimitKey {
+    /// Escapes each part and joins them with `:`; hashes the result if it is too long.
+    pub fn from_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> LimitKey {
+        let mut key = String::new();
+        for (i, part) in parts.into_iter().enumerate() {
+            if i > 0 {
+                key.push(PART_SEPARATOR);
+            }
+            escape_into(&mut key, part);
+        }
+        if key.len() <= MAX_KEY_LEN {
+            return LimitKey(key);
+        }
+        let digest = Sha256::digest(key.as_bytes());
+        let mut hashed = String::with_capacity(33);
+        hashed.push('#');
+        for b in &digest[..16] {
+            hashed.push_str(&format!("{b:02x}"));
+        }
+        LimitKey(hashed)
+    }
+
+    /// Validates a key that claims to be escaped already (as received on the wire).
+    pub fn parse(key: impl Into<String>) -> Result<LimitKey, NameError> {
+        let key = key.into();
+        let hashed = key.len() == 33
+            && key.starts_with('#')
+            && key[1..]
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+        let bytes = key.as_bytes();
+        let escaped = !key.is_empty()
+            && key.len() <= MAX_KEY_LEN
+            && bytes.iter().enumerate().all(|(i, &b)| match b {
+                b'%' => {
+                    bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                        && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit)
+                }
+                b':' => true,
+                b => !needs_escape(b),
+            });
+        if hashed || escaped {
+            Ok(LimitKey(key))
+        } else {
+            Err(NameError::BadKey(key))
+        }
+    }
+
+    /// The escaped key.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for LimitKey {
+    type Error = NameError;
+    fn try_from(key: String) -> Result<LimitKey, NameError> {
+        LimitKey::parse(key)
+    }
+}
+
+impl From<LimitKey> for String {
+    fn from(key: LimitKey) -> String {
+        key.0
+    }
+}
+
+impl fmt::Display for LimitKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The Redis key holding a rule's state for one limit key:
+/// `<prefix>:{<rule>:<key>}:<algorithm>`. Everything a script touches for one check shares the
+/// hash tag, so it lives on one Redis Cluster node; the algorithm's name keeps a rule that
+/// changes algorithm from reading state of another shape.
+pub fn redis_key(prefix: &str, rule: &RuleName, key: &LimitKey, algorithm: Algorithm) -> String {
+    format!("{prefix}:{{{rule}:{key}}}:{algorithm}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_keeps_values_apart_and_inside_the_hash_tag() {
+        let a = LimitKey::from_parts([b"a:b".as_slice()]);
+        let b = LimitKey::from_parts([b"a".as_slice(), b"b"]);
+        assert_ne!(
+            a, b,
+            "a part containing the separator must not equal two parts"
+        );
+        let sneaky = LimitKey::from_parts([b"x}:{other".as_slice()]);
+        assert!(!sneaky.as_str().contains(['{', '}']), "{sneaky}");
+        let bytes = LimitKey::from_parts([[0xff_u8, b' ', b'\n'].as_slice()]);
+        assert_eq!(bytes.as_str(), "%FF%20%0A");
+    }
+
+    #[test]
+    fn long_keys_are_hashed_to_a_fixed_length() {
+        let long = vec![b'a'; 10_000];
+        let key = LimitKey::from_parts([long.as_slice()]);
+        assert_eq!(key.as_str().len(), 33);
+        assert!(key.as_str().starts_with('#'));
+        assert_eq!(LimitKey::parse(key.as_str()), Ok(key));
+    }
+
+    #[test]
+    fn every_built_key_parses_and_nothing_else_does() {
+        for parts in [
+            vec![&b"1.2.3.4"[..]],
+            vec![b"GET", b"/a b"],
+            vec![b"%", b"#"],
+        ] {
+            let key = LimitKey::from_parts(parts);
+            assert_eq!(LimitKey::parse(key.as_str()), Ok(key.clone()));
+        }
+        for bad in ["", "a}b", "a{b", "50%", "%zz", "a b", "#abc", "é"] {
+            assert!(LimitKey::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rule_names_are_restricted() {
+        assert!(RuleName::new("per-ip_v2.1").is_ok());
+        for bad in ["", "a b", "a:b", "a{b", &"x".repeat(65)] {
+            assert!(RuleName::new(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! What a rule's key is built from.
+
+use super::raw::{RawKeyPart, RawKeySource};
+use super::request::HttpRequest;
+use super::{PolicyError, field};
+use crate::key::LimitKey;
+
+/// Where one part of a key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// The client's IP address (see [`HttpRequest::client_ip`]), in canonical form.
+    ClientIp,
+    /// The path, without the query string.
+    Path,
+    /// The method.
+    Method,
+    /// The host, lower-cased, without a port.
+    Host,
+    /// A header's first value; `default` when absent, else the rule does not apply.
+    Header {
+        /// Lower-case name.
+        name: String,
+        /// Used when the header is absent.
+        default: Option<String>,
+    },
+    /// A query parameter's first value (as sent, still percent-encoded).
+    Query {
+        /// The parameter.
+        name: String,
+        /// Used when the parameter is absent.
+        default: Option<String>,
+    },
+    /// A constant: a key shared by every request the rule matches.
+    Const(String),
+}
+
+impl KeyPart {
+    /// This part's value for `request`, or `None` when the request lacks it.
+    fn value(&self, request: &HttpRequest, trusted_hops: u32) -> Option<Vec<u8>> {
+        let or_default = |found: Option<&[u8]>, default: &Option<String>| {
+            found
+                .map(<[u8]>::to_vec)
+                .or_else(|| default.as_ref().map(|d| d.clone().into_bytes()))
+        };
+        match self {
+            KeyPart::ClientIp => request
+                .client_ip(trusted_hops)
+                .map(|ip| ip.to_string().into_bytes()),
+            KeyPart::Path => Some(request.path().to_vec()),
+            KeyPart::Method => Some(request.method().to_vec()),
+            KeyPart::Host => Some(request.host()),
+            KeyPart::Header { name, default } => or_default(request.header(name), default),
+            KeyPart::Query { name, default } => or_default(request.query_param(name), default),
+            KeyPart::Const(value) => Some(value.clone().into_bytes()),
+        }
+    }
+
+    pub(crate) fn from_raw(path: &str, raw: &RawKeyPart) -> Result<KeyPart, PolicyError> {
+        match raw {
+            RawKeyPart::Name(name) => match name.as_str() {
+                "client_ip" => Ok(KeyPart::ClientIp),
+                "path" => Ok(KeyPart::Path),
+                "method" => Ok(KeyPart::Method),
+                "host" => Ok(KeyPart::Host),
+                other => Err(PolicyError::new(
+                    path,
+                    format!(
+                        "unknown key part `{other}`: expected client_ip, path, method, host, or an object with header, query or const"
+                    ),
+                )),
+            },
+            RawKeyPart::Source(source) => KeyPart::from_source(path, source),
+        }
+    }
+
+    fn from_source(path: &str, s: &RawKeySource) -> Result<KeyPart, PolicyError> {
+        let named = |what: &str, name: &String| {
+            if name.is_empty() {
+                Err(PolicyError::new(&field(path, what), "must not be empty"))
+            } else {
+                Ok(name.clone())
+            }
+        };
+        match (&s.header, &s.query, &s.constant) {
+            (Some(h), None, None) => Ok(KeyPart::Header {
+                name: named("header", h)?.to_ascii_lowercase(),
+                default: s.default.clone(),
+            }),
+            (None, Some(q), None) => Ok(KeyPart::Query {
+                name: named("query", q)?,
+                default: s.default.clone(),
+            }),
+            (None, None, Some(c)) if s.default.is_none() => Ok(KeyPart::Const(c.clone())),
+            (None, None, Some(_)) => Err(PolicyError::new(
+                &field(path, "default"),
+                "a constant needs no default",
+            )),
+            _ => Err(PolicyError::new(
+                path,
+                "give exactly one of `header`, `query`, `const`",
+            )),
+        }
+    }
+}
+
+/// The key for `request` from `parts`, or `None` when a part is missing (the rule then does not
+/// apply).
+pub fn build_key(parts: &[KeyPart], request: &HttpRequest, trusted_hops: u32) -> Option<LimitKey> {
+    let values: Option<Vec<Vec<u8>>> = parts
+        .iter()
+        .map(|p| p.value(request, trusted_hops))
+        .collect();
+    Some(LimitKey::from_parts(values?.iter().map(Vec::as_slice)))
+}

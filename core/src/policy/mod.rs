@@ -1,0 +1,394 @@
+//! The filter's configuration: parsed from JSON once, validated once, then only read.
+//!
+//! ```
+//! use sluice_core::policy::{HttpRequest, Policy};
+//!
+//! let policy = Policy::from_json(br#"{
+//!     "cluster": "sluice",
+//!     "rules": [{
+//!         "name": "per-ip",
+//!         "match": {"path": {"prefix": "/api/"}},
+//!         "key": ["client_ip"],
+//!         "limit": {"algorithm": "gcra", "rate": 10, "per": "1s", "burst": 10}
+//!     }]
+//! }"#).unwrap();
+//!
+//! let request = HttpRequest {
+//!     headers: vec![(":path".into(), b"/api/items?page=2".to_vec()), (":method".into(), b"GET".to_vec())],
+//!     source_address: Some("203.0.113.7:51000".into()),
+//! };
+//! let checks = policy.checks_for(&request);
+//! assert_eq!(checks.len(), 1);
+//! assert_eq!(checks[0].check.key.as_str(), "203.0.113.7");
+//!
+//! let err = Policy::from_json(br#"{"cluster": "sluice", "rules": [{"name": "r", "key": ["client_ip"],
+//!     "limit": {"algorithm": "gcra", "rate": 10, "per": "1s"}}]}"#).unwrap_err();
+//! assert!(err.to_string().starts_with("rules[0].limit: algorithm `gcra` needs `burst`"));
+//! ```
+
+mod key_parts;
+mod matcher;
+pub mod raw;
+mod request;
+
+use std::collections::HashSet;
+use std::fmt;
+
+pub use key_parts::{KeyPart, build_key};
+pub use matcher::{HeaderMatch, RequestMatch, StringMatch};
+pub use request::HttpRequest;
+
+use crate::duration::Millis;
+use crate::key::RuleName;
+use crate::limit::{Limit, MAX_AMOUNT};
+use crate::wire::{Check, MAX_CHECKS};
+use raw::{RawDenyCache, RawPolicy, RawResponse, RawRule};
+
+/// The callout timeout when none is configured.
+pub const DEFAULT_TIMEOUT: Millis = match Millis::new(100) {
+    Some(ms) => ms,
+    None => unreachable!(),
+};
+/// Deny-cache slots when `deny_cache` is `true` or absent.
+pub const DEFAULT_DENY_CACHE_SLOTS: u32 = 4096;
+/// The most deny-cache slots.
+pub const MAX_DENY_CACHE_SLOTS: u32 = 1 << 20;
+/// The longest callout timeout accepted.
+pub const MAX_TIMEOUT_MS: u64 = 60_000;
+
+/// A configuration error: the path of the offending field and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError {
+    /// Where, as `rules[2].limit.rate`; empty for the document itself.
+    pub path: String,
+    /// Why.
+    pub message: String,
+}
+
+impl PolicyError {
+    pub(crate) fn new(path: &str, message: impl Into<String>) -> PolicyError {
+        PolicyError {
+            path: path.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "configuration: {}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+pub(crate) fn field(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+/// What the filter does when sluice-server cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Let the request through (fail open).
+    Allow,
+    /// Deny it with 503 (fail closed).
+    Deny,
+}
+
+/// Which rate-limit headers to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderStyle {
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (seconds).
+    XRateLimit,
+    /// The IETF draft's `RateLimit-Policy` and `RateLimit` fields.
+    Ietf,
+    /// None (`Retry-After` is still sent on denials).
+    None,
+}
+
+/// What denied requests get.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseConfig {
+    /// The status of a denial.
+    pub status: u16,
+    /// The body of a denial.
+    pub body: String,
+    /// The header style.
+    pub headers: HeaderStyle,
+    /// Whether allowed responses carry the headers too.
+    pub on_allowed: bool,
+}
+
+/// Where sluice-server is and how to call it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    /// The Envoy cluster.
+    pub cluster: String,
+    /// The callouts' `:authority`.
+    pub authority: String,
+    /// How long a callout may take.
+    pub timeout: Millis,
+    /// The bearer token, if the server wants one.
+    pub token: Option<String>,
+}
+
+/// One validated rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Its unique name.
+    pub name: RuleName,
+    /// Which requests it applies to.
+    pub matcher: RequestMatch,
+    /// What its key is built from.
+    pub key: Vec<KeyPart>,
+    /// The limit.
+    pub limit: Limit,
+    /// Units per request.
+    pub cost: u64,
+    /// Decide and count, never deny.
+    pub shadow: bool,
+    /// Denials consume too.
+    pub count_denied: bool,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// sluice-server.
+    pub service: Service,
+    /// What to do when it cannot answer.
+    pub failure_mode: FailureMode,
+    /// Trusted `x-forwarded-for` hops.
+    pub trusted_hops: u32,
+    /// Slots of the local deny cache; 0 when it is off.
+    pub deny_cache_slots: u32,
+    /// Denial and header settings.
+    pub response: ResponseConfig,
+    /// The rules, in order.
+    pub rules: Vec<Rule>,
+}
+
+/// A check a request needs, with the index of the rule it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedCheck {
+    /// Index into [`Policy::rules`].
+    pub rule: usize,
+    /// The check to send.
+    pub check: Check,
+}
+
+impl Policy {
+    /// Parses and validates the configuration; the error names the field and the reason.
+    pub fn from_json(json: &[u8]) -> Result<Policy, PolicyError> {
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let raw: RawPolicy = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." || path == "?" {
+                String::new()
+            } else {
+                path
+            };
+            PolicyError::new(&path, e.into_inner().to_string())
+        })?;
+        de.end().map_err(|e| PolicyError::new("", e.to_string()))?;
+        Policy::from_raw(&raw)
+    }
+
+    /// Validates a parsed configuration.
+    pub fn from_raw(raw: &RawPolicy) -> Result<Policy, PolicyError> {
+        if raw.cluster.is_empty() {
+            return Err(PolicyError::new(
+                "cluster",
+                "must name the Envoy cluster of sluice-server",
+            ));
+        }
+        let timeout = raw.timeout.unwrap_or(DEFAULT_TIMEOUT);
+        if timeout.as_millis() > MAX_TIMEOUT_MS {
+            return Err(PolicyError::new(
+                "timeout",
+                format!("must be at most 60s, not {timeout}"),
+            ));
+        }
+        if let Some(token) = &raw.token
+            && (token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err(PolicyError::new(
+                "token",
+                "must be printable ASCII without spaces",
+            ));
+        }
+        let failure_mode = match raw.failure_mode.as_deref() {
+            None | Some("allow") => FailureMode::Allow,
+            Some("deny") => FailureMode::Deny,
+            Some(other) => {
+                return Err(PolicyError::new(
+                    "failure_mode",
+                    format!("must be `allow` or `deny`, not `{other}`"),
+                ));
+            }
+        };
+        if raw.rules.len() > MAX_CHECKS {
+            return Err(PolicyError::new(
+                "rules",
+                format!(
+                    "at most {MAX_CHECKS} rules (one request may match them all), not {}",
+                    raw.rules.len()
+                ),
+            ));
+        }
+        let mut names = HashSet::new();
+        let rules = raw
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| {
+                let path = format!("rules[{i}]");
+                let rule = Rule::from_raw(&path, rule)?;
+                if !names.insert(rule.name.clone()) {
+                    return Err(PolicyError::new(
+                        &field(&path, "name"),
+                        format!("`{}` is the name of an earlier rule", rule.name),
+                    ));
+                }
+                Ok(rule)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Policy {
+            service: Service {
+                cluster: raw.cluster.clone(),
+                authority: raw.authority.clone().unwrap_or_else(|| raw.cluster.clone()),
+                timeout,
+                token: raw.token.clone(),
+            },
+            failure_mode,
+            trusted_hops: raw.trusted_hops.unwrap_or(0),
+            deny_cache_slots: deny_cache_slots(raw.deny_cache.as_ref())?,
+            response: ResponseConfig::from_raw(raw.response.as_ref())?,
+            rules,
+        })
+    }
+
+    /// The checks `request` needs, one per rule that matches it and can build its key, in rule
+    /// order. An empty list means no callout.
+    pub fn checks_for(&self, request: &HttpRequest) -> Vec<PlannedCheck> {
+        self.rules
+            .iter()
+            .enumerate()
+            .filter(|(_, rule)| rule.matcher.matches(request))
+            .filter_map(|(i, rule)| {
+                let key = build_key(&rule.key, request, self.trusted_hops)?;
+                Some(PlannedCheck {
+                    rule: i,
+                    check: Check {
+                        rule: rule.name.clone(),
+                        key,
+                        limit: rule.limit,
+                        cost: rule.cost,
+                        count_denied: rule.count_denied,
+                        shadow: rule.shadow,
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+fn deny_cache_slots(raw: Option<&RawDenyCache>) -> Result<u32, PolicyError> {
+    match raw {
+        None | Some(RawDenyCache::Enabled(true)) => Ok(DEFAULT_DENY_CACHE_SLOTS),
+        Some(RawDenyCache::Enabled(false)) => Ok(0),
+        Some(RawDenyCache::Sized(size)) if (1..=MAX_DENY_CACHE_SLOTS).contains(&size.slots) => {
+            Ok(size.slots)
+        }
+        Some(RawDenyCache::Sized(size)) => Err(PolicyError::new(
+            "deny_cache.slots",
+            format!(
+                "must be between 1 and {MAX_DENY_CACHE_SLOTS}, not {}",
+                size.slots
+            ),
+        )),
+    }
+}
+
+impl Rule {
+    fn from_raw(path: &str, raw: &RawRule) -> Result<Rule, PolicyError> {
+        let name = RuleName::new(raw.name.clone())
+            .map_err(|e| PolicyError::new(&field(path, "name"), e.to_string()))?;
+        if raw.key.is_empty() {
+            return Err(PolicyError::new(
+                &field(path, "key"),
+                "needs at least one part; use [{\"const\": \"all\"}] for one key shared by every request",
+            ));
+        }
+        let key = raw
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, part)| KeyPart::from_raw(&format!("{path}.key[{i}]"), part))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cost = raw.cost.unwrap_or(1);
+        if cost > MAX_AMOUNT {
+            return Err(PolicyError::new(
+                &field(path, "cost"),
+                format!("must be at most {MAX_AMOUNT}, not {cost}"),
+            ));
+        }
+        Ok(Rule {
+            name,
+            matcher: match &raw.matcher {
+                Some(m) => RequestMatch::from_raw(&field(path, "match"), m)?,
+                None => RequestMatch::default(),
+            },
+            key,
+            limit: raw.limit,
+            cost,
+            shadow: raw.shadow.unwrap_or(false),
+            count_denied: raw.count_denied.unwrap_or(false),
+        })
+    }
+}
+
+impl ResponseConfig {
+    fn from_raw(raw: Option<&RawResponse>) -> Result<ResponseConfig, PolicyError> {
+        let default = RawResponse::default();
+        let raw = raw.unwrap_or(&default);
+        let status = raw.status.unwrap_or(429);
+        if !(400..=599).contains(&status) {
+            return Err(PolicyError::new(
+                "response.status",
+                format!("must be an error status (400 to 599), not {status}"),
+            ));
+        }
+        let headers = match raw.headers.as_deref() {
+            None | Some("x-ratelimit") => HeaderStyle::XRateLimit,
+            Some("ietf") => HeaderStyle::Ietf,
+            Some("none") => HeaderStyle::None,
+            Some(other) => {
+                return Err(PolicyError::new(
+                    "response.headers",
+                    format!("must be `x-ratelimit`, `ietf` or `none`, not `{other}`"),
+                ));
+            }
+        };
+        Ok(ResponseConfig {
+            status,
+            body: raw
+                .body
+                .clone()
+                .unwrap_or_else(|| "rate limited\n".to_owned()),
+            headers,
+            on_allowed: raw.on_allowed.unwrap_or(false),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

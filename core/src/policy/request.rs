@@ -1,0 +1,181 @@
+//! The parts of an HTTP request that rules look at, as the filter reads them from Envoy.
+
+use std::net::IpAddr;
+
+/// A request's headers (lower-case names, raw byte values, pseudo-headers included) and the
+/// address of the peer that sent it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpRequest {
+    /// Header pairs in arrival order; a name may repeat.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Envoy's `source.address` property: `ip:port`, or `[v6]:port`.
+    pub source_address: Option<String>,
+}
+
+impl HttpRequest {
+    /// The first value of header `name` (lower-case), as Envoy's header map returns it.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// Every value of header `name`, in order.
+    pub fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// `:method`.
+    pub fn method(&self) -> &[u8] {
+        self.header(":method").unwrap_or_default()
+    }
+
+    /// `:path` without its query string.
+    pub fn path(&self) -> &[u8] {
+        let full = self.header(":path").unwrap_or_default();
+        match full.iter().position(|&b| b == b'?') {
+            Some(q) => &full[..q],
+            None => full,
+        }
+    }
+
+    /// The query string of `:path`, without the `?`.
+    pub fn query(&self) -> &[u8] {
+        let full = self.header(":path").unwrap_or_default();
+        match full.iter().position(|&b| b == b'?') {
+            Some(q) => &full[q + 1..],
+            None => &[],
+        }
+    }
+
+    /// The first value of query parameter `name`, still percent-encoded as sent.
+    pub fn query_param(&self, name: &str) -> Option<&[u8]> {
+        self.query().split(|&b| b == b'&').find_map(|pair| {
+            let (k, v) = match pair.iter().position(|&b| b == b'=') {
+                Some(eq) => (&pair[..eq], &pair[eq + 1..]),
+                None => (pair, &pair[pair.len()..]),
+            };
+            (k == name.as_bytes()).then_some(v)
+        })
+    }
+
+    /// `:authority` (or `host`), lower-cased, without a port.
+    pub fn host(&self) -> Vec<u8> {
+        let raw = self
+            .header(":authority")
+            .or_else(|| self.header("host"))
+            .unwrap_or_default();
+        let without_port = if raw.first() == Some(&b'[') {
+            // [v6]:port
+            match raw.iter().position(|&b| b == b']') {
+                Some(end) => &raw[..=end],
+                None => raw,
+            }
+        } else {
+            match raw.iter().rposition(|&b| b == b':') {
+                Some(colon) => &raw[..colon],
+                None => raw,
+            }
+        };
+        without_port.to_ascii_lowercase()
+    }
+
+    /// The peer's IP address, from `source.address`.
+    pub fn peer_ip(&self) -> Option<IpAddr> {
+        let address = self.source_address.as_deref()?;
+        if let Some(rest) = address.strip_prefix('[') {
+            return rest.split(']').next()?.parse().ok();
+        }
+        let ip = address.rsplit_once(':').map_or(address, |(ip, _port)| ip);
+        ip.parse().ok()
+    }
+
+    /// The client's IP address: the peer's, unless `trusted_hops` proxies in front of Envoy
+    /// append to `x-forwarded-for`; then the entry the outermost trusted proxy appended.
+    /// Entries a client wrote itself sit further left and are never read. A request with fewer
+    /// entries than trusted hops did not come through those proxies: its peer is the client.
+    pub fn client_ip(&self, trusted_hops: u32) -> Option<IpAddr> {
+        if trusted_hops == 0 {
+            return self.peer_ip();
+        }
+        let entries: Vec<&[u8]> = self
+            .header_values("x-forwarded-for")
+            .flat_map(|v| v.split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .collect();
+        let hops = trusted_hops as usize;
+        if entries.len() < hops {
+            return self.peer_ip();
+        }
+        std::str::from_utf8(entries[entries.len() - hops])
+            .ok()?
+            .parse()
+            .ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(headers: &[(&str, &str)], source: &str) -> HttpRequest {
+        HttpRequest {
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            source_address: Some(source.to_owned()),
+        }
+    }
+
+    #[test]
+    fn splits_path_query_and_host() {
+        let r = request(
+            &[
+                (":path", "/a/b?x=1&tenant=acme&y"),
+                (":authority", "API.example.com:8443"),
+            ],
+            "10.0.0.1:5000",
+        );
+        assert_eq!(r.path(), b"/a/b");
+        assert_eq!(r.query_param("tenant"), Some(&b"acme"[..]));
+        assert_eq!(r.query_param("y"), Some(&b""[..]));
+        assert_eq!(r.query_param("z"), None);
+        assert_eq!(r.host(), b"api.example.com");
+    }
+
+    #[test]
+    fn peer_addresses_lose_their_port() {
+        assert_eq!(
+            request(&[], "192.0.2.1:443").peer_ip(),
+            Some("192.0.2.1".parse().unwrap())
+        );
+        assert_eq!(
+            request(&[], "[2001:db8::1]:443").peer_ip(),
+            Some("2001:db8::1".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn trusted_hops_read_the_entry_the_outermost_trusted_proxy_wrote() {
+        let r = request(
+            &[
+                ("x-forwarded-for", "6.6.6.6, 203.0.113.9"),
+                ("x-forwarded-for", "198.51.100.2"),
+            ],
+            "10.0.0.1:1",
+        );
+        assert_eq!(r.client_ip(0), Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(r.client_ip(1), Some("198.51.100.2".parse().unwrap()));
+        assert_eq!(r.client_ip(2), Some("203.0.113.9".parse().unwrap()));
+        assert_eq!(
+            r.client_ip(4),
+            Some("10.0.0.1".parse().unwrap()),
+            "too few entries: the peer"
+        );
+    }
+}

@@ -1,0 +1,90 @@
+//! What the filter did with each rule for one request, written where access logs can read it.
+//!
+//! The filter stores the record as the request's filter state `sluice.decision` (Envoy keeps
+//! it as `wasm.sluice.decision`, so an access log can print it with
+//! `%FILTER_STATE(wasm.sluice.decision:PLAIN)%`). The simulator reads the same record to
+//! report per rule and per key what the filter did: it reports what the filter says, never
+//! what it guesses.
+
+use serde::{Deserialize, Serialize};
+
+/// The filter-state name of the record.
+pub const DECISION_PROPERTY: &str = "sluice.decision";
+
+/// What happened to one matching rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleOutcome {
+    /// The rule admitted the request.
+    Allowed,
+    /// The rule denied it.
+    Denied,
+    /// A shadow rule that would have denied it.
+    ShadowDenied,
+    /// Denied from the local deny cache, without a callout.
+    CachedDeny,
+    /// An earlier rule denied the request, so this one only looked and consumed nothing.
+    Skipped,
+    /// The service did not answer; the failure mode decided.
+    Failed,
+}
+
+/// One rule's line of the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleRecord {
+    /// The rule.
+    pub rule: String,
+    /// The escaped key.
+    pub key: String,
+    /// What happened.
+    pub outcome: RuleOutcome,
+    /// Milliseconds the request was held (shaping).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delay_ms: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The whole record: one line per rule that matched.
+pub type DecisionRecord = Vec<RuleRecord>;
+
+/// Encodes a record as compact JSON.
+pub fn encode(record: &[RuleRecord]) -> Vec<u8> {
+    serde_json::to_vec(record).unwrap_or_default()
+}
+
+/// Decodes a record.
+pub fn decode(bytes: &[u8]) -> Result<DecisionRecord, serde_json::Error> {
+    serde_json::from_slice(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let record = vec![
+            RuleRecord {
+                rule: "per-ip".into(),
+                key: "1.2.3.4".into(),
+                outcome: RuleOutcome::Denied,
+                delay_ms: 0,
+            },
+            RuleRecord {
+                rule: "shape".into(),
+                key: "k".into(),
+                outcome: RuleOutcome::Allowed,
+                delay_ms: 40,
+            },
+        ];
+        let bytes = encode(&record);
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"[{"rule":"per-ip","key":"1.2.3.4","outcome":"denied"},{"rule":"shape","key":"k","outcome":"allowed","delay_ms":40}]"#
+        );
+        assert_eq!(decode(&bytes).unwrap(), record);
+    }
+}
