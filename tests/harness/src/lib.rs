@@ -1,1 +1,48 @@
-//! placeholder
+//! sluice-harness: real `redis-server` processes on free loopback ports.
+//!
+//! Each server gets its own port and its own directory and is stopped when dropped, so tests
+//! can run side by side and leave nothing behind. [`RedisServer`] is one standalone server;
+//! [`RedisCluster`] is a three-node Redis Cluster made with `redis-cli --cluster create`.
+//!
+//! The simulator uses [`RedisServer`] too, to start what it needs when a user gives it nothing
+//! to connect to.
+//!
+//! ```no_run
+//! let redis = sluice_harness::RedisServer::start().unwrap();
+//! println!("redis at {}", redis.url());
+//! // stopped here, its directory removed
+//! ```
+
+#![deny(missing_docs)]
+
+mod cluster;
+mod server;
+
+pub use cluster::RedisCluster;
+pub use server::{RedisServer, free_port};
+
+/// Why a Redis process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// `redis-server` (or `redis-cli`) is not installed.
+    #[error(
+        "`{0}` was not found on PATH: install it (Debian: apt-get install -y redis-server redis-tools)"
+    )]
+    NotInstalled(&'static str),
+    /// The process started but never answered.
+    #[error("redis-server on port {port} did not answer within {seconds}s; its log:\n{log}")]
+    NoAnswer {
+        /// The port.
+        port: u16,
+        /// How long we waited.
+        seconds: u64,
+        /// The end of its log file.
+        log: String,
+    },
+    /// Building the cluster failed.
+    #[error("redis cluster: {0}")]
+    Cluster(String),
+    /// Anything else.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,152 @@
+//! Settings: every one a flag and an environment variable (`SLUICE_*`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use sluice_core::duration::Millis;
+
+use crate::store::Topology;
+
+/// Command-line and environment settings, as given.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "sluice-server",
+    version,
+    about = "The sluice limit service: decides rate limits atomically in Redis."
+)]
+pub struct Args {
+    /// Address to listen on (HTTP/1.1 and cleartext HTTP/2).
+    #[arg(long, env = "SLUICE_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+
+    /// A standalone Redis, as redis://[:password@]host:port[/db].
+    #[arg(long, env = "SLUICE_REDIS", default_value = "redis://127.0.0.1:6379",
+          conflicts_with_all = ["redis_cluster", "redis_sentinel"])]
+    pub redis: String,
+
+    /// A Redis Cluster: comma-separated URLs of some of its nodes.
+    #[arg(long, env = "SLUICE_REDIS_CLUSTER", value_delimiter = ',')]
+    pub redis_cluster: Vec<String>,
+
+    /// Redis through Sentinel: comma-separated URLs of the sentinels (with --sentinel-master).
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_SENTINEL",
+        value_delimiter = ',',
+        requires = "sentinel_master"
+    )]
+    pub redis_sentinel: Vec<String>,
+
+    /// The name of the primary the sentinels monitor.
+    #[arg(long, env = "SLUICE_SENTINEL_MASTER")]
+    pub sentinel_master: Option<String>,
+
+    /// Timeout of every Redis call (e.g. 50ms, 1s).
+    #[arg(long, env = "SLUICE_REDIS_TIMEOUT", default_value = "100ms")]
+    pub redis_timeout: Millis,
+
+    /// Prefix of every Redis key sluice writes.
+    #[arg(long, env = "SLUICE_KEY_PREFIX", default_value = "sluice")]
+    pub key_prefix: String,
+
+    /// A bearer token callers must present (Authorization: Bearer <token>).
+    #[arg(long, env = "SLUICE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Accept the caller's time from the x-sluice-replay-time-us header (for replays only).
+    #[arg(long, env = "SLUICE_REPLAY_TIME")]
+    pub replay_time: bool,
+
+    /// Log format.
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Log filter, as RUST_LOG (e.g. info, sluice_server=debug).
+    #[arg(long, env = "SLUICE_LOG", default_value = "info")]
+    pub log: String,
+
+    /// How long shutdown waits for requests in flight.
+    #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s")]
+    pub shutdown_grace: Millis,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where Redis is.
+    pub topology: Topology,
+    /// Timeout of every Redis call.
+    pub redis_timeout: Duration,
+    /// Redis key prefix.
+    pub key_prefix: String,
+    /// Bearer token.
+    pub token: Option<String>,
+    /// Replay mode.
+    pub replay_time: bool,
+    /// Shutdown grace.
+    pub shutdown_grace: Duration,
+}
+
+impl ServerConfig {
+    /// A configuration for a standalone Redis at `url`, with defaults elsewhere.
+    pub fn standalone(url: impl Into<String>) -> ServerConfig {
+        ServerConfig {
+            topology: Topology::Standalone(url.into()),
+            redis_timeout: Duration::from_millis(100),
+            key_prefix: "sluice".to_owned(),
+            token: None,
+            replay_time: false,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl TryFrom<&Args> for ServerConfig {
+    type Error = String;
+
+    fn try_from(args: &Args) -> Result<ServerConfig, String> {
+        let topology = if !args.redis_cluster.is_empty() {
+            Topology::Cluster(args.redis_cluster.clone())
+        } else if !args.redis_sentinel.is_empty() {
+            let master = args
+                .sentinel_master
+                .clone()
+                .ok_or("--sentinel-master is required with --redis-sentinel")?;
+            Topology::Sentinel {
+                sentinels: args.redis_sentinel.clone(),
+                master,
+            }
+        } else {
+            Topology::Standalone(args.redis.clone())
+        };
+        if args.key_prefix.is_empty() || args.key_prefix.contains(['{', '}']) {
+            return Err(format!(
+                "--key-prefix: `{}` must be non-empty and without braces",
+                args.key_prefix
+            ));
+        }
+        if let Some(token) = &args.token
+            && (token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err("--token: must be printable ASCII without spaces".to_owned());
+        }
+        Ok(ServerConfig {
+            topology,
+            redis_timeout: Duration::from_millis(args.redis_timeout.as_millis()),
+            key_prefix: args.key_prefix.clone(),
+            token: args.token.clone(),
+            replay_time: args.replay_time,
+            shutdown_grace: Duration::from_millis(args.shutdown_grace.as_millis()),
+        })
+    }
+}

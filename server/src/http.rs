@@ -1,0 +1,145 @@
+//! The HTTP surface: `/v1/decide`, `/healthz`, `/readyz`, `/metrics`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use sluice_core::wire::{
+    DECIDE_PATH, DecideRequest, ErrorBody, MAX_BODY_BYTES, REPLAY_TIME_HEADER,
+};
+
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+
+/// What the handlers share.
+pub struct AppState {
+    /// Decides requests.
+    pub engine: Engine,
+    /// Counters and histograms.
+    pub metrics: Arc<Metrics>,
+    /// The bearer token callers must present, if any.
+    pub token: Option<String>,
+    /// Whether callers may supply the time (replay mode).
+    pub replay_time: bool,
+}
+
+/// The router.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(DECIDE_PATH, post(decide))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint".to_owned()) })
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, axum::Json(ErrorBody { error: message })).into_response()
+}
+
+async fn decide(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let Ok(body) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        state.metrics.bad_request();
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body: larger than {MAX_BODY_BYTES} bytes, or cut short"),
+        );
+    };
+    if let Err(refusal) = authorize(&state, &headers) {
+        state.metrics.bad_request();
+        return refusal;
+    }
+    let now_us = match replay_time(&state, &headers) {
+        Ok(now) => now,
+        Err(message) => {
+            state.metrics.bad_request();
+            return error(StatusCode::BAD_REQUEST, message);
+        }
+    };
+    let request = match DecideRequest::from_json(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            state.metrics.bad_request();
+            tracing::debug!(error = %e, "bad request");
+            return error(StatusCode::BAD_REQUEST, e.to_string());
+        }
+    };
+    match state.engine.decide(&request, now_us).await {
+        Ok(response) => {
+            state.metrics.decision_time(started.elapsed());
+            axum::Json(response).into_response()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "decision failed");
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    }
+}
+
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let Some(token) = &state.token else {
+        return Ok(());
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        Some(p) if constant_time_eq(p.as_bytes(), token.as_bytes()) => Ok(()),
+        Some(_) => Err(error(
+            StatusCode::UNAUTHORIZED,
+            "authorization: wrong bearer token".to_owned(),
+        )),
+        None => Err(error(
+            StatusCode::UNAUTHORIZED,
+            "authorization: a bearer token is required".to_owned(),
+        )),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn replay_time(state: &AppState, headers: &HeaderMap) -> Result<Option<i64>, String> {
+    let Some(value) = headers.get(REPLAY_TIME_HEADER) else {
+        return Ok(None);
+    };
+    if !state.replay_time {
+        return Err(format!(
+            "{REPLAY_TIME_HEADER}: this server takes its time from Redis; start it with --replay-time to accept a caller's time"
+        ));
+    }
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|t| t.unsigned_abs() < 1 << 53)
+        .map(Some)
+        .ok_or_else(|| format!("{REPLAY_TIME_HEADER}: must be whole microseconds since the epoch"))
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    match state.engine.store().ping().await {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}

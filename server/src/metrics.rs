@@ -1,0 +1,107 @@
+//! The server's Prometheus metrics, served at `/metrics`.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::store::StoreError;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    rule: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// Every metric the server keeps.
+pub struct Metrics {
+    registry: Registry,
+    decisions: Family<DecisionLabels, Counter>,
+    decision_seconds: Histogram,
+    redis_errors: Family<KindLabels, Counter>,
+    bad_requests: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let mut registry = Registry::with_prefix("sluice");
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "decisions",
+            "Checks decided, by rule and outcome (allowed, denied, shadow_denied, skipped)",
+            decisions.clone(),
+        );
+        // 50 us to ~1.6 s.
+        let decision_seconds = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
+        registry.register(
+            "decision_duration_seconds",
+            "Time to decide one request (all its checks), Redis included",
+            decision_seconds.clone(),
+        );
+        let redis_errors = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "redis_errors",
+            "Failed Redis calls, by kind (error, timeout, not_connected, bad_reply)",
+            redis_errors.clone(),
+        );
+        let bad_requests = Counter::default();
+        registry.register(
+            "bad_requests",
+            "Requests refused with 4xx",
+            bad_requests.clone(),
+        );
+        Metrics {
+            registry,
+            decisions,
+            decision_seconds,
+            redis_errors,
+            bad_requests,
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts one check's outcome.
+    pub fn decision(&self, rule: &str, outcome: &'static str) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                rule: rule.to_owned(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// Records how long a request took.
+    pub fn decision_time(&self, elapsed: Duration) {
+        self.decision_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a failed Redis call.
+    pub fn redis_error(&self, error: &StoreError) {
+        self.redis_errors
+            .get_or_create(&KindLabels { kind: error.kind() })
+            .inc();
+    }
+
+    /// Counts a refused request.
+    pub fn bad_request(&self) {
+        self.bad_requests.inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+}

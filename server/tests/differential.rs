@@ -1,0 +1,161 @@
+//! The Lua scripts against the reference models, on a real redis-server.
+//!
+//! For every algorithm, random limits and random request sequences (times that jump forwards
+//! and backwards, costs from 0 to beyond the capacity, counted denials or not) are decided by
+//! the script (replay time) and by the model; every field of every verdict must be equal, and
+//! the model's state must say the key exists exactly when Redis has it.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use sluice_core::algorithm::{Request, State, Update};
+use sluice_core::limit::{Algorithm, Limit};
+use sluice_harness::RedisServer;
+use sluice_server::scripts::ScriptCall;
+use sluice_server::store::{Store, Topology};
+
+/// Sequences per algorithm.
+const CASES: u32 = 500;
+
+fn limit_strategy(algorithm: Algorithm) -> BoxedStrategy<Limit> {
+    let window = prop_oneof![
+        Just("1ms"),
+        Just("7ms"),
+        Just("100ms"),
+        Just("1s"),
+        Just("1m"),
+        Just("3s")
+    ];
+    let per = prop_oneof![
+        Just("1ms"),
+        Just("3ms"),
+        Just("1s"),
+        Just("7s"),
+        Just("1m"),
+        Just("1d")
+    ];
+    match algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow => (1u64..=12, window)
+            .prop_map(move |(limit, window)| {
+                common::limit(&format!(r#"{{"algorithm":"{algorithm}","limit":{limit},"window":"{window}"}}"#))
+            })
+            .boxed(),
+        Algorithm::TokenBucket | Algorithm::Gcra => (1u64..=20, per, 1u64..=12)
+            .prop_map(move |(rate, per, burst)| {
+                common::limit(&format!(
+                    r#"{{"algorithm":"{algorithm}","rate":{rate},"per":"{per}","burst":{burst}}}"#
+                ))
+            })
+            .boxed(),
+        Algorithm::LeakyBucket => (1u64..=20, per, 1u64..=12, prop::option::of(prop_oneof![Just("1ms"), Just("250ms"), Just("2s")]))
+            .prop_map(|(rate, per, burst, max_wait)| {
+                let shaping = max_wait.map(|w| format!(r#","mode":"shaping","max_wait":"{w}""#)).unwrap_or_default();
+                common::limit(&format!(
+                    r#"{{"algorithm":"leaky_bucket","rate":{rate},"per":"{per}","burst":{burst}{shaping}}}"#
+                ))
+            })
+            .boxed(),
+    }
+}
+
+/// A step: microseconds to move the clock (negative: a caller whose clock lags), a cost.
+fn steps() -> impl Strategy<Value = (Vec<(i64, u64)>, bool)> {
+    let dt = prop_oneof![
+        6 => Just(0i64),
+        6 => 1i64..2_000,
+        4 => 1i64..2_000_000,
+        2 => -500_000i64..0,
+        1 => 1i64..200_000_000,
+    ];
+    let cost = prop_oneof![8 => Just(1u64), 2 => 0u64..=3, 1 => 0u64..=30];
+    (prop::collection::vec((dt, cost), 1..40), any::<bool>())
+}
+
+fn check_algorithm(algorithm: Algorithm) {
+    let redis = RedisServer::start().expect("redis-server");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let store: Arc<Store> =
+        runtime.block_on(common::connected_store(Topology::Standalone(redis.url())));
+    let sequence = AtomicU64::new(0);
+    let mut runner = TestRunner::new(Config {
+        cases: CASES,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(
+        &(limit_strategy(algorithm), steps()),
+        |(limit, (steps, count_denied))| {
+            let key = format!(
+                "diff:{algorithm}:{}",
+                sequence.fetch_add(1, Ordering::Relaxed)
+            );
+            // A start time near today's, so float magnitudes are those of production.
+            let mut now: i64 = 1_763_700_000_000_000;
+            let mut state: Option<State> = None;
+            for (i, (dt, cost)) in steps.iter().enumerate() {
+                now += dt;
+                let request = Request {
+                    now_us: now,
+                    cost: *cost,
+                    count_denied,
+                };
+                let model = limit.decide(state.as_ref(), request);
+                let call = ScriptCall::new(&limit, key.clone(), Some(now), *cost, count_denied);
+                let script = runtime
+                    .block_on(store.run(&call))
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(
+                    script,
+                    model.verdict,
+                    "step {} of {:?} (limit {:?}, count_denied {}, now {})",
+                    i,
+                    steps,
+                    limit,
+                    count_denied,
+                    now
+                );
+                if let Update::Write { state: s, .. } = model.update {
+                    state = Some(s);
+                }
+            }
+            Ok(())
+        },
+    );
+    if let Err(e) = result {
+        panic!("{algorithm}: script and model disagree: {e}");
+    }
+}
+
+#[test]
+fn fixed_window_script_matches_model() {
+    check_algorithm(Algorithm::FixedWindow);
+}
+
+#[test]
+fn sliding_log_script_matches_model() {
+    check_algorithm(Algorithm::SlidingLog);
+}
+
+#[test]
+fn sliding_window_script_matches_model() {
+    check_algorithm(Algorithm::SlidingWindow);
+}
+
+#[test]
+fn token_bucket_script_matches_model() {
+    check_algorithm(Algorithm::TokenBucket);
+}
+
+#[test]
+fn leaky_bucket_script_matches_model() {
+    check_algorithm(Algorithm::LeakyBucket);
+}
+
+#[test]
+fn gcra_script_matches_model() {
+    check_algorithm(Algorithm::Gcra);
+}
