@@ -50,6 +50,42 @@ fn is_zero(v: &u64) -> bool {
 /// The whole record: one line per rule that matched.
 pub type DecisionRecord = Vec<RuleRecord>;
 
+/// What each check of one request came to, given the server's verdicts in check order and
+/// whether each check is a shadow one. This is the protocol's rule (see [`crate::wire`]): once
+/// an enforced check denies, the checks after it were only asked, so they are [`Skipped`].
+///
+/// [`Skipped`]: RuleOutcome::Skipped
+pub fn outcomes(checks: impl IntoIterator<Item = (bool, bool)>) -> Vec<RuleOutcome> {
+    let mut denied = false;
+    checks
+        .into_iter()
+        .map(|(shadow, allowed)| {
+            let outcome = match (denied, allowed, shadow) {
+                (true, _, _) => RuleOutcome::Skipped,
+                (false, true, _) => RuleOutcome::Allowed,
+                (false, false, true) => RuleOutcome::ShadowDenied,
+                (false, false, false) => RuleOutcome::Denied,
+            };
+            denied |= outcome == RuleOutcome::Denied;
+            outcome
+        })
+        .collect()
+}
+
+impl RuleOutcome {
+    /// The outcome's name, as in the record and in metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            RuleOutcome::Allowed => "allowed",
+            RuleOutcome::Denied => "denied",
+            RuleOutcome::ShadowDenied => "shadow_denied",
+            RuleOutcome::CachedDeny => "cached_deny",
+            RuleOutcome::Skipped => "skipped",
+            RuleOutcome::Failed => "failed",
+        }
+    }
+}
+
 /// Encodes a record as compact JSON.
 pub fn encode(record: &[RuleRecord]) -> Vec<u8> {
     serde_json::to_vec(record).unwrap_or_default()
@@ -63,6 +99,19 @@ pub fn decode(bytes: &[u8]) -> Result<DecisionRecord, serde_json::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checks_after_an_enforced_denial_are_skipped() {
+        use RuleOutcome::*;
+        let got = outcomes([
+            (false, true),
+            (true, false),
+            (false, false),
+            (false, true),
+            (true, false),
+        ]);
+        assert_eq!(got, [Allowed, ShadowDenied, Denied, Skipped, Skipped]);
+    }
 
     #[test]
     fn records_round_trip() {

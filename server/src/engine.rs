@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use sluice_core::key::redis_key;
+use sluice_core::record;
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::{DecideRequest, DecideResponse};
 
@@ -56,15 +57,18 @@ impl Engine {
                 .run(&call)
                 .await
                 .inspect_err(|e| self.metrics.redis_error(e))?;
-            let outcome = match (verdict.allowed, check.shadow, denied) {
-                (_, _, true) => "skipped",
-                (true, _, false) => "allowed",
-                (false, true, false) => "shadow_denied",
-                (false, false, false) => "denied",
-            };
-            self.metrics.decision(check.rule.as_str(), outcome);
             denied |= !verdict.allowed && !check.shadow;
             results.push(verdict);
+        }
+        let outcomes = record::outcomes(
+            request
+                .checks
+                .iter()
+                .zip(&results)
+                .map(|(c, v)| (c.shadow, v.allowed)),
+        );
+        for (check, outcome) in request.checks.iter().zip(outcomes) {
+            self.metrics.decision(check.rule.as_str(), outcome.name());
         }
         Ok(DecideResponse { results })
     }

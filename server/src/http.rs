@@ -54,7 +54,7 @@ async fn decide(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
     };
     if let Err(refusal) = authorize(&state, &headers) {
         state.metrics.bad_request();
-        return refusal;
+        return error(StatusCode::UNAUTHORIZED, refusal.to_owned());
     }
     let now_us = match replay_time(&state, &headers) {
         Ok(now) => now,
@@ -83,7 +83,8 @@ async fn decide(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
     }
 }
 
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+/// Checks the bearer token, if the server wants one; the error says what is wrong.
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), &'static str> {
     let Some(token) = &state.token else {
         return Ok(());
     };
@@ -93,14 +94,8 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
         .and_then(|v| v.strip_prefix("Bearer "));
     match presented {
         Some(p) if constant_time_eq(p.as_bytes(), token.as_bytes()) => Ok(()),
-        Some(_) => Err(error(
-            StatusCode::UNAUTHORIZED,
-            "authorization: wrong bearer token".to_owned(),
-        )),
-        None => Err(error(
-            StatusCode::UNAUTHORIZED,
-            "authorization: a bearer token is required".to_owned(),
-        )),
+        Some(_) => Err("authorization: wrong bearer token"),
+        None => Err("authorization: a bearer token is required"),
     }
 }
 

@@ -25,6 +25,7 @@ pub mod store;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -52,6 +53,10 @@ pub async fn serve(
         replay_time: config.replay_time,
     });
     let (stopping_tx, stopping_rx) = oneshot::channel::<()>();
+    // Answers are small and latency is the product: no Nagle delay on accepted connections.
+    let listener = listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    });
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
         shutdown.await;
         tracing::info!("shutting down: finishing requests in flight");

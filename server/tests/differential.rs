@@ -5,6 +5,8 @@
 //! the script (replay time) and by the model; every field of every verdict must be equal, and
 //! the model's state must say the key exists exactly when Redis has it.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
 mod common;
 
 use std::sync::Arc;

@@ -1,1 +1,137 @@
-//! placeholder
+//! sluice-e2e: what the end-to-end tests share.
+//!
+//! A [`Stack`] is the whole path of production, each part real: a `redis-server` on a free
+//! port, a sluice-server (in replay mode, so the test controls time), and the filter's .wasm
+//! hosted by the simulator as Envoy hosts it. [`Stack::replay`] sends requests through it and
+//! returns what each client got.
+
+#![deny(missing_docs)]
+// Test support: a stack that cannot start is a failed test, said as plainly as possible.
+#![allow(clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use sluice_harness::RedisServer;
+use sluice_server::{RunningServer, ServerConfig};
+use sluice_sim::envoy::Completed;
+use sluice_sim::replay::Observer;
+use sluice_sim::trace::TraceRecord;
+use sluice_sim::{Simulation, Topology};
+
+/// The filter built by `make wasm` (or `SLUICE_WASM`).
+pub fn filter_wasm() -> Vec<u8> {
+    let path = std::env::var_os("SLUICE_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/wasm32-wasip1/wasm/sluice_filter.wasm")
+        });
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "the filter is not built at {} ({e}): run `make wasm` (make test does it)",
+            path.display()
+        )
+    })
+}
+
+/// Redis, the server and the simulated Envoy(s), each started for one test.
+pub struct Stack {
+    /// The redis-server.
+    pub redis: RedisServer,
+    server: Option<RunningServer>,
+    server_url: String,
+    /// The runtime the server and the callouts run on.
+    pub runtime: tokio::runtime::Runtime,
+    simulation: Simulation,
+}
+
+/// Collects every completed request.
+#[derive(Default)]
+pub struct Collected {
+    /// In completion order.
+    pub completed: Vec<Completed>,
+}
+
+impl Observer for Collected {
+    fn completed(&mut self, _instance: usize, done: Completed, _record: &TraceRecord) {
+        self.completed.push(done);
+    }
+}
+
+impl Stack {
+    /// Starts Redis and a replay-mode server, and loads the filter with `policy`.
+    pub fn start(policy: &str) -> Stack {
+        let redis = RedisServer::start().expect("redis-server must be installed");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut config = ServerConfig::standalone(redis.url());
+        config.replay_time = true;
+        let server = runtime
+            .block_on(sluice_server::spawn(config, ([127, 0, 0, 1], 0).into()))
+            .expect("sluice-server");
+        let server_url = server.url();
+        let simulation =
+            Simulation::new(&filter_wasm(), policy.as_bytes()).expect("the filter loads");
+        Stack {
+            redis,
+            server: Some(server),
+            server_url,
+            runtime,
+            simulation,
+        }
+    }
+
+    /// Replays `records` through `topology`; every request's outcome, in completion order.
+    pub fn replay_with(&self, records: &[TraceRecord], topology: &Topology) -> Vec<Completed> {
+        let mut collected = Collected::default();
+        self.simulation
+            .run(
+                records,
+                topology,
+                &self.server_url,
+                &self.runtime,
+                &mut collected,
+            )
+            .expect("replay");
+        collected.completed
+    }
+
+    /// Replays `records` through one Envoy with one worker.
+    pub fn replay(&self, records: &[TraceRecord]) -> Vec<Completed> {
+        self.replay_with(records, &Topology::default())
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            let _ = self.runtime.block_on(server.stop());
+        }
+    }
+}
+
+/// A GET of `path` from `client` at `time_ms` (virtual milliseconds since the epoch).
+pub fn request(time_ms: i64, client: &str, path: &str) -> TraceRecord {
+    TraceRecord {
+        line: 0,
+        time_us: time_ms * 1000,
+        client: client.to_owned(),
+        method: "GET".to_owned(),
+        target: path.to_owned(),
+        host: Some("api.example".to_owned()),
+        status: 200,
+        bytes: 100,
+        headers: Vec::new(),
+    }
+}
+
+/// A response header's value, as text.
+pub fn header<'a>(done: &'a Completed, name: &str) -> Option<&'a str> {
+    done.headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| std::str::from_utf8(v).ok())
+}

@@ -1,0 +1,57 @@
+# sluice: global rate limiting for Envoy.
+#
+#   make demo    replay a trace through the filter and print the report
+#   make test    every test
+#
+# Both install what a fresh machine lacks first (scripts/setup.sh).
+
+CARGO  ?= cargo
+WASM   := target/wasm32-wasip1/wasm/sluice_filter.wasm
+SIM    := target/release/sluice-sim
+DEMO   := target/demo
+# make demo TRACE=../shared/traces/zanbil_access_10k.log   (any access log)
+TRACE  ?=
+POLICY ?= examples/policy.json
+# Extra replay flags, e.g. ARGS="--sort --instances 3"
+ARGS   ?=
+
+.PHONY: all setup wasm build demo test lint fmt clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+wasm: setup
+	$(CARGO) build -p sluice-filter --target wasm32-wasip1 --profile wasm
+
+build: wasm
+	$(CARGO) build --release -p sluice-sim -p sluice-server
+
+demo: build
+	@mkdir -p $(DEMO)
+ifeq ($(strip $(TRACE)),)
+	$(SIM) gen --kind demo --duration 10m --seed 1 --out $(DEMO)/trace.jsonl
+	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(DEMO)/trace.jsonl --json $(DEMO)/report.json $(ARGS)
+else
+	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(TRACE) --json $(DEMO)/report.json $(ARGS)
+endif
+
+test: wasm
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --workspace --exclude sluice-filter --no-fail-fast; \
+	else \
+		$(CARGO) test --workspace --exclude sluice-filter --no-fail-fast; \
+	fi
+	$(CARGO) test --workspace --exclude sluice-filter --doc
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p sluice-filter --target wasm32-wasip1 -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,65 @@
+//! The local deny cache in proxy-wasm shared data, shared by every worker's VM.
+//!
+//! Slots, encoding and the keep-the-longer-denial rule are [`sluice_core::deny_cache`]; this
+//! module reads and writes them, with compare-and-swap so that two workers remembering
+//! denials at once cannot lose the longer one.
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::Status;
+use sluice_core::deny_cache::{Entry, slot_key};
+
+/// How often a write is retried after another worker changed the slot under it.
+const CAS_ATTEMPTS: usize = 4;
+
+/// The cache of one configuration.
+pub struct DenyCache {
+    fingerprint: String,
+    slots: u32,
+}
+
+impl DenyCache {
+    /// A cache of `slots` slots (0: off) for the configuration with `fingerprint`.
+    pub fn new(fingerprint: String, slots: u32) -> DenyCache {
+        DenyCache { fingerprint, slots }
+    }
+
+    /// Whether the cache is on.
+    pub fn enabled(&self) -> bool {
+        self.slots > 0
+    }
+
+    fn read(&self, key: &str) -> (Option<Entry>, Option<u32>) {
+        match hostcalls::get_shared_data(key) {
+            Ok((bytes, cas)) => (bytes.as_deref().and_then(Entry::decode), cas),
+            Err(_) => (None, None),
+        }
+    }
+
+    /// The live denial of `id`, if the cache holds one at `now_ms`.
+    pub fn lookup(&self, id: &str, now_ms: u64) -> Option<Entry> {
+        if !self.enabled() {
+            return None;
+        }
+        let (entry, _) = self.read(&slot_key(&self.fingerprint, id, self.slots));
+        entry.filter(|e| e.denies(id, now_ms))
+    }
+
+    /// Remembers a denial, unless its slot holds one that lasts longer.
+    pub fn remember(&self, entry: &Entry, now_ms: u64) {
+        if !self.enabled() {
+            return;
+        }
+        let key = slot_key(&self.fingerprint, &entry.id, self.slots);
+        let value = entry.encode();
+        for _ in 0..CAS_ATTEMPTS {
+            let (current, cas) = self.read(&key);
+            if !entry.should_replace(current.as_ref(), now_ms) {
+                return;
+            }
+            match hostcalls::set_shared_data(&key, Some(&value), cas) {
+                Err(Status::CasMismatch) => continue,
+                _ => return,
+            }
+        }
+    }
+}

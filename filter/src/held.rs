@@ -1,0 +1,54 @@
+//! Requests held back by a shaping leaky bucket, released by the root context's tick.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::time::Duration;
+
+use proxy_wasm::hostcalls;
+
+use crate::ffi;
+
+/// How often held requests are looked at: the precision of shaping.
+pub const TICK: Duration = Duration::from_millis(5);
+
+/// The held requests of one VM: (release time in ms, stream context id).
+#[derive(Default)]
+pub struct Held {
+    queue: BTreeSet<(u64, u32)>,
+}
+
+/// Shared by the root context and its streams (one VM is one thread).
+pub type SharedHeld = Rc<RefCell<Held>>;
+
+impl Held {
+    /// Holds stream `context_id` until `release_at_ms`, starting the tick if it was idle.
+    pub fn hold(&mut self, context_id: u32, release_at_ms: u64) {
+        if self.queue.is_empty() {
+            // The tick belongs to the root context whatever the calling context.
+            let _ = hostcalls::set_tick_period(TICK);
+        }
+        self.queue.insert((release_at_ms, context_id));
+    }
+
+    /// Forgets stream `context_id` (it ended while held).
+    pub fn forget(&mut self, context_id: u32) {
+        self.queue.retain(|(_, id)| *id != context_id);
+    }
+
+    /// Resumes every stream due at `now_ms`; stops the tick when none is left.
+    pub fn release_due(&mut self, now_ms: u64) {
+        while let Some(&(at, id)) = self.queue.first() {
+            if at > now_ms {
+                break;
+            }
+            self.queue.pop_first();
+            if ffi::set_effective_context(id) {
+                let _ = ffi::resume_request();
+            }
+        }
+        if self.queue.is_empty() {
+            let _ = hostcalls::set_tick_period(Duration::ZERO);
+        }
+    }
+}

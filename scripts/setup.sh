@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what building and testing sluice needs and a fresh machine may lack:
+# redis-server and redis-cli (Debian packages), and Rust's wasm32-wasip1 target.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+    echo "setup: ${need_apt[*]} missing and no root: install them (apt-get install -y ${need_apt[*]})" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null 2>&1 || {
+    $sudo apt-get update -qq >/dev/null
+    $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  }
+fi
+
+if command -v rustup >/dev/null 2>&1; then
+  # rust-toolchain.toml pins the toolchain; make sure it has the wasm target.
+  if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
+    echo "setup: adding the wasm32-wasip1 target"
+    rustup target add wasm32-wasip1 >/dev/null
+  fi
+fi

@@ -1,0 +1,792 @@
+//! One simulated Envoy: worker VMs running the plugin, and the HTTP filter chain around it.
+//!
+//! What it copies from Envoy (see `shared/docs/ENVOY_HOST.md`):
+//! - start-up runs in a throw-away canary VM first, then once per worker; `on_vm_start` or
+//!   `on_configure` returning false rejects the configuration;
+//! - one VM per worker, each with its own root context (id 1); stream contexts from 2;
+//! - request headers are lower-cased and carry `:authority`, `:path`, `:method`, `:scheme`,
+//!   plus the `x-request-id` and `x-forwarded-proto` Envoy's connection manager adds;
+//! - `continue_stream` and local replies take effect after the callback returns; a local reply
+//!   passes back through this filter's response callbacks; a second one hangs the stream;
+//! - a stream ends with `on_log`, `on_done`, `on_delete`;
+//! - a trap fails the VM; the failure policy then answers 503 (`wasm_fail_stream`) or skips
+//!   the filter, for that stream and every later one;
+//! - a paused stream nothing resumes ends with Envoy's stream idle timeout (408).
+//!
+//! The instance does no I/O: callouts and tick periods come out as [`Output`]s, and answers go
+//! back in through [`Envoy::deliver`]; the replay drives the clock.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::host::headers::HeaderMap;
+use crate::host::log::{Level, LogSink};
+use crate::host::metrics::MetricRegistry;
+use crate::host::properties::StreamProperties;
+use crate::host::shared_data::SharedData;
+use crate::host::state::{
+    CalloutReply, LocalReply, MapAccess, OutgoingCallout, StreamAction, StreamHost,
+};
+
+use crate::host::{Effects, Host, HostState, Plugin, Vm, VmFailed, VmInfo};
+
+/// The root context's id in every VM.
+const ROOT_CONTEXT: u32 = 1;
+
+/// What the plugin's `failure_policy` does when its VM has failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Answer 503 (Envoy's default).
+    FailClosed,
+    /// Skip the filter.
+    FailOpen,
+}
+
+/// How an Envoy is set up.
+#[derive(Debug, Clone)]
+pub struct EnvoyConfig {
+    /// Worker threads, one VM each.
+    pub workers: usize,
+    /// The plugin's `vm_id`.
+    pub vm_id: String,
+    /// The plugin's name.
+    pub plugin_name: String,
+    /// The plugin's root id.
+    pub root_id: String,
+    /// The VM configuration.
+    pub vm_configuration: Vec<u8>,
+    /// The plugin configuration.
+    pub plugin_configuration: Vec<u8>,
+    /// Clusters callouts may name.
+    pub clusters: BTreeSet<String>,
+    /// The failure policy.
+    pub failure_policy: FailurePolicy,
+    /// Echo module logs at this level and above to stderr.
+    pub log_echo: Option<Level>,
+}
+
+impl EnvoyConfig {
+    /// One worker, the names Envoy examples use, and `configuration` for the plugin.
+    pub fn new(
+        configuration: impl Into<Vec<u8>>,
+        clusters: impl IntoIterator<Item = String>,
+    ) -> EnvoyConfig {
+        EnvoyConfig {
+            workers: 1,
+            vm_id: "sluice".to_owned(),
+            plugin_name: "sluice".to_owned(),
+            root_id: "sluice".to_owned(),
+            vm_configuration: Vec::new(),
+            plugin_configuration: configuration.into(),
+            clusters: clusters.into_iter().collect(),
+            failure_policy: FailurePolicy::FailClosed,
+            log_echo: None,
+        }
+    }
+}
+
+/// Why an Envoy did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The plugin refused its configuration; the module's log says why.
+    #[error("the plugin rejected its configuration{}", .log.iter().map(|l| format!("\n  {l}")).collect::<String>())]
+    Rejected {
+        /// What the module logged at warn and above.
+        log: Vec<String>,
+    },
+    /// A VM trapped during start-up.
+    #[error("{0}")]
+    Failed(#[from] VmFailed),
+}
+
+/// A request as it reaches Envoy.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The caller's id for it, returned with its outcome.
+    pub id: u64,
+    /// Headers, pseudo-headers included; names are lower-cased on the way in.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The downstream peer.
+    pub peer: (IpAddr, u16),
+    /// What the upstream will answer if the request gets there.
+    pub upstream_status: u16,
+    /// The upstream's body size.
+    pub upstream_bytes: u64,
+}
+
+/// A finished request.
+#[derive(Debug, Clone)]
+pub struct Completed {
+    /// The request's id.
+    pub id: u64,
+    /// The worker that served it.
+    pub worker: usize,
+    /// The response status.
+    pub status: u16,
+    /// The response headers, as sent to the client.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Whether the response was a local reply, and its details.
+    pub local_reply: Option<String>,
+    /// The filter state the module set (`wasm.` keys), as an access log would see it.
+    pub filter_state: Vec<(Vec<u8>, Vec<u8>)>,
+    /// When it arrived and when it ended, ns.
+    pub started_ns: u64,
+    /// When it ended, ns.
+    pub ended_ns: u64,
+}
+
+/// What the instance asks of its driver.
+#[derive(Debug)]
+pub enum Output {
+    /// Send this callout; deliver its answer with [`Envoy::deliver`].
+    Callout {
+        /// The worker whose VM made it.
+        worker: usize,
+        /// The callout.
+        callout: OutgoingCallout,
+    },
+    /// The worker's tick period changed (0: stopped).
+    TickPeriod {
+        /// The worker.
+        worker: usize,
+        /// Milliseconds.
+        period_ms: u32,
+    },
+    /// A stream is paused; end it with [`Envoy::idle_timeout`] if still paused then.
+    Paused {
+        /// The worker.
+        worker: usize,
+        /// Its context id.
+        context: u32,
+    },
+    /// A request is done.
+    Completed(Completed),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting in the request path.
+    RequestPaused,
+    /// Waiting in the response path.
+    ResponsePaused,
+    /// Two local replies: Envoy leaves it hanging (envoy#28826).
+    Hung,
+}
+
+struct StreamState {
+    request: Request,
+    phase: Phase,
+    started_ns: u64,
+    local_reply: Option<LocalReply>,
+    /// The filter is skipped for this stream (its VM failed, fail-open).
+    bypass: bool,
+}
+
+struct Worker {
+    vm: Vm,
+    next_context: u32,
+    streams: HashMap<u32, StreamState>,
+    tick_period_ms: u32,
+}
+
+/// One Envoy process.
+pub struct Envoy {
+    config: EnvoyConfig,
+    workers: Vec<Worker>,
+    shared: Arc<SharedData>,
+    metrics: Arc<MetricRegistry>,
+    logs: LogSink,
+    now_ns: u64,
+}
+
+impl Envoy {
+    /// Starts the canary and the workers' VMs at time `now_ns`.
+    pub fn start(plugin: &Plugin, config: EnvoyConfig, now_ns: u64) -> Result<Envoy, StartError> {
+        let shared = Arc::new(SharedData::default());
+        let metrics = Arc::new(MetricRegistry::default());
+        let logs = LogSink::new(config.log_echo);
+        let clusters = Arc::new(config.clusters.clone());
+        let info = VmInfo {
+            vm_id: config.vm_id.clone(),
+            plugin_name: config.plugin_name.clone(),
+            root_id: config.root_id.clone(),
+            vm_configuration: config.vm_configuration.clone(),
+            plugin_configuration: config.plugin_configuration.clone(),
+        };
+        let new_vm = |worker: usize| -> Result<Vm, StartError> {
+            let state = HostState::new(
+                info.clone(),
+                Arc::clone(&shared),
+                Arc::clone(&metrics),
+                Arc::clone(&clusters),
+                logs.for_worker(worker),
+            );
+            let mut vm = Vm::instantiate(plugin, state)?;
+            vm.set_now(now_ns);
+            if vm.start_root(ROOT_CONTEXT)? {
+                Ok(vm)
+            } else {
+                let log = logs
+                    .recent()
+                    .into_iter()
+                    .filter(|l| l.level >= Level::Warn)
+                    .map(|l| l.message)
+                    .collect();
+                Err(StartError::Rejected { log })
+            }
+        };
+        // The canary runs start-up once on the main thread; its shared-data writes persist.
+        drop(new_vm(usize::MAX)?);
+        let workers = (0..config.workers.max(1))
+            .map(|w| {
+                Ok(Worker {
+                    vm: new_vm(w)?,
+                    next_context: ROOT_CONTEXT + 1,
+                    streams: HashMap::new(),
+                    tick_period_ms: 0,
+                })
+            })
+            .collect::<Result<Vec<_>, StartError>>()?;
+        Ok(Envoy {
+            config,
+            workers,
+            shared,
+            metrics,
+            logs,
+            now_ns,
+        })
+    }
+
+    /// Starts with a fresh host (tests).
+    pub fn start_with(
+        host: &Host,
+        wasm: &[u8],
+        config: EnvoyConfig,
+        now_ns: u64,
+    ) -> anyhow::Result<Envoy> {
+        let plugin = host.load(wasm)?;
+        Ok(Envoy::start(&plugin, config, now_ns)?)
+    }
+
+    /// The number of workers.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// The worker a client's connection lands on (connections stick to one worker).
+    pub fn worker_for(&self, peer: &IpAddr) -> usize {
+        let hash = match peer {
+            IpAddr::V4(v4) => u64::from(u32::from(*v4)),
+            IpAddr::V6(v6) => u128::from(*v6) as u64,
+        };
+        (hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % self.workers.len()
+    }
+
+    /// The stats.
+    pub fn metrics(&self) -> &MetricRegistry {
+        &self.metrics
+    }
+
+    /// The shared data.
+    pub fn shared_data(&self) -> &SharedData {
+        &self.shared
+    }
+
+    /// The vm_id (the key of [`Envoy::shared_data`]).
+    pub fn vm_id(&self) -> &str {
+        &self.config.vm_id
+    }
+
+    /// The module's logs.
+    pub fn logs(&self) -> &LogSink {
+        &self.logs
+    }
+
+    /// Worker `worker`'s tick period in ms (0: none).
+    pub fn tick_period_ms(&self, worker: usize) -> u32 {
+        self.workers.get(worker).map_or(0, |w| w.tick_period_ms)
+    }
+
+    /// Whether worker `worker`'s VM has failed.
+    pub fn failed(&self, worker: usize) -> Option<&str> {
+        self.workers.get(worker).and_then(|w| w.vm.failure())
+    }
+
+    fn set_now(&mut self, worker: usize, now_ns: u64) {
+        self.now_ns = now_ns;
+        self.workers[worker].vm.set_now(now_ns);
+    }
+
+    /// A request arrives on `worker` at `now_ns`.
+    pub fn begin(&mut self, worker: usize, request: Request, now_ns: u64) -> Vec<Output> {
+        self.set_now(worker, now_ns);
+        let mut out = Vec::new();
+        let w = &mut self.workers[worker];
+        let context = w.next_context;
+        w.next_context += 1;
+        let host = stream_host(&request, now_ns, context);
+        let failed = w.vm.failure().is_some();
+        w.streams.insert(
+            context,
+            StreamState {
+                request,
+                phase: Phase::RequestPaused,
+                started_ns: now_ns,
+                local_reply: None,
+                bypass: false,
+            },
+        );
+        if failed {
+            self.vm_failed(worker, context, &mut out);
+            return out;
+        }
+        let result =
+            w.vm.create_stream(context, host)
+                .and_then(|()| w.vm.on_request_headers(context, true));
+        match result {
+            Ok((action, effects)) => {
+                let continued = self.apply(worker, context, effects, &mut out);
+                if action == crate::host::abi::Action::Continue || continued {
+                    self.forward_upstream(worker, context, &mut out);
+                } else {
+                    self.settle(worker, context, &mut out);
+                }
+            }
+            Err(_) => self.vm_failed(worker, context, &mut out),
+        }
+        out
+    }
+
+    /// A callout's answer reaches `worker` at `now_ns`.
+    pub fn deliver(
+        &mut self,
+        worker: usize,
+        token: u32,
+        reply: CalloutReply,
+        now_ns: u64,
+    ) -> Vec<Output> {
+        self.set_now(worker, now_ns);
+        let mut out = Vec::new();
+        if self.workers[worker].vm.failure().is_some() {
+            // Envoy drops answers to a failed VM; its paused streams wait for the idle timeout.
+            return out;
+        }
+        match self.workers[worker].vm.on_http_call_response(token, reply) {
+            Ok(effects) => self.after_root_callback(worker, effects, &mut out),
+            Err(_) => self.fail_paused_streams(worker, &mut out),
+        }
+        out
+    }
+
+    /// The worker's tick fires at `now_ns`.
+    pub fn tick(&mut self, worker: usize, now_ns: u64) -> Vec<Output> {
+        self.set_now(worker, now_ns);
+        let mut out = Vec::new();
+        if self.workers[worker].vm.failure().is_some() {
+            return out;
+        }
+        match self.workers[worker].vm.on_tick() {
+            Ok(effects) => self.after_root_callback(worker, effects, &mut out),
+            Err(_) => self.fail_paused_streams(worker, &mut out),
+        }
+        out
+    }
+
+    /// Envoy's stream idle timeout: a stream still paused at `now_ns` ends with 408.
+    pub fn idle_timeout(&mut self, worker: usize, context: u32, now_ns: u64) -> Vec<Output> {
+        self.set_now(worker, now_ns);
+        let mut out = Vec::new();
+        if self.workers[worker].streams.contains_key(&context) {
+            let reply = LocalReply {
+                status: 408,
+                details: "stream_idle_timeout".into(),
+                body: b"stream timeout".to_vec(),
+                headers: Vec::new(),
+            };
+            self.finish_without_filter(worker, context, reply, &mut out);
+        }
+        out
+    }
+
+    /// Streams not yet finished, by worker.
+    pub fn open_streams(&self) -> Vec<(usize, u32)> {
+        self.workers
+            .iter()
+            .enumerate()
+            .flat_map(|(w, worker)| worker.streams.keys().map(move |c| (w, *c)))
+            .collect()
+    }
+
+    fn after_root_callback(&mut self, worker: usize, effects: Effects, out: &mut Vec<Output>) {
+        self.emit_callouts_and_tick(worker, effects.callouts, out);
+        let contexts: Vec<u32> = self.workers[worker].streams.keys().copied().collect();
+        for context in contexts {
+            let actions = self.workers[worker].vm.take_actions(context);
+            if !actions.is_empty() {
+                self.apply_actions(worker, context, actions, out);
+            }
+        }
+    }
+
+    fn emit_callouts_and_tick(
+        &mut self,
+        worker: usize,
+        callouts: Vec<OutgoingCallout>,
+        out: &mut Vec<Output>,
+    ) {
+        out.extend(
+            callouts
+                .into_iter()
+                .map(|callout| Output::Callout { worker, callout }),
+        );
+        let w = &mut self.workers[worker];
+        let period = w.vm.tick_period_ms();
+        if period != w.tick_period_ms {
+            w.tick_period_ms = period;
+            out.push(Output::TickPeriod {
+                worker,
+                period_ms: period,
+            });
+        }
+    }
+
+    /// Emits the callouts of a stream callback and applies its actions; true if the request
+    /// was continued.
+    fn apply(
+        &mut self,
+        worker: usize,
+        context: u32,
+        effects: Effects,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        self.emit_callouts_and_tick(worker, effects.callouts, out);
+        let continues = effects.actions.contains(&StreamAction::ContinueRequest);
+        let others: Vec<StreamAction> = effects
+            .actions
+            .into_iter()
+            .filter(|a| *a != StreamAction::ContinueRequest)
+            .collect();
+        self.apply_actions(worker, context, others, out);
+        continues
+            && self.workers[worker]
+                .streams
+                .get(&context)
+                .is_some_and(|s| s.local_reply.is_none() && s.phase == Phase::RequestPaused)
+    }
+
+    fn apply_actions(
+        &mut self,
+        worker: usize,
+        context: u32,
+        actions: Vec<StreamAction>,
+        out: &mut Vec<Output>,
+    ) {
+        for action in actions {
+            let Some(stream) = self.workers[worker].streams.get_mut(&context) else {
+                return;
+            };
+            match action {
+                StreamAction::LocalReply(reply) => {
+                    if stream.local_reply.is_some() {
+                        stream.phase = Phase::Hung;
+                        continue;
+                    }
+                    stream.local_reply = Some(reply.clone());
+                    self.local_reply(worker, context, reply, out);
+                }
+                StreamAction::ContinueRequest
+                    if stream.phase == Phase::RequestPaused && stream.local_reply.is_none() =>
+                {
+                    self.forward_upstream(worker, context, out);
+                }
+                StreamAction::ContinueResponse if stream.phase == Phase::ResponsePaused => {
+                    self.complete(worker, context, out);
+                }
+                StreamAction::Reset => {
+                    let reply = LocalReply {
+                        status: 0,
+                        details: "reset by filter".into(),
+                        body: Vec::new(),
+                        headers: Vec::new(),
+                    };
+                    self.finish_without_filter(worker, context, reply, out);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn settle(&mut self, worker: usize, context: u32, out: &mut Vec<Output>) {
+        if self.workers[worker].streams.contains_key(&context) {
+            out.push(Output::Paused { worker, context });
+        }
+    }
+
+    /// The request goes on to the upstream, which answers at once with the recorded status.
+    fn forward_upstream(&mut self, worker: usize, context: u32, out: &mut Vec<Output>) {
+        let w = &mut self.workers[worker];
+        let Some(stream) = w.streams.get(&context) else {
+            return;
+        };
+        let (status, bytes, bypass) = (
+            stream.request.upstream_status,
+            stream.request.upstream_bytes,
+            stream.bypass,
+        );
+        let response = HeaderMap::from_pairs([
+            (":status".to_owned(), status.to_string().into_bytes()),
+            ("content-length".to_owned(), bytes.to_string().into_bytes()),
+            ("content-type".to_owned(), b"text/html".to_vec()),
+            ("x-envoy-upstream-service-time".to_owned(), b"0".to_vec()),
+        ]);
+        if bypass {
+            self.finish_response(worker, context, response, out);
+            return;
+        }
+        if let Some(host) = w.vm.state_mut().streams.get_mut(&context) {
+            host.request_access = MapAccess::Unavailable;
+            host.response_headers = response;
+            host.response_access = MapAccess::Writable;
+            host.properties.response_code = Some(status);
+        }
+        match w.vm.on_response_headers(context, true) {
+            Ok((action, effects)) => {
+                let _ = self.apply(worker, context, effects, out);
+                if action == crate::host::abi::Action::Pause
+                    && self.workers[worker]
+                        .streams
+                        .get(&context)
+                        .is_some_and(|s| s.local_reply.is_none())
+                {
+                    if let Some(s) = self.workers[worker].streams.get_mut(&context) {
+                        s.phase = Phase::ResponsePaused;
+                    }
+                    self.settle(worker, context, out);
+                } else if self.workers[worker]
+                    .streams
+                    .get(&context)
+                    .is_some_and(|s| s.local_reply.is_none())
+                {
+                    self.complete(worker, context, out);
+                }
+            }
+            Err(_) => self.vm_failed(worker, context, out),
+        }
+    }
+
+    /// A local reply: its headers pass through this filter's response callbacks, then the
+    /// stream ends.
+    fn local_reply(
+        &mut self,
+        worker: usize,
+        context: u32,
+        reply: LocalReply,
+        out: &mut Vec<Output>,
+    ) {
+        let mut pairs = vec![(":status".to_owned(), reply.status.to_string().into_bytes())];
+        pairs.extend(reply.headers.iter().cloned());
+        pairs.push((
+            "content-length".to_owned(),
+            reply.body.len().to_string().into_bytes(),
+        ));
+        if !reply.body.is_empty() {
+            pairs.push(("content-type".to_owned(), b"text/plain".to_vec()));
+        }
+        let w = &mut self.workers[worker];
+        if let Some(host) = w.vm.state_mut().streams.get_mut(&context) {
+            host.request_access = MapAccess::Unavailable;
+            host.response_headers = HeaderMap::from_pairs(pairs);
+            host.response_access = MapAccess::Writable;
+            host.properties.response_code = Some(reply.status as u16);
+        }
+        let result =
+            w.vm.on_response_headers(context, reply.body.is_empty())
+                .and_then(|(_, effects)| {
+                    if reply.body.is_empty() {
+                        return Ok(effects);
+                    }
+                    if let Some(host) = w.vm.state_mut().streams.get_mut(&context) {
+                        host.response_body = reply.body.clone();
+                    }
+                    w.vm.on_response_body(context, reply.body.len(), true)
+                        .map(|(_, more)| Effects {
+                            actions: effects.actions.into_iter().chain(more.actions).collect(),
+                            callouts: effects.callouts.into_iter().chain(more.callouts).collect(),
+                        })
+                });
+        match result {
+            Ok(effects) => {
+                self.emit_callouts_and_tick(worker, effects.callouts, out);
+                // A second local reply from the response path hangs the stream.
+                if effects
+                    .actions
+                    .iter()
+                    .any(|a| matches!(a, StreamAction::LocalReply(_)))
+                {
+                    if let Some(s) = self.workers[worker].streams.get_mut(&context) {
+                        s.phase = Phase::Hung;
+                    }
+                    self.settle(worker, context, out);
+                    return;
+                }
+                self.complete(worker, context, out);
+            }
+            Err(_) => self.vm_failed(worker, context, out),
+        }
+    }
+
+    /// The response is sent: access-log phase, then `on_log`, `on_done`, `on_delete`.
+    fn complete(&mut self, worker: usize, context: u32, out: &mut Vec<Output>) {
+        let w = &mut self.workers[worker];
+        if let Some(host) = w.vm.state_mut().streams.get_mut(&context) {
+            host.request_access = MapAccess::ReadOnly;
+            host.response_access = MapAccess::ReadOnly;
+        }
+        let ended = w.vm.end_stream(context);
+        let Some(stream) = w.streams.remove(&context) else {
+            return;
+        };
+        let (headers, filter_state) = match ended {
+            Ok(Some(host)) => (
+                host.response_headers.pairs().to_vec(),
+                host.filter_state.into_iter().collect(),
+            ),
+            _ => (Vec::new(), Vec::new()),
+        };
+        let status = headers
+            .iter()
+            .find(|(k, _)| k == ":status")
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+            .unwrap_or(0);
+        out.push(Output::Completed(Completed {
+            id: stream.request.id,
+            worker,
+            status,
+            headers,
+            local_reply: stream.local_reply.map(|r| r.details),
+            filter_state,
+            started_ns: stream.started_ns,
+            ended_ns: self.now_ns,
+        }));
+    }
+
+    fn finish_response(
+        &mut self,
+        worker: usize,
+        context: u32,
+        response: HeaderMap,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(stream) = self.workers[worker].streams.remove(&context) else {
+            return;
+        };
+        let status = response
+            .get(":status")
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+            .unwrap_or(0);
+        out.push(Output::Completed(Completed {
+            id: stream.request.id,
+            worker,
+            status,
+            headers: response.pairs().to_vec(),
+            local_reply: stream.local_reply.map(|r| r.details),
+            filter_state: Vec::new(),
+            started_ns: stream.started_ns,
+            ended_ns: self.now_ns,
+        }));
+    }
+
+    /// Ends a stream with a reply that does not pass through the module (its VM failed, or
+    /// Envoy itself answers).
+    fn finish_without_filter(
+        &mut self,
+        worker: usize,
+        context: u32,
+        reply: LocalReply,
+        out: &mut Vec<Output>,
+    ) {
+        let w = &mut self.workers[worker];
+        if w.vm.failure().is_none() {
+            let _ = w.vm.end_stream(context);
+        }
+        if let Some(stream) = w.streams.get_mut(&context) {
+            stream.local_reply = Some(reply.clone());
+        }
+        let response =
+            HeaderMap::from_pairs([(":status".to_owned(), reply.status.to_string().into_bytes())]);
+        self.finish_response(worker, context, response, out);
+    }
+
+    /// The stream's VM has failed: apply the failure policy to it.
+    fn vm_failed(&mut self, worker: usize, context: u32, out: &mut Vec<Output>) {
+        match self.config.failure_policy {
+            FailurePolicy::FailClosed => {
+                let reply = LocalReply {
+                    status: 503,
+                    details: "wasm_fail_stream".into(),
+                    body: Vec::new(),
+                    headers: Vec::new(),
+                };
+                self.finish_without_filter(worker, context, reply, out);
+            }
+            FailurePolicy::FailOpen => {
+                if let Some(stream) = self.workers[worker].streams.get_mut(&context) {
+                    stream.bypass = true;
+                }
+                self.forward_upstream(worker, context, out);
+            }
+        }
+    }
+
+    /// A root callback trapped: streams paused on this VM will never be resumed by it.
+    fn fail_paused_streams(&mut self, worker: usize, out: &mut Vec<Output>) {
+        let paused: Vec<u32> = self.workers[worker].streams.keys().copied().collect();
+        for context in paused {
+            out.push(Output::Paused { worker, context });
+        }
+    }
+}
+
+/// The host side of a new stream: Envoy's request headers and properties.
+fn stream_host(request: &Request, now_ns: u64, context: u32) -> StreamHost {
+    let mut headers = HeaderMap::from_pairs(
+        request
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_bytes(), v.as_slice())),
+    );
+    let request_id = format!(
+        "{:08x}-0000-4000-8000-{:012x}",
+        request.id as u32, request.id
+    );
+    if headers.get("x-request-id").is_none() {
+        headers.add(b"x-request-id", request_id.as_bytes());
+    }
+    if headers.get("x-forwarded-proto").is_none() {
+        let scheme = headers.get(":scheme").unwrap_or(b"http").to_vec();
+        headers.add(b"x-forwarded-proto", &scheme);
+    }
+    StreamHost {
+        request_headers: headers,
+        request_access: MapAccess::Writable,
+        response_headers: HeaderMap::default(),
+        response_access: MapAccess::Unavailable,
+        response_body: Vec::new(),
+        properties: StreamProperties {
+            source_ip: request.peer.0,
+            source_port: request.peer.1,
+            destination_ip: IpAddr::from([10, 0, 0, 1]),
+            destination_port: 10000,
+            request_time_ns: now_ns as i64,
+            request_id,
+            protocol: "HTTP/1.1".to_owned(),
+            route_name: "default".to_owned(),
+            cluster_name: "upstream".to_owned(),
+            connection_id: u64::from(context),
+            response_code: None,
+        },
+        filter_state: Default::default(),
+        actions: Vec::new(),
+    }
+}

@@ -1,0 +1,128 @@
+//! Reading and writing the module's memory, bounds-checked.
+//!
+//! A pointer outside the memory is the module's error: it gets `InvalidMemoryAccess`, as from
+//! Envoy, never a host panic. Memory handed to the module is allocated with the module's own
+//! allocator (`malloc`, else `proxy_on_memory_allocate`); an allocator that traps traps the call.
+
+use wasmtime::Caller;
+
+use super::abi::Status;
+use super::state::HostState;
+
+/// A host call's outcome: a status for the module, or a trap.
+pub type HostResult = wasmtime::Result<i32>;
+
+/// Converts a status into a host call's result.
+pub fn status(s: Status) -> HostResult {
+    Ok(s.into())
+}
+
+/// An error that is reported to the module as a status.
+pub type Access<T> = Result<T, Status>;
+
+fn memory(caller: &mut Caller<'_, HostState>) -> Access<wasmtime::Memory> {
+    caller
+        .data()
+        .guest
+        .memory
+        .ok_or(Status::InvalidMemoryAccess)
+}
+
+/// `len` bytes at `ptr`.
+pub fn read(caller: &mut Caller<'_, HostState>, ptr: i32, len: i32) -> Access<Vec<u8>> {
+    let memory = memory(caller)?;
+    let start = ptr as u32 as usize;
+    let end = start
+        .checked_add(len as u32 as usize)
+        .ok_or(Status::InvalidMemoryAccess)?;
+    memory
+        .data(&caller)
+        .get(start..end)
+        .map(<[u8]>::to_vec)
+        .ok_or(Status::InvalidMemoryAccess)
+}
+
+/// Writes `bytes` at `ptr`.
+pub fn write(caller: &mut Caller<'_, HostState>, ptr: i32, bytes: &[u8]) -> Access<()> {
+    let memory = memory(caller)?;
+    let start = ptr as u32 as usize;
+    let end = start
+        .checked_add(bytes.len())
+        .ok_or(Status::InvalidMemoryAccess)?;
+    memory
+        .data_mut(caller)
+        .get_mut(start..end)
+        .ok_or(Status::InvalidMemoryAccess)?
+        .copy_from_slice(bytes);
+    Ok(())
+}
+
+/// Writes a little-endian u32 at `ptr`.
+pub fn write_u32(caller: &mut Caller<'_, HostState>, ptr: i32, value: u32) -> Access<()> {
+    write(caller, ptr, &value.to_le_bytes())
+}
+
+/// Writes a little-endian u64 at `ptr`.
+pub fn write_u64(caller: &mut Caller<'_, HostState>, ptr: i32, value: u64) -> Access<()> {
+    write(caller, ptr, &value.to_le_bytes())
+}
+
+/// Copies `data` into memory allocated by the module, and writes its address and size at
+/// `ptr_ptr` and `size_ptr`. Empty data is written as a null pointer and size 0, as Envoy does.
+///
+/// The outer `Result` is a trap (the allocator trapped); the inner one a status.
+pub fn give(
+    caller: &mut Caller<'_, HostState>,
+    data: &[u8],
+    ptr_ptr: i32,
+    size_ptr: i32,
+) -> wasmtime::Result<Access<()>> {
+    let address = if data.is_empty() {
+        0
+    } else {
+        let Some(allocate) = caller.data().guest.allocator.clone() else {
+            return Ok(Err(Status::InvalidMemoryAccess));
+        };
+        let Ok(size) = i32::try_from(data.len()) else {
+            return Ok(Err(Status::InvalidMemoryAccess));
+        };
+        let address = allocate.call(&mut *caller, size)?;
+        if address == 0 {
+            return Ok(Err(Status::InvalidMemoryAccess));
+        }
+        if let Err(s) = write(caller, address, data) {
+            return Ok(Err(s));
+        }
+        address
+    };
+    Ok(write_u32(caller, ptr_ptr, address as u32)
+        .and_then(|()| write_u32(caller, size_ptr, data.len() as u32)))
+}
+
+/// Unwraps an [`Access`] inside a host call, or returns its status to the module.
+macro_rules! or_status {
+    ($access:expr) => {
+        match $access {
+            Ok(value) => value,
+            Err(s) => return $crate::host::memory::status(s),
+        }
+    };
+}
+pub(crate) use or_status;
+
+/// Reads two regions (a key and a value, most often).
+pub fn read_two(
+    caller: &mut Caller<'_, HostState>,
+    a: (i32, i32),
+    b: (i32, i32),
+) -> Access<(Vec<u8>, Vec<u8>)> {
+    Ok((read(caller, a.0, a.1)?, read(caller, b.0, b.1)?))
+}
+
+/// Runs `body` and turns its status into the host call's return value.
+pub fn finish(result: wasmtime::Result<Access<()>>) -> HostResult {
+    match result? {
+        Ok(()) => status(Status::Ok),
+        Err(s) => status(s),
+    }
+}

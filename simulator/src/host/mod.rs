@@ -1,0 +1,177 @@
+//! The proxy-wasm host: the ABI 0.2.1 as Envoy implements it, on wasmtime.
+//!
+//! [`Host`] holds the engine and the linker (every ABI area adds its host calls with its own
+//! `add_to_linker`); [`Host::load`] compiles a module and refuses it as Envoy would: no ABI
+//! marker, or an import the host does not provide. [`Vm`] is one instance, one worker's VM,
+//! with a [`HostState`] per store.
+
+pub mod abi;
+pub mod buffers;
+pub mod control;
+pub mod headers;
+pub mod http_call;
+pub mod log;
+pub mod memory;
+pub mod metrics;
+pub mod properties;
+pub mod shared_data;
+pub mod state;
+mod vm;
+pub mod wasi;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use wasmtime::{Config, Engine, ExternType, InstancePre, Linker, Module, Store};
+
+pub use state::{HostState, VmInfo};
+pub use vm::{Effects, Vm, VmFailed};
+
+use self::log::LogSink;
+use self::metrics::MetricRegistry;
+use self::shared_data::SharedData;
+
+/// Why a module was refused at load.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Not a module wasmtime can compile.
+    #[error("Failed to load Wasm module: {0}")]
+    Compile(String),
+    /// No `proxy_abi_version_*` export.
+    #[error(
+        "Failed to load Wasm module: no proxy_abi_version_* export, so this is not a proxy-wasm module"
+    )]
+    NoAbiVersion,
+    /// An ABI this host does not implement.
+    #[error(
+        "Failed to load Wasm module: ABI {0} is not supported (this host implements 0.2.0 and 0.2.1)"
+    )]
+    UnsupportedAbi(String),
+    /// An import the host does not provide, as Envoy words it.
+    #[error("Failed to load Wasm module due to a missing import: {module}.{name}")]
+    MissingImport {
+        /// The import's module.
+        module: String,
+        /// The import's name.
+        name: String,
+    },
+    /// An import the host provides with another type.
+    #[error(
+        "Failed to load Wasm module: import {module}.{name} has type {wanted}, but the host provides {provided}"
+    )]
+    ImportType {
+        /// The import's module.
+        module: String,
+        /// The import's name.
+        name: String,
+        /// The module's type.
+        wanted: String,
+        /// The host's type.
+        provided: String,
+    },
+}
+
+/// The engine and linker, shared by every VM.
+pub struct Host {
+    engine: Engine,
+    linker: Linker<HostState>,
+}
+
+/// A compiled, checked module, ready to instantiate as many VMs as wanted.
+#[derive(Clone)]
+pub struct Plugin {
+    pre: InstancePre<HostState>,
+}
+
+impl Host {
+    /// A host providing every function of Envoy's proxy-wasm host.
+    pub fn new() -> wasmtime::Result<Host> {
+        let mut config = Config::new();
+        config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        self::log::add_to_linker(&mut linker)?;
+        headers::add_to_linker(&mut linker)?;
+        buffers::add_to_linker(&mut linker)?;
+        properties::add_to_linker(&mut linker)?;
+        http_call::add_to_linker(&mut linker)?;
+        shared_data::add_to_linker(&mut linker)?;
+        metrics::add_to_linker(&mut linker)?;
+        control::add_to_linker(&mut linker)?;
+        wasi::add_to_linker(&mut linker)?;
+        Ok(Host { engine, linker })
+    }
+
+    /// Compiles `wasm` and checks it as Envoy does before any VM starts.
+    pub fn load(&self, wasm: &[u8]) -> Result<Plugin, LoadError> {
+        let module =
+            Module::new(&self.engine, wasm).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        let abi = module
+            .exports()
+            .filter_map(|e| {
+                e.name()
+                    .strip_prefix("proxy_abi_version_")
+                    .map(str::to_owned)
+            })
+            .next()
+            .ok_or(LoadError::NoAbiVersion)?;
+        if abi != "0_2_0" && abi != "0_2_1" {
+            return Err(LoadError::UnsupportedAbi(abi.replace('_', ".")));
+        }
+        let mut store = Store::new(&self.engine, probe_state());
+        for import in module.imports() {
+            let missing = || LoadError::MissingImport {
+                module: import.module().to_owned(),
+                name: import.name().to_owned(),
+            };
+            let provided = self
+                .linker
+                .get(&mut store, import.module(), import.name())
+                .map_err(|_| missing())?;
+            if let (ExternType::Func(wanted), ExternType::Func(have)) =
+                (import.ty(), provided.ty(&store))
+                && !wanted.matches(&have)
+            {
+                return Err(LoadError::ImportType {
+                    module: import.module().to_owned(),
+                    name: import.name().to_owned(),
+                    wanted: wanted.to_string(),
+                    provided: have.to_string(),
+                });
+            }
+        }
+        let pre = self
+            .linker
+            .instantiate_pre(&module)
+            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        Ok(Plugin { pre })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl Plugin {
+    /// The instantiable module.
+    pub fn pre(&self) -> &InstancePre<HostState> {
+        &self.pre
+    }
+}
+
+fn probe_state() -> HostState {
+    HostState::new(
+        VmInfo {
+            vm_id: String::new(),
+            plugin_name: String::new(),
+            root_id: String::new(),
+            vm_configuration: Vec::new(),
+            plugin_configuration: Vec::new(),
+        },
+        Arc::new(SharedData::default()),
+        Arc::new(MetricRegistry::default()),
+        Arc::new(BTreeSet::new()),
+        LogSink::new(None),
+    )
+}

@@ -1,0 +1,157 @@
+//! sluice's own trace format: one JSON object per line.
+//!
+//! ```text
+//! {"time": "2024-05-01T12:00:00.250Z", "client": "203.0.113.7", "method": "GET",
+//!  "path": "/api/items?page=2", "host": "api.example.com", "status": 200, "bytes": 512,
+//!  "headers": {"x-api-key": "k-123"}}
+//! ```
+//!
+//! `time` is RFC 3339, or seconds since the epoch (fractions allowed). Only `time`, `client` and
+//! `path` are required; `method` defaults to GET, `status` to 200.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use serde::{Deserialize, Serialize};
+
+use super::TraceRecord;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Time {
+    Seconds(f64),
+    Text(String),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    time: Time,
+    client: String,
+    #[serde(default = "get", skip_serializing_if = "is_get")]
+    method: String,
+    path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    host: Option<String>,
+    #[serde(default = "ok", skip_serializing_if = "is_ok")]
+    status: u16,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    bytes: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    headers: BTreeMap<String, String>,
+}
+
+fn get() -> String {
+    "GET".to_owned()
+}
+fn is_get(m: &str) -> bool {
+    m == "GET"
+}
+fn ok() -> u16 {
+    200
+}
+fn is_ok(s: &u16) -> bool {
+    *s == 200
+}
+fn is_zero(b: &u64) -> bool {
+    *b == 0
+}
+
+pub(super) fn parse_line(line: &str) -> Result<TraceRecord, String> {
+    let parsed: Line = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let time_us = match &parsed.time {
+        Time::Seconds(s) if s.is_finite() && s.abs() < 1e13 => (s * 1e6).round() as i64,
+        Time::Seconds(s) => {
+            return Err(format!("time {s} is not a time in seconds since the epoch"));
+        }
+        Time::Text(t) => chrono::DateTime::parse_from_rfc3339(t)
+            .map_err(|e| format!("time `{t}`: {e} (expected RFC 3339, as 2024-05-01T12:00:00Z)"))?
+            .timestamp_micros(),
+    };
+    if !parsed.path.starts_with('/') {
+        return Err(format!("path `{}` must start with /", parsed.path));
+    }
+    if parsed.method.is_empty() || !parsed.method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(format!(
+            "method `{}` must be capitals, as GET",
+            parsed.method
+        ));
+    }
+    Ok(TraceRecord {
+        line: 0,
+        time_us,
+        client: parsed.client,
+        method: parsed.method,
+        target: parsed.path,
+        host: parsed.host,
+        status: parsed.status,
+        bytes: parsed.bytes,
+        headers: parsed
+            .headers
+            .into_iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect(),
+    })
+}
+
+/// Writes records in this format.
+pub fn write(out: &mut impl Write, records: &[TraceRecord]) -> std::io::Result<()> {
+    for r in records {
+        let line = Line {
+            time: Time::Text(super::format_time(r.time_us)),
+            client: r.client.clone(),
+            method: r.method.clone(),
+            path: r.target.clone(),
+            host: r.host.clone(),
+            status: r.status,
+            bytes: r.bytes,
+            headers: r.headers.iter().cloned().collect(),
+        };
+        serde_json::to_writer(&mut *out, &line)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip() {
+        let line = r#"{"time":"2024-05-01T12:00:00.250Z","client":"203.0.113.7","method":"POST","path":"/a?b","host":"h","status":201,"bytes":5,"headers":{"x-api-key":"k"}}"#;
+        let record = parse_line(line).unwrap();
+        assert_eq!(record.time_us, 1_714_564_800_250_000);
+        let mut out = Vec::new();
+        write(&mut out, &[record]).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap().trim_end(), line);
+    }
+
+    #[test]
+    fn numeric_times_and_defaults() {
+        let r = parse_line(r#"{"time":1714564800.5,"client":"c","path":"/"}"#).unwrap();
+        assert_eq!(
+            (r.time_us, r.method.as_str(), r.status),
+            (1_714_564_800_500_000, "GET", 200)
+        );
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        for (line, expected) in [
+            (r#"{"client":"c","path":"/"}"#, "missing field `time`"),
+            (
+                r#"{"time":"yesterday","client":"c","path":"/"}"#,
+                "time `yesterday`",
+            ),
+            (r#"{"time":1,"client":"c","path":"x"}"#, "must start with /"),
+            (
+                r#"{"time":1,"client":"c","path":"/","colour":1}"#,
+                "unknown field `colour`",
+            ),
+        ] {
+            let err = parse_line(line).unwrap_err();
+            assert!(err.contains(expected), "{line}: {err}");
+        }
+    }
+}

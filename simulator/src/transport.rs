@@ -1,0 +1,244 @@
+//! Sends callouts to the clusters they name, as Envoy's async HTTP client would.
+//!
+//! Failures arrive as Envoy delivers them: a timeout as a 504 (`upstream request timeout`), a
+//! refused or broken connection before the answer's headers as a 503, a cluster with no host
+//! as a 503 (`no healthy upstream`), and a reset after the headers as an answer without
+//! headers.
+//!
+//! Replays are deterministic: a callout that touches a limit key another callout still in
+//! flight touches waits for it, so Redis sees the checks of one key in the order the filter
+//! made them, however the connections race. Callouts on other keys run side by side.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::Shared;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sluice_core::wire::{DecideRequest, REPLAY_TIME_HEADER};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::host::headers::HeaderMap;
+use crate::host::state::{CalloutReply, OutgoingCallout};
+
+/// Where a cluster's single host is.
+#[derive(Debug, Clone)]
+pub struct ClusterHost {
+    /// `http://host:port`; `None` for a cluster with no healthy host.
+    pub base: Option<String>,
+}
+
+/// A callout's answer and how long it took.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    /// What the module will be given.
+    pub reply: CalloutReply,
+    /// Wall time from sending to answer.
+    pub latency: Duration,
+}
+
+/// An HTTP client for callouts.
+pub struct Transport {
+    client: Client<HttpConnector, Full<Bytes>>,
+    clusters: HashMap<String, ClusterHost>,
+}
+
+fn envoy_reply(status: u16, body: &str) -> CalloutReply {
+    CalloutReply {
+        headers: Some(HeaderMap::from_pairs([
+            (":status".to_owned(), status.to_string().into_bytes()),
+            (
+                "content-length".to_owned(),
+                body.len().to_string().into_bytes(),
+            ),
+            ("content-type".to_owned(), b"text/plain".to_vec()),
+        ])),
+        body: Some(body.as_bytes().to_vec()),
+        trailers: HeaderMap::default(),
+    }
+}
+
+impl Transport {
+    /// A transport to these clusters.
+    pub fn new(clusters: HashMap<String, ClusterHost>) -> Transport {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(64)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Transport { client, clusters }
+    }
+
+    /// Sends one callout; `replay_time_us` is stamped on it for a server in replay mode.
+    pub async fn send(&self, callout: OutgoingCallout, replay_time_us: Option<i64>) -> Delivered {
+        let started = Instant::now();
+        let reply = self.exchange(callout, replay_time_us).await;
+        Delivered {
+            reply,
+            latency: started.elapsed(),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        callout: OutgoingCallout,
+        replay_time_us: Option<i64>,
+    ) -> CalloutReply {
+        let Some(base) = self
+            .clusters
+            .get(&callout.cluster)
+            .and_then(|c| c.base.clone())
+        else {
+            return envoy_reply(503, "no healthy upstream");
+        };
+        let header = |name: &str| {
+            callout
+                .headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let path = String::from_utf8_lossy(&header(":path")).into_owned();
+        let mut request = http::Request::builder()
+            .method(header(":method").as_slice())
+            .uri(format!("{base}{path}"))
+            .header(http::header::HOST, header(":authority"));
+        for (name, value) in callout.headers.iter().filter(|(k, _)| !k.starts_with(':')) {
+            request = request.header(name.as_str(), value.as_slice());
+        }
+        if let Some(t) = replay_time_us {
+            request = request.header(REPLAY_TIME_HEADER, t.to_string());
+        }
+        let Ok(request) = request.body(Full::new(Bytes::from(callout.body))) else {
+            return envoy_reply(
+                503,
+                "upstream connect error or disconnect/reset before headers. reset reason: protocol error",
+            );
+        };
+        let exchange = async {
+            let response = match self.client.request(request).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return envoy_reply(
+                        503,
+                        "upstream connect error or disconnect/reset before headers. reset reason: connection failure",
+                    );
+                }
+            };
+            let (parts, body) = response.into_parts();
+            let mut headers = vec![(
+                ":status".to_owned(),
+                parts.status.as_u16().to_string().into_bytes(),
+            )];
+            headers.extend(
+                parts
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec())),
+            );
+            match body.collect().await {
+                Ok(body) => CalloutReply {
+                    headers: Some(HeaderMap::from_pairs(headers)),
+                    body: Some(body.to_bytes().to_vec()),
+                    trailers: HeaderMap::default(),
+                },
+                // Reset after the headers: Envoy delivers no headers at all.
+                Err(_) => CalloutReply {
+                    headers: None,
+                    body: None,
+                    trailers: HeaderMap::default(),
+                },
+            }
+        };
+        if callout.timeout_ms == 0 {
+            return exchange.await;
+        }
+        match tokio::time::timeout(
+            Duration::from_millis(u64::from(callout.timeout_ms)),
+            exchange,
+        )
+        .await
+        {
+            Ok(reply) => reply,
+            Err(_) => envoy_reply(504, "upstream request timeout"),
+        }
+    }
+}
+
+type Done = Shared<oneshot::Receiver<()>>;
+
+/// Sends callouts concurrently, but those that share a limit key in the order they were made.
+pub struct Dispatcher {
+    transport: Arc<Transport>,
+    runtime: tokio::runtime::Handle,
+    last_by_key: HashMap<String, Done>,
+    last_unparsed: Option<Done>,
+    dispatched: u64,
+}
+
+impl Dispatcher {
+    /// A dispatcher spawning on `runtime`.
+    pub fn new(transport: Arc<Transport>, runtime: tokio::runtime::Handle) -> Dispatcher {
+        Dispatcher {
+            transport,
+            runtime,
+            last_by_key: HashMap::new(),
+            last_unparsed: None,
+            dispatched: 0,
+        }
+    }
+
+    /// Starts sending `callout` once the earlier callouts on its keys are answered.
+    pub fn dispatch(
+        &mut self,
+        callout: OutgoingCallout,
+        replay_time_us: Option<i64>,
+    ) -> JoinHandle<Delivered> {
+        let keys: Option<Vec<String>> = serde_json::from_slice::<DecideRequest>(&callout.body)
+            .ok()
+            .map(|r| {
+                r.checks
+                    .iter()
+                    .map(|c| format!("{}:{}", c.rule, c.key))
+                    .collect()
+            });
+        let (done_tx, done_rx) = oneshot::channel::<()>();
+        let done = done_rx.shared();
+        let mut waits: Vec<Done> = self.last_unparsed.iter().cloned().collect();
+        match keys {
+            Some(keys) => {
+                for key in keys {
+                    if let Some(previous) = self.last_by_key.insert(key, done.clone()) {
+                        waits.push(previous);
+                    }
+                }
+            }
+            None => {
+                // A body we cannot read might touch any key: it waits for everything.
+                waits.extend(self.last_by_key.drain().map(|(_, d)| d));
+                self.last_unparsed = Some(done.clone());
+            }
+        }
+        self.dispatched += 1;
+        if self.dispatched.is_multiple_of(4096) {
+            self.last_by_key.retain(|_, d| d.peek().is_none());
+        }
+        let transport = Arc::clone(&self.transport);
+        self.runtime.spawn(async move {
+            for wait in waits {
+                let _ = wait.await;
+            }
+            let delivered = transport.send(callout, replay_time_us).await;
+            let _ = done_tx.send(());
+            delivered
+        })
+    }
+}
