@@ -1,0 +1,244 @@
+//! The six scripts under concurrency, against the two classic bugs, and for expiry, on a real
+//! redis-server each test starts.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+mod common;
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use sluice_core::limit::{Algorithm, Limit};
+use sluice_core::verdict::Verdict;
+use sluice_harness::RedisServer;
+use sluice_server::scripts::{ScriptCall, decode_reply};
+
+/// A limit of 100 for each algorithm, with refills so slow that a burst sees none.
+fn hundred(algorithm: Algorithm) -> Limit {
+    common::limit(&match algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow => {
+            format!(r#"{{"algorithm":"{algorithm}","limit":100,"window":"1h"}}"#)
+        }
+        _ => format!(r#"{{"algorithm":"{algorithm}","rate":1,"per":"1h","burst":100}}"#),
+    })
+}
+
+async fn connections(redis: &RedisServer, n: usize) -> Vec<MultiplexedConnection> {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut all = Vec::new();
+    for _ in 0..n {
+        all.push(client.get_multiplexed_async_connection().await.unwrap());
+    }
+    all
+}
+
+async fn invoke(connection: &mut MultiplexedConnection, call: &ScriptCall) -> Verdict {
+    let mut invocation = call.script().prepare_invoke();
+    invocation.key(&call.key);
+    for arg in &call.args {
+        invocation.arg(arg);
+    }
+    let reply: Vec<i64> = invocation.invoke_async(connection).await.unwrap();
+    decode_reply(reply).unwrap()
+}
+
+/// Sends `times.len()` requests at once, request i at `times[i]` (None: Redis TIME), spread over
+/// 50 connections; returns how many were admitted.
+async fn burst(redis: &RedisServer, limit: &Limit, key: &str, times: &[Option<i64>]) -> usize {
+    let connections = connections(redis, 50).await;
+    let tasks = times.iter().enumerate().map(|(i, now)| {
+        let mut connection = connections[i % connections.len()].clone();
+        let call = ScriptCall::new(limit, key.to_owned(), *now, 1, false);
+        tokio::spawn(async move { invoke(&mut connection, &call).await.allowed })
+    });
+    join_all(tasks)
+        .await
+        .into_iter()
+        .filter(|allowed| *allowed.as_ref().unwrap())
+        .count()
+}
+
+/// Waits until Redis' clock is not within `margin` of a window boundary, so that a burst of a
+/// fixed window falls in one window.
+async fn away_from_boundary(redis: &RedisServer, window: Duration, margin: Duration) {
+    let mut c = connections(redis, 1).await.pop().unwrap();
+    loop {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut c).await.unwrap();
+        let into = Duration::from_micros((s * 1_000_000 + us) % window.as_micros() as u64);
+        if into > margin && window - into > margin {
+            return;
+        }
+        tokio::time::sleep(margin).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_concurrent_requests_admit_exactly_the_limit_on_redis_time() {
+    let redis = RedisServer::start().unwrap();
+    for algorithm in Algorithm::ALL {
+        if algorithm == Algorithm::FixedWindow {
+            away_from_boundary(&redis, Duration::from_secs(3600), Duration::from_secs(30)).await;
+        }
+        let admitted = burst(
+            &redis,
+            &hundred(algorithm),
+            &format!("burst:{algorithm}"),
+            &[None; 2000],
+        )
+        .await;
+        assert_eq!(admitted, 100, "{algorithm}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_whose_clocks_are_out_of_order_never_over_admit() {
+    // 2,000 concurrent callers whose clocks are spread over ten minutes and arrive shuffled:
+    // the classic range-count bug lets those with older clocks in (15 for a limit of 10).
+    let redis = RedisServer::start().unwrap();
+    let base: i64 = 1_763_701_200_000_000; // a whole hour
+    let mut times: Vec<Option<i64>> = (0..2000)
+        .map(|i| Some(base + (i * 7919 % 2000) * 300_000))
+        .collect();
+    times.reverse();
+    for algorithm in Algorithm::ALL {
+        let admitted = burst(
+            &redis,
+            &hundred(algorithm),
+            &format!("skew:{algorithm}"),
+            &times,
+        )
+        .await;
+        assert_eq!(admitted, 100, "{algorithm}");
+    }
+}
+
+#[tokio::test]
+async fn two_requests_in_the_same_microsecond_are_two_log_entries() {
+    let redis = RedisServer::start().unwrap();
+    let mut c = connections(&redis, 1).await.pop().unwrap();
+    let limit = common::limit(r#"{"algorithm":"sliding_log","limit":3,"window":"1s"}"#);
+    let now = 1_763_701_200_000_000;
+    for _ in 0..2 {
+        assert!(
+            invoke(
+                &mut c,
+                &ScriptCall::new(&limit, "same-us".into(), Some(now), 1, false)
+            )
+            .await
+            .allowed
+        );
+    }
+    let entries: u64 = c.zcard("same-us").await.unwrap();
+    assert_eq!(
+        entries, 2,
+        "two requests, two members, though their scores are equal"
+    );
+    let third = invoke(
+        &mut c,
+        &ScriptCall::new(&limit, "same-us".into(), Some(now), 1, false),
+    )
+    .await;
+    assert!(third.allowed && third.remaining == 0);
+    assert!(
+        !invoke(
+            &mut c,
+            &ScriptCall::new(&limit, "same-us".into(), Some(now), 1, false)
+        )
+        .await
+        .allowed
+    );
+}
+
+/// Every algorithm with short windows, so that all of its state can expire during a test.
+fn short(algorithm: Algorithm) -> Limit {
+    common::limit(&match algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow => {
+            format!(r#"{{"algorithm":"{algorithm}","limit":5,"window":"300ms"}}"#)
+        }
+        Algorithm::LeakyBucket => {
+            r#"{"algorithm":"leaky_bucket","rate":50,"per":"1s","burst":5,"mode":"shaping","max_wait":"200ms"}"#.to_owned()
+        }
+        _ => format!(r#"{{"algorithm":"{algorithm}","rate":50,"per":"1s","burst":5}}"#),
+    })
+}
+
+#[tokio::test]
+async fn every_key_expires_and_none_is_left_after_the_longest_window() {
+    let redis = RedisServer::start().unwrap();
+    let mut c = connections(&redis, 1).await.pop().unwrap();
+    for algorithm in Algorithm::ALL {
+        for (key, count_denied) in [("plain", false), ("counted", true)] {
+            for cost in [1, 1, 2, 0, 1, 9, 1, 1, 1, 1] {
+                let call = ScriptCall::new(
+                    &short(algorithm),
+                    format!("{algorithm}:{key}"),
+                    None,
+                    cost,
+                    count_denied,
+                );
+                invoke(&mut c, &call).await;
+            }
+        }
+    }
+    let keys: Vec<String> = c.keys("*").await.unwrap();
+    assert!(keys.len() >= 12, "every algorithm wrote state: {keys:?}");
+    for key in &keys {
+        let ttl: i64 = c.pttl(key).await.unwrap();
+        assert!(ttl > 0, "{key} has no expiry (pttl {ttl})");
+        // The longest state here lives two windows (sliding_window) or a full refill.
+        assert!(
+            ttl <= 600,
+            "{key} lives {ttl} ms, longer than its algorithm needs"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let left: Vec<String> = c.keys("*").await.unwrap();
+    assert!(
+        left.is_empty(),
+        "keys left after the longest window: {left:?}"
+    );
+}
+
+#[tokio::test]
+async fn replayed_keys_outlive_a_fast_virtual_clock_but_still_expire() {
+    let redis = RedisServer::start().unwrap();
+    let mut c = connections(&redis, 1).await.pop().unwrap();
+    let call = ScriptCall::new(
+        &short(Algorithm::Gcra),
+        "replayed".into(),
+        Some(1_763_701_200_000_000),
+        1,
+        false,
+    );
+    invoke(&mut c, &call).await;
+    let ttl: i64 = c.pttl("replayed").await.unwrap();
+    assert!(
+        (3_000_000..=3_600_000).contains(&ttl),
+        "replay keys live an hour of real time: {ttl}"
+    );
+}
+
+#[tokio::test]
+async fn a_cost_above_capacity_is_denied_for_good_and_consumes_nothing() {
+    let redis = RedisServer::start().unwrap();
+    let mut c = connections(&redis, 1).await.pop().unwrap();
+    for algorithm in Algorithm::ALL {
+        for count_denied in [false, true] {
+            let key = format!("huge:{algorithm}:{count_denied}");
+            let verdict = invoke(
+                &mut c,
+                &ScriptCall::new(&hundred(algorithm), key.clone(), None, 101, count_denied),
+            )
+            .await;
+            assert!(verdict.is_impossible(), "{algorithm}: {verdict:?}");
+            assert_eq!(verdict.remaining, 100, "{algorithm}: nothing consumed");
+            let exists: bool = c.exists(&key).await.unwrap();
+            assert!(
+                !exists,
+                "{algorithm}: an impossible request writes no state"
+            );
+        }
+    }
+}
