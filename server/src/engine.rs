@@ -29,7 +29,7 @@ impl Engine {
     }
 
     /// The store.
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
 

@@ -4,16 +4,21 @@
 //! The server starts whether or not Redis is up: until a first connection succeeds, calls fail
 //! at once with [`StoreError::NotConnected`] (503) while a background task keeps trying. After
 //! that, the `redis` crate's managers reconnect by themselves; a call made while Redis is away
-//! fails within the timeout, and calls succeed again as soon as it is back.
+//! fails within the timeout, and calls succeed again as soon as it is back. Behind Sentinel, a
+//! failed call also asks the sentinels where the primary is now, so a failover is followed.
+//! Scripts are sent by `EVALSHA` and loaded again on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart
+//! or a failover): `redis::Script` knows that dance, and only it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelServerType};
 use sluice_core::verdict::Verdict;
-use tokio::sync::RwLock;
+use tokio::sync::{Mutex, RwLock};
 
 use crate::scripts::{BadReply, ScriptCall, decode_reply};
 
@@ -64,8 +69,20 @@ impl StoreError {
 
 #[derive(Clone)]
 enum Backend {
-    Standalone(ConnectionManager),
+    /// A standalone server, or the primary Sentinel named.
+    Single(ConnectionManager),
     Cluster(ClusterConnection),
+}
+
+/// How often, at most, the sentinels are asked where the primary is.
+const SENTINEL_REFRESH_INTERVAL: Duration = Duration::from_millis(200);
+
+struct SentinelState {
+    client: Mutex<SentinelClient>,
+    /// The primary's address the current connection goes to.
+    primary: Mutex<String>,
+    refreshing: AtomicBool,
+    last_refresh: Mutex<Option<Instant>>,
 }
 
 /// The shared Redis handle.
@@ -74,16 +91,40 @@ pub struct Store {
     timeout: Duration,
     backend: RwLock<Option<Backend>>,
     last_error: RwLock<String>,
+    sentinel: Option<SentinelState>,
 }
 
 impl Store {
     /// A store for `topology`; connects in the background, retrying until it succeeds.
     pub fn connect(topology: Topology, timeout: Duration) -> Arc<Store> {
+        let sentinel = match &topology {
+            Topology::Sentinel { sentinels, master } => {
+                match SentinelClient::build(
+                    sentinels.clone(),
+                    master.clone(),
+                    None,
+                    SentinelServerType::Master,
+                ) {
+                    Ok(client) => Some(SentinelState {
+                        client: Mutex::new(client),
+                        primary: Mutex::new(String::new()),
+                        refreshing: AtomicBool::new(false),
+                        last_refresh: Mutex::new(None),
+                    }),
+                    Err(e) => {
+                        tracing::error!(error = %e, "bad sentinel configuration");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         let store = Arc::new(Store {
             topology,
             timeout,
             backend: RwLock::new(None),
             last_error: RwLock::new("connecting".to_owned()),
+            sentinel,
         });
         let background = Arc::clone(&store);
         tokio::spawn(async move { background.keep_connecting().await });
@@ -110,17 +151,22 @@ impl Store {
         }
     }
 
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(250))))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500))
+    }
+
     async fn open(&self) -> Result<Backend, StoreError> {
         match &self.topology {
             Topology::Standalone(url) => {
                 let client = redis::Client::open(url.as_str())?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(250))))
-                    .set_response_timeout(Some(self.timeout))
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_millis(500));
-                Ok(Backend::Standalone(
-                    client.get_connection_manager_with_config(config).await?,
+                Ok(Backend::Single(
+                    client
+                        .get_connection_manager_with_config(self.manager_config())
+                        .await?,
                 ))
             }
             Topology::Cluster(urls) => {
@@ -131,10 +177,69 @@ impl Store {
                     .build()?;
                 Ok(Backend::Cluster(client.get_async_connection().await?))
             }
-            Topology::Sentinel { .. } => Err(StoreError::NotConnected(
-                "sentinel topology is not available in this build".to_owned(),
-            )),
+            Topology::Sentinel { .. } => {
+                let sentinel = self
+                    .sentinel
+                    .as_ref()
+                    .ok_or_else(|| StoreError::NotConnected("bad sentinel configuration".into()))?;
+                let client = sentinel.client.lock().await.async_get_client().await?;
+                let primary = client.get_connection_info().addr().to_string();
+                let manager = client
+                    .get_connection_manager_with_config(self.manager_config())
+                    .await?;
+                *sentinel.primary.lock().await = primary;
+                Ok(Backend::Single(manager))
+            }
         }
+    }
+
+    /// After a failed call behind Sentinel: ask where the primary is, and follow it if it
+    /// moved. Runs in the background, at most every [`SENTINEL_REFRESH_INTERVAL`].
+    fn follow_failover(self: &Arc<Self>) {
+        let Some(sentinel) = &self.sentinel else {
+            return;
+        };
+        if sentinel.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = Arc::clone(self);
+        tokio::spawn(async move {
+            let Some(sentinel) = &store.sentinel else {
+                return;
+            };
+            let mut last = sentinel.last_refresh.lock().await;
+            if let Some(at) = *last
+                && at.elapsed() < SENTINEL_REFRESH_INTERVAL
+            {
+                tokio::time::sleep(SENTINEL_REFRESH_INTERVAL - at.elapsed()).await;
+            }
+            *last = Some(Instant::now());
+            drop(last);
+            let found = async {
+                let client = sentinel.client.lock().await.async_get_client().await?;
+                let primary = client.get_connection_info().addr().to_string();
+                if *sentinel.primary.lock().await == primary {
+                    return Ok::<_, redis::RedisError>(None);
+                }
+                let manager = client
+                    .get_connection_manager_with_config(store.manager_config())
+                    .await?;
+                Ok(Some((primary, manager)))
+            };
+            match tokio::time::timeout(store.timeout.max(Duration::from_secs(1)), found).await {
+                Ok(Ok(Some((primary, manager)))) => {
+                    tracing::info!(%primary, "following the primary Sentinel names");
+                    *sentinel.primary.lock().await = primary;
+                    *store.backend.write().await = Some(Backend::Single(manager));
+                }
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "asking the sentinels for the primary failed")
+                }
+                Err(_) => tracing::warn!("the sentinels did not answer in time"),
+            }
+            sentinel.refreshing.store(false, Ordering::Release);
+        });
     }
 
     async fn backend(&self) -> Result<Backend, StoreError> {
@@ -146,9 +251,8 @@ impl Store {
         }
     }
 
-    /// Runs one script call, loading the script if Redis does not have it (after a restart,
-    /// a `SCRIPT FLUSH` or a failover).
-    pub async fn run(&self, call: &ScriptCall) -> Result<Verdict, StoreError> {
+    /// Runs one script call, loading the script if Redis does not have it.
+    pub async fn run(self: &Arc<Self>, call: &ScriptCall) -> Result<Verdict, StoreError> {
         let backend = self.backend().await?;
         let mut invocation = call.script().prepare_invoke();
         invocation.key(&call.key);
@@ -158,7 +262,7 @@ impl Store {
         let reply: Vec<i64> = self
             .within_timeout(async {
                 match backend {
-                    Backend::Standalone(mut c) => invocation.invoke_async(&mut c).await,
+                    Backend::Single(mut c) => invocation.invoke_async(&mut c).await,
                     Backend::Cluster(mut c) => invocation.invoke_async(&mut c).await,
                 }
             })
@@ -167,12 +271,12 @@ impl Store {
     }
 
     /// Whether Redis answers a `PING` within the timeout.
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    pub async fn ping(self: &Arc<Self>) -> Result<(), StoreError> {
         let backend = self.backend().await?;
         self.within_timeout(async {
             let cmd = redis::cmd("PING");
             match backend {
-                Backend::Standalone(mut c) => cmd.query_async::<String>(&mut c).await.map(drop),
+                Backend::Single(mut c) => cmd.query_async::<String>(&mut c).await.map(drop),
                 Backend::Cluster(mut c) => cmd.query_async::<String>(&mut c).await.map(drop),
             }
         })
@@ -180,12 +284,18 @@ impl Store {
     }
 
     async fn within_timeout<T>(
-        &self,
+        self: &Arc<Self>,
         call: impl Future<Output = Result<T, redis::RedisError>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => Ok(result?),
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            // The connection's own response timeout is the same timeout, said by the driver.
+            Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(self.timeout)),
+            Ok(result) => result.map_err(StoreError::from),
             Err(_) => Err(StoreError::Timeout(self.timeout)),
+        };
+        if result.is_err() {
+            self.follow_failover();
         }
+        result
     }
 }

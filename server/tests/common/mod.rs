@@ -1,12 +1,18 @@
-//! Shared by the server's integration tests: a real Redis and a connected store.
+//! Shared by the server's integration tests: a real Redis, a connected store, a server, HTTP.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)] // test support
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use sluice_core::limit::Limit;
 use sluice_server::store::{Store, Topology};
+use sluice_server::{RunningServer, ServerConfig};
 
 /// A store connected to `topology`, waiting until Redis answers.
 pub async fn connected_store(topology: Topology) -> Arc<Store> {
@@ -23,4 +29,123 @@ pub async fn connected_store(topology: Topology) -> Arc<Store> {
 /// Parses a limit written as JSON.
 pub fn limit(json: &str) -> Limit {
     serde_json::from_str(json).unwrap_or_else(|e| panic!("{json}: {e}"))
+}
+
+/// An HTTP client (HTTP/1.1, or cleartext HTTP/2 with prior knowledge).
+#[derive(Clone)]
+pub struct Http {
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: String,
+    pub version: http::Version,
+    pub content_type: String,
+}
+
+impl Answer {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+impl Http {
+    pub fn http1() -> Http {
+        Http {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    pub fn h2c() -> Http {
+        Http {
+            client: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http(),
+        }
+    }
+
+    pub async fn send(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Answer {
+        let mut request = http::Request::builder().method(method).uri(url);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = self
+            .client
+            .request(request.body(Full::new(body.into())).unwrap())
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let version = response.version();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Answer {
+            status,
+            body: String::from_utf8_lossy(&body).into_owned(),
+            version,
+            content_type,
+        }
+    }
+
+    pub async fn get(&self, url: &str) -> Answer {
+        self.send("GET", url, &[], Bytes::new()).await
+    }
+
+    pub async fn decide(&self, server: &str, body: &str, headers: &[(&str, &str)]) -> Answer {
+        let mut all = vec![("content-type", "application/json")];
+        all.extend_from_slice(headers);
+        self.send(
+            "POST",
+            &format!("{server}/v1/decide"),
+            &all,
+            body.to_owned(),
+        )
+        .await
+    }
+}
+
+/// A server for `topology`, ready (Redis answering), with `tune` applied to its settings.
+pub async fn server(topology: Topology, tune: impl FnOnce(&mut ServerConfig)) -> RunningServer {
+    let mut config = ServerConfig::standalone("redis://unused");
+    config.topology = topology;
+    tune(&mut config);
+    let server = sluice_server::spawn(config, ([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let http = Http::http1();
+    for _ in 0..400 {
+        if http.get(&format!("{}/readyz", server.url())).await.status == 200 {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the server never became ready");
+}
+
+/// A request body with one check of `limit` for `key` under rule `rule`.
+pub fn one_check(rule: &str, key: &str, limit: &str) -> String {
+    format!(r#"{{"checks":[{{"rule":"{rule}","key":"{key}","limit":{limit}}}]}}"#)
+}
+
+/// How many times Redis has run `command` (from INFO commandstats).
+pub fn calls(redis: &sluice_harness::RedisServer, command: &str) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]).unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
 }

@@ -2,7 +2,8 @@
 //!
 //! Each server gets its own port and its own directory and is stopped when dropped, so tests
 //! can run side by side and leave nothing behind. [`RedisServer`] is one standalone server;
-//! [`RedisCluster`] is a three-node Redis Cluster made with `redis-cli --cluster create`.
+//! [`RedisCluster`] is a three-node Redis Cluster made with `redis-cli --cluster create`;
+//! [`RedisSentinel`] a primary, a replica and a sentinel that can fail over.
 //!
 //! The simulator uses [`RedisServer`] too, to start what it needs when a user gives it nothing
 //! to connect to.
@@ -16,9 +17,11 @@
 #![deny(missing_docs)]
 
 mod cluster;
+mod sentinel;
 mod server;
 
 pub use cluster::RedisCluster;
+pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::{RedisServer, free_port};
 
 /// Why a Redis process could not be started.

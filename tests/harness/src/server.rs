@@ -24,6 +24,8 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     extra_args: Vec<String>,
     child: Option<Child>,
+    /// `extra_args` start with a configuration file.
+    config_file: bool,
 }
 
 impl RedisServer {
@@ -43,6 +45,7 @@ impl RedisServer {
                 dir: tempfile::Builder::new().prefix("sluice-redis-").tempdir()?,
                 extra_args: extra_args.clone(),
                 child: None,
+                config_file: false,
             };
             match server.launch() {
                 Ok(()) => return Ok(server),
@@ -53,26 +56,52 @@ impl RedisServer {
         }
     }
 
+    /// Starts `redis-server <config> <extra args>` on `port` in `dir` (a sentinel, for one).
+    pub fn start_config(
+        dir: tempfile::TempDir,
+        port: u16,
+        config: &Path,
+        extra_args: &[&str],
+    ) -> Result<RedisServer, HarnessError> {
+        let mut args = vec![config.display().to_string()];
+        args.extend(extra_args.iter().map(|s| (*s).to_owned()));
+        let mut server = RedisServer {
+            port,
+            dir,
+            extra_args: args,
+            child: None,
+            config_file: true,
+        };
+        server.launch()?;
+        Ok(server)
+    }
+
     fn launch(&mut self) -> Result<(), HarnessError> {
         let log = self.log_path();
         let mut command = Command::new("redis-server");
+        if self.config_file {
+            // A configuration file must come first; it sets the port itself.
+            command.args(&self.extra_args);
+        } else {
+            command
+                .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(self.dir.path())
+                .args([
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--protected-mode",
+                    "no",
+                    "--daemonize",
+                    "no",
+                ])
+                .args(&self.extra_args);
+        }
         command
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "no",
-                "--daemonize",
-                "no",
-            ])
             .arg("--logfile")
             .arg(&log)
-            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

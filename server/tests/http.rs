@@ -1,0 +1,247 @@
+//! sluice-server over HTTP, against a real redis-server: validation, auth, replay mode, HTTP/2,
+//! health, metrics, and the order of checks in one request.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+mod common;
+
+use common::{Http, calls, one_check, server};
+use sluice_harness::RedisServer;
+use sluice_server::store::Topology;
+
+const LIMIT: &str = r#"{"algorithm":"fixed_window","limit":5,"window":"1m"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_400_naming_the_problem_and_never_reach_redis() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let http = Http::http1();
+    let check = |extra: &str| format!(r#"{{"rule":"r","key":"k","limit":{LIMIT}{extra}}}"#);
+    let seventeen = vec![check(""); 17].join(",");
+    let cases: Vec<(String, &str)> = vec![
+        ("{".to_owned(), "body: EOF while parsing"),
+        ("not json".to_owned(), "body: expected ident"),
+        (r#"{"checks": 5}"#.to_owned(), "checks: invalid type: integer `5`, expected a sequence"),
+        (r#"{"checks": []}"#.to_owned(), "checks: must hold at least one check"),
+        (format!(r#"{{"checks":[{seventeen}]}}"#), "checks: at most 16 checks per request, not 17"),
+        (r#"{"checks":[{"rule":"r","key":"k","limit":{"algorithm":"leaky","limit":1,"window":"1s"}}]}"#.to_owned(), "checks[0].limit: unknown algorithm `leaky`"),
+        (r#"{"checks":[{"rule":"r","key":"k","limit":{"algorithm":"gcra","rate":0,"per":"1s","burst":1}}]}"#.to_owned(), "checks[0].limit: `rate` must be between 1 and 1000000000, not 0"),
+        (r#"{"checks":[{"rule":"r","key":"k","limit":{"algorithm":"gcra","rate":"ten","per":"1s","burst":1}}]}"#.to_owned(), "checks[0].limit.rate: invalid type: string \"ten\""),
+        (r#"{"checks":[{"rule":"r","key":"k","limit":{"algorithm":"fixed_window","limit":1,"window":"90d"}}]}"#.to_owned(), "checks[0].limit: `window` must be at most 30d"),
+        (format!(r#"{{"checks":[{}]}}"#, check(r#","cost":-1"#)), "checks[0].cost: invalid value: integer `-1`"),
+        (format!(r#"{{"checks":[{}]}}"#, check(r#","cost":1000000001"#)), "checks[0].cost: must be at most 1000000000"),
+        (format!(r#"{{"checks":[{}]}}"#, check("").replace(r#""key":"k""#, r#""key":"a}b""#)), "checks[0].key: `a}b` is not an escaped limit key"),
+        (format!(r#"{{"checks":[{}]}}"#, check("").replace(r#""key":"k""#, &format!(r#""key":"{}""#, "x".repeat(200)))), "checks[0].key:"),
+        (format!(r#"{{"checks":[{}]}}"#, check("").replace(r#""rule":"r""#, r#""rule":"no spaces""#)), "checks[0].rule: `no spaces` is not a rule name"),
+        (format!(r#"{{"checks":[{}],"now":1}}"#, check("")), "now: unknown field `now`"),
+    ];
+    let before = calls(&redis, "evalsha") + calls(&redis, "eval");
+    for (body, expected) in &cases {
+        let answer = http.decide(&server.url(), body, &[]).await;
+        assert_eq!(answer.status, 400, "{body}: {}", answer.body);
+        assert!(
+            answer.content_type.starts_with("application/json"),
+            "{}",
+            answer.content_type
+        );
+        let message = answer.json()["error"].as_str().unwrap().to_owned();
+        assert!(
+            message.starts_with(expected),
+            "{body}\n  got:  {message}\n  want: {expected}"
+        );
+    }
+    let huge = format!(
+        r#"{{"checks":[{}]}}"#,
+        check("").replace(
+            r#""key":"k""#,
+            &format!(r#""key":"{}""#, "x".repeat(70_000))
+        )
+    );
+    let answer = http.decide(&server.url(), &huge, &[]).await;
+    assert_eq!(answer.status, 413, "{}", answer.body);
+    assert!(
+        answer.json()["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("body: larger than 65536 bytes")
+    );
+    assert_eq!(
+        calls(&redis, "evalsha") + calls(&redis, "eval"),
+        before,
+        "a bad request must not reach Redis"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bearer_token_is_required_when_configured() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.token = Some("s3cret".into())
+    })
+    .await;
+    let http = Http::http1();
+    let body = one_check("r", "k", LIMIT);
+    let missing = http.decide(&server.url(), &body, &[]).await;
+    assert_eq!(
+        (missing.status, missing.json()["error"].as_str().unwrap()),
+        (401, "authorization: a bearer token is required")
+    );
+    let wrong = http
+        .decide(&server.url(), &body, &[("authorization", "Bearer guess")])
+        .await;
+    assert_eq!(
+        (wrong.status, wrong.json()["error"].as_str().unwrap()),
+        (401, "authorization: wrong bearer token")
+    );
+    let right = http
+        .decide(&server.url(), &body, &[("authorization", "Bearer s3cret")])
+        .await;
+    assert_eq!(right.status, 200, "{}", right.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_supplied_time_is_refused_unless_the_server_replays() {
+    let redis = RedisServer::start().unwrap();
+    let http = Http::http1();
+    let body = one_check("r", "k", LIMIT);
+    let live = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let refused = http
+        .decide(
+            &live.url(),
+            &body,
+            &[("x-sluice-replay-time-us", "1700000000000000")],
+        )
+        .await;
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.json()["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("x-sluice-replay-time-us: this server takes its time from Redis")
+    );
+
+    let replay = server(Topology::Standalone(redis.url()), |c| c.replay_time = true).await;
+    let garbage = http
+        .decide(
+            &replay.url(),
+            &body,
+            &[("x-sluice-replay-time-us", "yesterday")],
+        )
+        .await;
+    assert_eq!(garbage.status, 400);
+    // Two windows a minute apart, in virtual time: each admits its five.
+    for minute in [0, 1] {
+        let t = (1_700_000_040_000_000i64 + minute * 60_000_000).to_string();
+        let mut admitted = 0;
+        for _ in 0..7 {
+            let answer = http
+                .decide(&replay.url(), &body, &[("x-sluice-replay-time-us", &t)])
+                .await;
+            admitted += usize::from(answer.json()["results"][0]["allowed"].as_bool().unwrap());
+        }
+        assert_eq!(admitted, 5, "minute {minute}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleartext_http2_is_served_like_http1() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let answer = Http::h2c()
+        .decide(&server.url(), &one_check("r", "k", LIMIT), &[])
+        .await;
+    assert_eq!(answer.version, http::Version::HTTP_2);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["results"][0]["remaining"], 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_and_metrics() {
+    let mut redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.redis_timeout = std::time::Duration::from_millis(200)
+    })
+    .await;
+    let http = Http::http1();
+    assert_eq!(
+        http.get(&format!("{}/healthz", server.url())).await.status,
+        200
+    );
+    assert_eq!(
+        http.get(&format!("{}/readyz", server.url())).await.status,
+        200
+    );
+    for _ in 0..7 {
+        http.decide(
+            &server.url(),
+            &one_check("per-ip", "203.0.113.1", LIMIT),
+            &[],
+        )
+        .await;
+    }
+    let metrics = http.get(&format!("{}/metrics", server.url())).await;
+    assert_eq!(metrics.status, 200);
+    for line in [
+        r#"sluice_decisions_total{rule="per-ip",outcome="allowed"} 5"#,
+        r#"sluice_decisions_total{rule="per-ip",outcome="denied"} 2"#,
+        "sluice_decision_duration_seconds_count 7",
+        "# TYPE sluice_decision_duration_seconds histogram",
+    ] {
+        assert!(
+            metrics.body.contains(line),
+            "missing {line:?} in\n{}",
+            metrics.body
+        );
+    }
+    redis.kill();
+    let not_ready = http.get(&format!("{}/readyz", server.url())).await;
+    assert_eq!(not_ready.status, 503);
+    assert!(
+        not_ready.json()["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("redis:")
+    );
+    let failed = http
+        .decide(
+            &server.url(),
+            &one_check("per-ip", "203.0.113.1", LIMIT),
+            &[],
+        )
+        .await;
+    assert_eq!(failed.status, 503);
+    let metrics = http.get(&format!("{}/metrics", server.url())).await;
+    assert!(
+        metrics.body.contains("sluice_redis_errors_total{kind="),
+        "{}",
+        metrics.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_an_enforced_check_denies_the_checks_after_it_consume_nothing() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let http = Http::http1();
+    let tight = r#"{"algorithm":"fixed_window","limit":1,"window":"1m"}"#;
+    let loose = r#"{"algorithm":"fixed_window","limit":100,"window":"1m"}"#;
+    let body = format!(
+        r#"{{"checks":[{{"rule":"shadow","key":"c","limit":{tight},"shadow":true}},{{"rule":"per-ip","key":"c","limit":{tight}}},{{"rule":"per-route","key":"r","limit":{loose}}}]}}"#
+    );
+    let mut remaining = Vec::new();
+    for _ in 0..4 {
+        let answer = http.decide(&server.url(), &body, &[]).await.json();
+        remaining.push(answer["results"][2]["remaining"].as_u64().unwrap());
+    }
+    // The first request passes per-ip and consumes per-route; the three denied ones only look.
+    assert_eq!(remaining, [99, 99, 99, 99]);
+    let metrics = http.get(&format!("{}/metrics", server.url())).await.body;
+    assert!(
+        metrics.contains(r#"sluice_decisions_total{rule="per-route",outcome="skipped"} 3"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"sluice_decisions_total{rule="shadow",outcome="shadow_denied"} 3"#),
+        "{metrics}"
+    );
+}

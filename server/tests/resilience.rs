@@ -1,0 +1,273 @@
+//! sluice-server when Redis misbehaves: stopped and started again, stuck, flushed of its scripts,
+//! clustered, failed over; and its graceful shutdown.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Http, one_check, server};
+use futures::future::join_all;
+use sluice_harness::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer};
+use sluice_server::store::Topology;
+
+const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
+
+/// `tasks` clients deciding in a loop until `stop`; every status they got, in order.
+async fn load(server_url: String, tasks: usize, stop: Arc<AtomicBool>) -> Vec<u16> {
+    let http = Http::http1();
+    let handles = (0..tasks).map(|t| {
+        let (http, url, stop) = (http.clone(), server_url.clone(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let answer = http
+                    .decide(
+                        &url,
+                        &one_check("load", &format!("k{t}-{}", i % 50), LIMIT),
+                        &[],
+                    )
+                    .await;
+                statuses.push(answer.status);
+                i += 1;
+            }
+            statuses
+        })
+    });
+    join_all(handles)
+        .await
+        .into_iter()
+        .flat_map(Result::unwrap)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_mid_load_gives_503_and_its_return_gives_200_without_a_server_restart() {
+    let mut redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.redis_timeout = Duration::from_millis(300)
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = tokio::spawn(load(server.url(), 8, Arc::clone(&stop)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.restart().unwrap();
+    // Requests succeed again by themselves.
+    let http = Http::http1();
+    let mut recovered = false;
+    for _ in 0..100 {
+        if http
+            .decide(&server.url(), &one_check("probe", "p", LIMIT), &[])
+            .await
+            .status
+            == 200
+        {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    let statuses = running.await.unwrap();
+    assert!(
+        recovered,
+        "the server never served again after Redis came back"
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "only 200 and 503: {:?}",
+        statuses
+            .iter()
+            .filter(|s| **s != 200 && **s != 503)
+            .collect::<Vec<_>>()
+    );
+    let outage = statuses.iter().filter(|s| **s == 503).count();
+    assert!(outage > 0, "no request saw Redis gone");
+    assert_eq!(*statuses.last().unwrap(), 200, "the load ends served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_redis_gets_503_when_the_timeout_expires_not_when_redis_answers() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.redis_timeout = Duration::from_millis(300)
+    })
+    .await;
+    // Redis answers nobody for 3 s.
+    redis.cli(&["CLIENT", "PAUSE", "3000", "ALL"]).unwrap();
+    let started = Instant::now();
+    let answer = Http::http1()
+        .decide(&server.url(), &one_check("r", "k", LIMIT), &[])
+        .await;
+    let waited = started.elapsed();
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert_eq!(answer.json()["error"], "redis: no answer within 300ms");
+    assert!(
+        waited < Duration::from_millis(2500),
+        "the answer came when Redis woke ({waited:?}), not at the timeout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_mid_load_fails_no_request() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = tokio::spawn(load(server.url(), 8, Arc::clone(&stop)));
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]).unwrap().trim(), "OK");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let statuses = running.await.unwrap();
+    assert!(statuses.len() > 200, "load was light: {}", statuses.len());
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "{} of {} failed",
+        statuses.iter().filter(|s| **s != 200).count(),
+        statuses.len()
+    );
+    let loads: u64 = redis
+        .cli(&["INFO", "commandstats"])
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cmdstat_script|load:calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    assert!(
+        loads > 1,
+        "the scripts were loaded again after a flush ({loads} loads)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_decision_path_works_on_a_cluster_with_keys_on_every_node() {
+    let cluster = RedisCluster::start().unwrap();
+    let server = server(Topology::Cluster(cluster.urls()), |_| {}).await;
+    let http = Http::http1();
+    let limit = r#"{"algorithm":"sliding_log","limit":3,"window":"1m"}"#;
+    for client in 0..60 {
+        let key = format!("198.51.100.{client}");
+        let body = format!(
+            r#"{{"checks":[{{"rule":"per-ip","key":"{key}","limit":{limit}}},{{"rule":"global","key":"all","limit":{LIMIT}}}]}}"#
+        );
+        let verdicts: Vec<bool> = {
+            let mut v = Vec::new();
+            for _ in 0..4 {
+                v.push(
+                    http.decide(&server.url(), &body, &[]).await.json()["results"][0]["allowed"]
+                        .as_bool()
+                        .unwrap(),
+                );
+            }
+            v
+        };
+        assert_eq!(verdicts, [true, true, true, false], "{key}");
+    }
+    for node in cluster.nodes() {
+        let keys: u64 = node.cli(&["DBSIZE"]).unwrap().trim().parse().unwrap();
+        assert!(keys > 0, "node {} holds no key", node.port());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_the_server_follows_a_failover() {
+    let sentinel = RedisSentinel::start().unwrap();
+    let server = server(
+        Topology::Sentinel {
+            sentinels: vec![sentinel.sentinel_url()],
+            master: MASTER_NAME.to_owned(),
+        },
+        |c| c.redis_timeout = Duration::from_millis(500),
+    )
+    .await;
+    let http = Http::http1();
+    let limit = r#"{"algorithm":"fixed_window","limit":100,"window":"1h"}"#;
+    let first = http
+        .decide(&server.url(), &one_check("r", "k", limit), &[])
+        .await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let promoted = sentinel.replica.port();
+    // The failover takes seconds; the server must keep running meanwhile.
+    let new_primary = tokio::task::block_in_place(|| sentinel.fail_over()).unwrap();
+    assert_eq!(new_primary, promoted, "the replica is the new primary");
+    // Sentinel turns the old primary into a replica; writes there fail (READONLY) until the
+    // server has asked the sentinel where the primary is now, and then succeed there, with the
+    // scripts loaded again on the new primary.
+    let demoted = || {
+        sentinel
+            .primary
+            .cli(&["ROLE"])
+            .unwrap()
+            .starts_with("slave")
+    };
+    for _ in 0..200 {
+        if demoted() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(demoted(), "sentinel never demoted the old primary");
+    let mut last = 0;
+    for _ in 0..200 {
+        last = http
+            .decide(&server.url(), &one_check("r", "after-failover", limit), &[])
+            .await
+            .status;
+        if last == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last, 200, "the server did not follow the failover");
+    let written = sentinel
+        .replica
+        .cli(&["EXISTS", "sluice:{r:after-failover}:fixed_window"])
+        .unwrap();
+    assert_eq!(
+        written.trim(),
+        "1",
+        "the decision was written on the new primary"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_requests_in_flight() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.redis_timeout = Duration::from_secs(5)
+    })
+    .await;
+    let url = server.url();
+    redis.cli(&["CLIENT", "PAUSE", "1000", "WRITE"]).unwrap();
+    let in_flight = tokio::spawn({
+        let url = url.clone();
+        async move {
+            Http::http1()
+                .decide(&url, &one_check("r", "slow", LIMIT), &[])
+                .await
+                .status
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.stop().await.unwrap();
+    assert_eq!(
+        in_flight.await.unwrap(),
+        200,
+        "the request in flight was answered"
+    );
+    let refused = tokio::net::TcpStream::connect(url.trim_start_matches("http://")).await;
+    assert!(refused.is_err(), "the server stopped listening");
+}
