@@ -2,6 +2,7 @@
 #
 #   make demo    replay a trace through the filter and print the report
 #   make test    every test
+#   make bench   measure sluice against its baselines (writes BENCHMARKS.md)
 #
 # Both install what a fresh machine lacks first (scripts/setup.sh).
 
@@ -15,7 +16,7 @@ POLICY ?= examples/policy.json
 # Extra replay flags, e.g. ARGS="--sort --instances 3"
 ARGS   ?=
 
-.PHONY: all setup wasm build demo test lint fmt clean
+.PHONY: all setup wasm build demo test bench lint fmt clean
 
 all: build
 
@@ -44,6 +45,11 @@ test: wasm
 		$(CARGO) test --workspace --exclude sluice-filter --no-fail-fast; \
 	fi
 	$(CARGO) test --workspace --exclude sluice-filter --doc
+
+# Measures sluice beside its baselines and writes BENCHMARKS.md.
+bench: wasm
+	$(CARGO) build --release -p sluice-sim -p sluice-server -p sluice-bench
+	target/release/sluice-bench all --out BENCHMARKS.md
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -242,3 +242,31 @@ async fn a_cost_above_capacity_is_denied_for_good_and_consumes_nothing() {
         }
     }
 }
+
+/// Regression: member suffixes were the count of entries at that microsecond; once counted
+/// denials had trimmed the oldest by rank, that count could name a member still there, the new
+/// entry silently replaced it, and the script's own count of entries went wrong (found by the
+/// differential test).
+#[tokio::test]
+async fn counted_denials_that_trim_the_log_never_reuse_a_member() {
+    let redis = RedisServer::start().unwrap();
+    let mut c = connections(&redis, 1).await.pop().unwrap();
+    let limit = common::limit(r#"{"algorithm":"sliding_log","limit":3,"window":"1m"}"#);
+    let now = 1_763_701_200_000_000;
+    for _ in 0..40 {
+        invoke(
+            &mut c,
+            &ScriptCall::new(&limit, "trimmed".into(), Some(now), 1, true),
+        )
+        .await;
+        let entries: u64 = c.zcard("trimmed").await.unwrap();
+        let members: Vec<String> = c.zrange("trimmed", 0, -1).await.unwrap();
+        let distinct: std::collections::HashSet<&String> = members.iter().collect();
+        assert_eq!(distinct.len() as u64, entries);
+    }
+    let entries: u64 = c.zcard("trimmed").await.unwrap();
+    assert_eq!(
+        entries, 6,
+        "counted denials keep the newest 2 x limit entries"
+    );
+}

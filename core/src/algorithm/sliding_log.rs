@@ -7,8 +7,8 @@
 //!   the caller's `now` is the classic bug: callers with older clocks see fewer entries and get
 //!   in.)
 //! - Admit when `count + cost <= limit`; then add `cost` entries at `now`. In Redis each entry
-//!   is a member of its own (`<now>:<n>`, `n` counting entries already at that microsecond), so
-//!   two requests in the same millisecond, or microsecond, are two entries.
+//!   is a member of its own (`<now>:<n>`, `n` one more than the largest already at that
+//!   microsecond), so two requests in the same millisecond, or microsecond, are two entries.
 //! - With `count_denied`, a denied request adds its entries too, and the log keeps only its
 //!   newest `2 x limit` entries, so memory stays bounded while an abuser stays out.
 //! - `retry_after` of a denial is when enough of the oldest entries have left the window for

@@ -1,0 +1,182 @@
+//! Redis memory per key for each algorithm (`MEMORY USAGE`), and Redis commands per decision,
+//! on a redis-server this starts. `docs/algorithms.md` quotes these numbers.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use redis::aio::MultiplexedConnection;
+use sluice_core::limit::{Algorithm, Limit};
+use sluice_harness::RedisServer;
+use sluice_server::scripts::ScriptCall;
+
+const NOW: i64 = 1_763_700_000_000_000;
+
+async fn decide(
+    c: &mut MultiplexedConnection,
+    limit: &Limit,
+    key: &str,
+    now: i64,
+    cost: u64,
+) -> anyhow::Result<()> {
+    let call = ScriptCall::new(limit, key.to_owned(), Some(now), cost, false);
+    let mut invocation = call.script().prepare_invoke();
+    invocation.key(&call.key);
+    for arg in &call.args {
+        invocation.arg(arg);
+    }
+    let _: Vec<i64> = invocation.invoke_async(c).await?;
+    Ok(())
+}
+
+async fn usage(c: &mut MultiplexedConnection, key: &str) -> anyhow::Result<i64> {
+    Ok(redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async(c)
+        .await?)
+}
+
+/// Calls per command, from `INFO commandstats`.
+async fn command_calls(c: &mut MultiplexedConnection) -> anyhow::Result<BTreeMap<String, u64>> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| {
+            let (name, stats) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect())
+}
+
+/// Redis commands run per decision (the EVALSHA and every `redis.call` inside the script),
+/// averaged over 1,000 decisions on 100 keys.
+async fn commands_per_decision(
+    c: &mut MultiplexedConnection,
+    limit: &Limit,
+) -> anyhow::Result<f64> {
+    let total = |calls: BTreeMap<String, u64>| -> u64 {
+        calls
+            .into_iter()
+            .filter(|(n, _)| n != "info")
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let before = total(command_calls(c).await?);
+    let decisions = 1000;
+    for i in 0..decisions {
+        decide(
+            c,
+            limit,
+            &format!("count:{}:{}", limit.algorithm(), i % 100),
+            NOW + i * 10_000,
+            1,
+        )
+        .await?;
+    }
+    let after = total(command_calls(c).await?);
+    Ok((after - before) as f64 / decisions as f64)
+}
+
+fn state_of(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::FixedWindow => "hash {w, n}",
+        Algorithm::SlidingLog => "sorted set, a member per admitted unit",
+        Algorithm::SlidingWindow => "hash {w, cur, prev}",
+        Algorithm::TokenBucket => "hash {tokens, ts}",
+        Algorithm::LeakyBucket => "hash {level, ts}",
+        Algorithm::Gcra => "string (the TAT)",
+    }
+}
+
+/// Runs the measurements; returns Markdown.
+pub async fn run() -> anyhow::Result<String> {
+    let mut out = String::new();
+    let redis = RedisServer::start()?;
+    let mut c = redis::Client::open(redis.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let info: String = redis::cmd("INFO").arg("server").query_async(&mut c).await?;
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned();
+    // A realistic key: prefix, hash tag with rule and client address, algorithm.
+    let key = |a: Algorithm| format!("sluice:{{per-client:203.0.113.77}}:{a}");
+    writeln!(
+        out,
+        "Redis {version}; `MEMORY USAGE <key> SAMPLES 0` for the key `sluice:{{per-client:203.0.113.77}}:<algorithm>` \
+         after 5 decisions; Redis commands per decision from `INFO commandstats` over 1,000 decisions \
+         (the `EVALSHA` and each `redis.call` inside the script).\n"
+    )?;
+    writeln!(
+        out,
+        "| algorithm | state | bytes per key | Redis commands per decision |"
+    )?;
+    writeln!(out, "|---|---|---|---|")?;
+    for algorithm in Algorithm::ALL {
+        let limit: Limit = serde_json::from_str(&match algorithm {
+            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog => {
+                format!(r#"{{"algorithm":"{algorithm}","limit":1000,"window":"1m"}}"#)
+            }
+            _ => format!(r#"{{"algorithm":"{algorithm}","rate":100,"per":"1s","burst":1000}}"#),
+        })?;
+        for step in 0..5 {
+            decide(&mut c, &limit, &key(algorithm), NOW + step * 1000, 1).await?;
+        }
+        let per_decision = commands_per_decision(&mut c, &limit).await?;
+        let bytes = usage(&mut c, &key(algorithm)).await?;
+        let bytes = if algorithm == Algorithm::SlidingLog {
+            format!("{bytes} (5 entries; see below)")
+        } else {
+            bytes.to_string()
+        };
+        writeln!(
+            out,
+            "| {algorithm} | {} | {bytes} | {per_decision:.1} |",
+            state_of(algorithm)
+        )?;
+    }
+
+    writeln!(
+        out,
+        "\nsliding_log, by the number of entries (Redis converts a sorted set of more than 128 members from a listpack to a skiplist):\n"
+    )?;
+    writeln!(out, "| entries | bytes | bytes per entry | encoding |")?;
+    writeln!(out, "|---|---|---|---|")?;
+    let limit: Limit =
+        serde_json::from_str(r#"{"algorithm":"sliding_log","limit":100000,"window":"1h"}"#)?;
+    let log_key = format!("{}:growing", key(Algorithm::SlidingLog));
+    let mut entries = 0u64;
+    for target in [1u64, 16, 64, 128, 129, 256, 1000, 10_000, 100_000] {
+        while entries < target {
+            let batch = (target - entries).min(1000);
+            decide(&mut c, &limit, &log_key, NOW + entries as i64, batch).await?;
+            entries += batch;
+        }
+        let bytes = usage(&mut c, &log_key).await?;
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(&log_key)
+            .query_async(&mut c)
+            .await?;
+        writeln!(
+            out,
+            "| {entries} | {bytes} | {:.1} | {encoding} |",
+            bytes as f64 / entries as f64
+        )?;
+    }
+    Ok(out)
+}

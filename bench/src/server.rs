@@ -1,0 +1,207 @@
+//! sluice-server's decisions per second and latency, beside redis-benchmark running the same
+//! script on the same Redis in the same run.
+//!
+//! The server is the release binary, in its own process; the load generator holds a fixed
+//! number of keep-alive connections (closed loop), as redis-benchmark holds its clients. Both
+//! decide with the `gcra` script for keys spread over 10,000 clients. Load generator, server and
+//! Redis share the machine, so the ratio says what the HTTP service costs over raw Redis here.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use sluice_core::limit::Algorithm;
+use sluice_harness::{RedisServer, free_port};
+use sluice_server::scripts::SCRIPTS;
+
+use crate::load::{self, Measured};
+
+/// A limit that always admits, so every decision writes.
+const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
+/// Distinct client keys.
+const KEYSPACE: u64 = 10_000;
+
+/// One measured configuration.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Connections.
+    pub concurrency: usize,
+    /// Checks in each request.
+    pub checks: usize,
+    /// sluice-server's side.
+    pub sluice: Measured,
+    /// redis-benchmark's side: EVALSHA per second, p50 and p99 (ms).
+    pub baseline: (f64, f64, f64),
+}
+
+impl Row {
+    /// Decisions per second (checks decided).
+    pub fn decisions_per_second(&self) -> f64 {
+        self.sluice.rate() * self.checks as f64
+    }
+
+    /// sluice's decisions per second over raw EVALSHA per second.
+    pub fn ratio(&self) -> f64 {
+        self.decisions_per_second() / self.baseline.0
+    }
+}
+
+struct ServerProcess(Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe.with_file_name(name);
+    if path.exists() {
+        Ok(path)
+    } else {
+        bail!("{} not found: build it (make bench does)", path.display())
+    }
+}
+
+fn body(checks: usize) -> impl Fn(u64) -> Bytes + Clone + Send + 'static {
+    move |i| {
+        let key = i.wrapping_mul(2_654_435_761) % KEYSPACE;
+        let checks: Vec<String> = (0..checks)
+            .map(|c| format!(r#"{{"rule":"bench{c}","key":"client-{key}","limit":{LIMIT}}}"#))
+            .collect();
+        Bytes::from(format!(r#"{{"checks":[{}]}}"#, checks.join(",")))
+    }
+}
+
+fn redis_benchmark(
+    redis: &RedisServer,
+    concurrency: usize,
+    requests: u64,
+) -> anyhow::Result<(f64, f64, f64)> {
+    let sha = SCRIPTS.get(Algorithm::Gcra).get_hash().to_owned();
+    let output = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &redis.port().to_string(),
+            "-c",
+            &concurrency.to_string(),
+        ])
+        .args([
+            "-n",
+            &requests.to_string(),
+            "-r",
+            &KEYSPACE.to_string(),
+            "--csv",
+        ])
+        .args([
+            "EVALSHA",
+            &sha,
+            "1",
+            "sluice:{bench0:client-__rand_int__}:gcra",
+            "",
+            "1",
+            "0",
+            "1000000",
+            "1000000",
+            "1000000",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .context("running redis-benchmark (apt-get install redis-tools)")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("\"EVALSHA"))
+        .with_context(|| format!("redis-benchmark said: {text}"))?;
+    let fields: Vec<f64> = row
+        .split(',')
+        .skip(1)
+        .map(|f| f.trim_matches('"').parse().unwrap_or(f64::NAN))
+        .collect();
+    let (Some(rps), Some(p50), Some(p99)) = (fields.first(), fields.get(3), fields.get(5)) else {
+        bail!("unexpected redis-benchmark output: {row}");
+    };
+    Ok((*rps, *p50, *p99))
+}
+
+/// Measures each (concurrency, checks per request) for `duration` after a warm-up.
+pub fn run(configurations: &[(usize, usize)], duration: Duration) -> anyhow::Result<Vec<Row>> {
+    let redis = RedisServer::start()?;
+    let port = free_port()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let server = ServerProcess(
+        Command::new(sibling_binary("sluice-server")?)
+            .args([
+                "--listen",
+                &addr.to_string(),
+                "--redis",
+                &redis.url(),
+                "--log",
+                "warn",
+            ])
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting sluice-server")?,
+    );
+    // The load generator gets one thread, as redis-benchmark has one.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(wait_ready(addr))?;
+    let mut rows = Vec::new();
+    for &(concurrency, checks) in configurations {
+        let sluice = runtime.block_on(load::run(
+            addr,
+            sluice_core::wire::DECIDE_PATH,
+            concurrency,
+            Duration::from_secs(1),
+            duration,
+            body(checks),
+        ))?;
+        if sluice.errors > 0 {
+            bail!("{} requests failed during the benchmark", sluice.errors);
+        }
+        // About as many EVALSHA as the sluice run decided, so both run for a similar time.
+        let requests =
+            ((sluice.rate() * checks as f64 * duration.as_secs_f64()) as u64).max(50_000);
+        let baseline = redis_benchmark(&redis, concurrency, requests)?;
+        rows.push(Row {
+            concurrency,
+            checks,
+            sluice,
+            baseline,
+        });
+    }
+    drop(server);
+    Ok(rows)
+}
+
+async fn wait_ready(addr: SocketAddr) -> anyhow::Result<()> {
+    for _ in 0..200 {
+        if let Ok(stream) = tokio::net::TcpStream::connect(addr).await {
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+            tokio::spawn(conn);
+            let request = http::Request::get("/readyz")
+                .header(http::header::HOST, "sluice")
+                .body(http_body_util::Empty::<Bytes>::new())?;
+            if sender
+                .send_request(request)
+                .await
+                .is_ok_and(|r| r.status() == http::StatusCode::OK)
+            {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("sluice-server never became ready at {addr}")
+}
