@@ -74,6 +74,17 @@ impl Http {
         headers: &[(&str, &str)],
         body: impl Into<Bytes>,
     ) -> Answer {
+        self.try_send(method, url, headers, body).await.unwrap()
+    }
+
+    /// As `send`, but a connection that fails is an error, not a panic.
+    pub async fn try_send(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Result<Answer, hyper_util::client::legacy::Error> {
         let mut request = http::Request::builder().method(method).uri(url);
         for (k, v) in headers {
             request = request.header(*k, *v);
@@ -81,8 +92,7 @@ impl Http {
         let response = self
             .client
             .request(request.body(Full::new(body.into())).unwrap())
-            .await
-            .unwrap();
+            .await?;
         let status = response.status().as_u16();
         let version = response.version();
         let content_type = response
@@ -92,12 +102,12 @@ impl Http {
             .unwrap_or_default()
             .to_owned();
         let body = response.into_body().collect().await.unwrap().to_bytes();
-        Answer {
+        Ok(Answer {
             status,
             body: String::from_utf8_lossy(&body).into_owned(),
             version,
             content_type,
-        }
+        })
     }
 
     pub async fn get(&self, url: &str) -> Answer {

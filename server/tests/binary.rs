@@ -1,0 +1,135 @@
+//! The `sluice-server` binary: settings from flags or `SLUICE_*` variables, JSON logs, and a
+//! graceful exit on SIGTERM.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::Http;
+use sluice_harness::{RedisServer, free_port};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_sluice-server");
+
+#[test]
+fn every_setting_is_a_flag_and_an_environment_variable() {
+    let help = Command::new(BINARY).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for (flag, variable) in [
+        ("--listen", "SLUICE_LISTEN"),
+        ("--redis", "SLUICE_REDIS"),
+        ("--redis-cluster", "SLUICE_REDIS_CLUSTER"),
+        ("--redis-sentinel", "SLUICE_REDIS_SENTINEL"),
+        ("--sentinel-master", "SLUICE_SENTINEL_MASTER"),
+        ("--redis-timeout", "SLUICE_REDIS_TIMEOUT"),
+        ("--key-prefix", "SLUICE_KEY_PREFIX"),
+        ("--token", "SLUICE_TOKEN"),
+        ("--replay-time", "SLUICE_REPLAY_TIME"),
+        ("--log-format", "SLUICE_LOG_FORMAT"),
+        ("--log", "SLUICE_LOG"),
+        ("--shutdown-grace", "SLUICE_SHUTDOWN_GRACE"),
+    ] {
+        assert!(
+            help.contains(flag) && help.contains(&format!("env: {variable}")),
+            "{flag} / {variable} missing from --help:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_setting_stops_the_server_with_a_message_naming_it() {
+    let output = Command::new(BINARY)
+        .env("SLUICE_KEY_PREFIX", "a{b}")
+        .env("SLUICE_LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--key-prefix: `a{b}` must be non-empty and without braces"),
+        "{stderr}"
+    );
+    let output = Command::new(BINARY)
+        .args(["--redis-timeout", "soon"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("`soon` is not a duration"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_from_the_environment_it_serves_logs_json_and_exits_cleanly_on_sigterm() {
+    let redis = RedisServer::start().unwrap();
+    let port = free_port().unwrap();
+    let mut child = Command::new(BINARY)
+        .env("SLUICE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("SLUICE_REDIS", redis.url())
+        .env("SLUICE_LOG_FORMAT", "json")
+        .env("SLUICE_REDIS_TIMEOUT", "250ms")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let http = Http::http1();
+    let mut ready = false;
+    for _ in 0..200 {
+        if let Ok(Ok(answer)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            http.try_send("GET", &format!("{url}/readyz"), &[], ""),
+        )
+        .await
+            && answer.status == 200
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(ready, "the server never became ready");
+    let answer = http
+        .decide(
+            &url,
+            &common::one_check(
+                "r",
+                "k",
+                r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":1}"#,
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || {
+        let stderr = child.stderr.take().unwrap();
+        let lines: Vec<String> = BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect();
+        (child.wait().unwrap(), lines)
+    })
+    .await
+    .unwrap();
+    let (exit, lines) = exit;
+    assert!(exit.success(), "exit {exit:?}");
+    assert!(!lines.is_empty());
+    for line in &lines {
+        let parsed: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            parsed.get("level").is_some() && parsed.get("fields").is_some(),
+            "{line}"
+        );
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("shutting down")),
+        "{lines:?}"
+    );
+}
