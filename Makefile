@@ -16,7 +16,7 @@ POLICY ?= examples/policy.json
 # Extra replay flags, e.g. ARGS="--sort --instances 3"
 ARGS   ?=
 
-.PHONY: all setup wasm build demo test bench lint fmt clean
+.PHONY: all setup wasm build demo test bench schema lint fmt clean
 
 all: build
 
@@ -50,6 +50,10 @@ test: wasm
 bench: wasm
 	$(CARGO) build --release -p sluice-sim -p sluice-server -p sluice-bench
 	target/release/sluice-bench all --out BENCHMARKS.md
+
+# Regenerates docs/config.schema.json from the configuration's types.
+schema:
+	SLUICE_BLESS=1 $(CARGO) test -p sluice-core --test schema
 
 lint:
 	$(CARGO) fmt --all -- --check

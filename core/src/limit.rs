@@ -233,27 +233,33 @@ fn bucket_bound(b: &BucketLimit, span_ms: u64) -> u64 {
 
 /// A limit exactly as written, before validation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawLimit {
     /// One of the six algorithm names.
+    #[cfg_attr(feature = "schema", schemars(extend("enum" = ["fixed_window", "sliding_log", "sliding_window", "token_bucket", "leaky_bucket", "gcra"])))]
     pub algorithm: String,
-    /// Window algorithms: units per window.
+    /// Window algorithms: units per window (sliding_log: at most 100000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1_000_000_000)))]
     pub limit: Option<u64>,
     /// Window algorithms: the window's length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<Millis>,
     /// Bucket algorithms: units restored every `per`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1_000_000_000)))]
     pub rate: Option<u64>,
     /// Bucket algorithms: the period of `rate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per: Option<Millis>,
     /// Bucket algorithms: the bucket's size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1_000_000_000)))]
     pub burst: Option<u64>,
     /// `leaky_bucket`: `meter` (default) or `shaping`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("enum" = ["meter", "shaping", null])))]
     pub mode: Option<String>,
     /// `leaky_bucket` in `shaping` mode: the longest a request may be held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -531,5 +537,16 @@ mod tests {
         assert_eq!(log.admission_bound(1000), 10);
         let gcra = parse(r#"{"algorithm":"gcra","rate":10,"per":"1s","burst":5}"#).unwrap();
         assert_eq!(gcra.admission_bound(1000), 15);
+    }
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Limit {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Limit".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        RawLimit::json_schema(generator)
     }
 }

@@ -9,6 +9,8 @@
 // Test support: a stack that cannot start is a failed test, said as plainly as possible.
 #![allow(clippy::expect_used)]
 
+pub mod misbehaving;
+
 use std::path::PathBuf;
 
 use sluice_harness::RedisServer;
@@ -16,7 +18,7 @@ use sluice_server::{RunningServer, ServerConfig};
 use sluice_sim::envoy::Completed;
 use sluice_sim::replay::Observer;
 use sluice_sim::trace::TraceRecord;
-use sluice_sim::{Simulation, Topology};
+use sluice_sim::{Run, Simulation, Topology};
 
 /// The filter built by `make wasm` (or `SLUICE_WASM`).
 pub fn filter_wasm() -> Vec<u8> {
@@ -84,19 +86,31 @@ impl Stack {
         }
     }
 
+    /// Replays `records` through `topology`, calling out to `server_url` (the stack's own
+    /// server, or a deliberately misbehaving one); every request's outcome in completion order,
+    /// and the run (its Envoys' stats and logs).
+    pub fn run_via(
+        &self,
+        server_url: &str,
+        records: &[TraceRecord],
+        topology: &Topology,
+    ) -> (Vec<Completed>, Run) {
+        let mut collected = Collected::default();
+        let run = self
+            .simulation
+            .run(records, topology, server_url, &self.runtime, &mut collected)
+            .expect("replay");
+        (collected.completed, run)
+    }
+
+    /// Replays `records` through `topology` against the stack's server.
+    pub fn run(&self, records: &[TraceRecord], topology: &Topology) -> (Vec<Completed>, Run) {
+        self.run_via(&self.server_url, records, topology)
+    }
+
     /// Replays `records` through `topology`; every request's outcome, in completion order.
     pub fn replay_with(&self, records: &[TraceRecord], topology: &Topology) -> Vec<Completed> {
-        let mut collected = Collected::default();
-        self.simulation
-            .run(
-                records,
-                topology,
-                &self.server_url,
-                &self.runtime,
-                &mut collected,
-            )
-            .expect("replay");
-        collected.completed
+        self.run(records, topology).0
     }
 
     /// Replays `records` through one Envoy with one worker.
@@ -134,4 +148,20 @@ pub fn header<'a>(done: &'a Completed, name: &str) -> Option<&'a str> {
         .iter()
         .find(|(k, _)| k == name)
         .and_then(|(_, v)| std::str::from_utf8(v).ok())
+}
+
+/// The decision record the filter left in a request's filter state, as JSON text.
+pub fn decision_record(done: &Completed) -> Option<String> {
+    done.filter_state
+        .iter()
+        .find(|(k, _)| k.as_slice() == b"wasm.sluice.decision")
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+}
+
+/// A stat's value, summed over the run's Envoys (name without Envoy's `wasmcustom.` prefix).
+pub fn stat(run: &Run, name: &str) -> i64 {
+    run.envoys
+        .iter()
+        .filter_map(|e| e.metrics().number(name))
+        .sum()
 }

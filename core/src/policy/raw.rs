@@ -10,6 +10,7 @@ use crate::limit::Limit;
 
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicy {
     /// The Envoy cluster that reaches sluice-server.
@@ -22,6 +23,7 @@ pub struct RawPolicy {
     pub timeout: Option<Millis>,
     /// `allow` (default) or `deny` when sluice-server cannot answer.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(extend("enum" = ["allow", "deny", null])))]
     pub failure_mode: Option<String>,
     /// A bearer token sent to sluice-server.
     #[serde(default)]
@@ -43,6 +45,7 @@ pub struct RawPolicy {
 
 /// The deny cache: on, off, or on with a number of slots.
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged, expecting = "true, false, or {\"slots\": N}")]
 pub enum RawDenyCache {
     /// On with the default size, or off.
@@ -53,6 +56,7 @@ pub enum RawDenyCache {
 
 /// The deny cache's size.
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawDenyCacheSize {
     /// How many keys the cache can hold at once (1 to 1048576).
@@ -61,16 +65,19 @@ pub struct RawDenyCacheSize {
 
 /// The response settings.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawResponse {
     /// Status of a denial (default 429).
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(range(min = 400, max = 599)))]
     pub status: Option<u16>,
     /// Body of a denial.
     #[serde(default)]
     pub body: Option<String>,
     /// `x-ratelimit` (default), `ietf` or `none`.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(extend("enum" = ["x-ratelimit", "ietf", "none", null])))]
     pub headers: Option<String>,
     /// Whether allowed responses carry the rate-limit headers too (default false).
     #[serde(default)]
@@ -79,9 +86,14 @@ pub struct RawResponse {
 
 /// One rule.
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawRule {
     /// A unique name: 1 to 64 of `A-Z a-z 0-9 _ . -`.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,64}$"))
+    )]
     pub name: String,
     /// Which requests the rule applies to; absent matches every request.
     #[serde(default, rename = "match")]
@@ -103,6 +115,7 @@ pub struct RawRule {
 
 /// Conditions that must all hold.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawMatch {
     /// The path, without its query string.
@@ -121,6 +134,7 @@ pub struct RawMatch {
 
 /// A string or a list of strings.
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged, expecting = "a method name or a list of method names")]
 pub enum OneOrMany {
     /// One.
@@ -131,6 +145,7 @@ pub enum OneOrMany {
 
 /// Exactly one of the four ways to match a value.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawStringMatch {
     /// The whole value.
@@ -149,6 +164,7 @@ pub struct RawStringMatch {
 
 /// A header condition: `present`, or one of the value matches.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawHeaderMatch {
     /// The header's name (matched case-insensitively).
@@ -172,6 +188,7 @@ pub struct RawHeaderMatch {
 
 /// One part of a key: a bare name, or an object naming its source.
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(
     untagged,
     expecting = "a key part: \"client_ip\", \"path\", \"method\", \"host\", or an object with one of header, query, const"
@@ -185,6 +202,7 @@ pub enum RawKeyPart {
 
 /// A key part read from the request by name.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawKeySource {
     /// A request header's value.
