@@ -115,6 +115,22 @@ impl<'de> Deserialize<'de> for Millis {
     }
 }
 
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Millis {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^[0-9]+(ms|s|m|h|d)$",
+            "description": "A whole number and a unit: 100ms, 1s, 1m, 1h, 1d; at least 1ms, at most 30d.",
+            "examples": ["100ms", "1s", "1m"]
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,21 +187,5 @@ mod tests {
             assert_eq!(d.to_string().parse::<Millis>(), Ok(d));
         }
         assert_eq!(Millis::new(90_000).unwrap().to_string(), "90s");
-    }
-}
-
-#[cfg(feature = "schema")]
-impl schemars::JsonSchema for Millis {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Duration".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "pattern": "^[0-9]+(ms|s|m|h|d)$",
-            "description": "A whole number and a unit: 100ms, 1s, 1m, 1h, 1d; at least 1ms, at most 30d.",
-            "examples": ["100ms", "1s", "1m"]
-        })
     }
 }

@@ -447,6 +447,17 @@ impl From<Limit> for RawLimit {
     }
 }
 
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Limit {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Limit".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        RawLimit::json_schema(generator)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -537,16 +548,5 @@ mod tests {
         assert_eq!(log.admission_bound(1000), 10);
         let gcra = parse(r#"{"algorithm":"gcra","rate":10,"per":"1s","burst":5}"#).unwrap();
         assert_eq!(gcra.admission_bound(1000), 15);
-    }
-}
-
-#[cfg(feature = "schema")]
-impl schemars::JsonSchema for Limit {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Limit".into()
-    }
-
-    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        RawLimit::json_schema(generator)
     }
 }
