@@ -1,16 +1,12 @@
--- sluice prelude: sluice-server prepends this to every limit script (server/src/scripts.rs),
--- so that each script below is one algorithm and nothing else.
+-- sluice prelude: constants and pure helpers shared by every limit script. sluice-server
+-- composes each script as prelude + frame + one algorithm file, and the batch script as
+-- prelude + each algorithm file wrapped in a frame + batch.lua (server/src/scripts.rs), so
+-- that each algorithm file is that algorithm and nothing else.
 --
--- KEYS[1]  the key's state
--- ARGV[1]  the time in microseconds (replay mode only), or "" to read Redis TIME
--- ARGV[2]  cost; 0 only asks
--- ARGV[3]  "1" when a denied request consumes too
--- ARGV[4..] the algorithm's parameters
---
--- Every script returns {allowed (0|1), limit, remaining, reset_ms, retry_after_ms, delay_ms},
--- with retry_after_ms = -1 for a request that can never pass. The arithmetic mirrors the
--- reference models in core/src/algorithm/, operation for operation, so that the two agree
--- to the last bit.
+-- Every algorithm returns {allowed (0|1), limit, remaining, reset_ms, retry_after_ms,
+-- delay_ms}, with retry_after_ms = -1 for a request that can never pass. The arithmetic
+-- mirrors the reference models in core/src/algorithm/, operation for operation, so that the
+-- two agree to the last bit.
 
 local AMOUNT_EPSILON = 1e-9
 -- A replay's clock is virtual while expiry runs on Redis' own clock: a key must not vanish
@@ -19,31 +15,12 @@ local REPLAY_MIN_TTL_MS = 3600000
 local TIME_EPSILON_US = 1.0
 local NEVER = -1
 
-local key = KEYS[1]
-local cost = tonumber(ARGV[2])
-local count_denied = ARGV[3] == '1'
-
-local function now_us()
-  if ARGV[1] ~= '' then
-    return tonumber(ARGV[1])
-  end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
 -- Microseconds to whole milliseconds, rounded up: a client must not come back early.
 local function ceil_ms(us)
   if us <= 0 then
     return 0
   end
   return math.ceil(us / 1000)
-end
-
-local function ttl_ms(us)
-  if ARGV[1] ~= '' then
-    return math.max(REPLAY_MIN_TTL_MS, ceil_ms(us))
-  end
-  return math.max(1, ceil_ms(us))
 end
 
 local function floor_units(x)

@@ -29,6 +29,9 @@ enum Command {
         /// Seconds per measurement.
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+        /// Configurations as connections:checks, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "16:1,32:1,64:1,32:3")]
+        load: Vec<String>,
     },
     /// Redis memory per key and commands per decision, for each algorithm.
     Memory,
@@ -53,11 +56,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn server_section(seconds: u64) -> anyhow::Result<String> {
-    let rows = server::run(
-        &[(16, 1), (32, 1), (64, 1), (32, 3)],
-        Duration::from_secs(seconds),
-    )?;
+fn server_section(seconds: u64, load: &[(usize, usize)]) -> anyhow::Result<String> {
+    let rows = server::run(load, Duration::from_secs(seconds))?;
     let mut out = String::new();
     writeln!(
         out,
@@ -86,6 +86,9 @@ fn server_section(seconds: u64) -> anyhow::Result<String> {
     }
     Ok(out)
 }
+
+/// (connections, checks per request) measured by `make bench`.
+const DEFAULT_LOAD: [(usize, usize); 4] = [(16, 1), (32, 1), (64, 1), (32, 3)];
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -128,7 +131,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Server { seconds } => print!("{}", server_section(seconds)?),
+        Command::Server { seconds, load } => {
+            let load = load
+                .iter()
+                .map(|l| {
+                    let (c, k) = l
+                        .split_once(':')
+                        .ok_or_else(|| anyhow::anyhow!("--load {l}: write connections:checks"))?;
+                    Ok((c.parse()?, k.parse()?))
+                })
+                .collect::<anyhow::Result<Vec<(usize, usize)>>>()?;
+            print!("{}", server_section(seconds, &load)?)
+        }
         Command::Memory => print!("{}", runtime.block_on(memory::run())?),
         Command::All { out, seconds } => {
             let mut doc = String::new();
@@ -144,7 +158,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(
                 doc,
                 "## Server: decisions per second\n\n{}",
-                server_section(seconds)?
+                server_section(seconds, &DEFAULT_LOAD)?
             )?;
             eprintln!("bench: Redis memory per key ...");
             writeln!(

@@ -68,6 +68,18 @@ impl Algorithm {
         }
     }
 
+    /// Its position in [`Algorithm::ALL`].
+    pub const fn ordinal(self) -> usize {
+        match self {
+            Algorithm::FixedWindow => 0,
+            Algorithm::SlidingLog => 1,
+            Algorithm::SlidingWindow => 2,
+            Algorithm::TokenBucket => 3,
+            Algorithm::LeakyBucket => 4,
+            Algorithm::Gcra => 5,
+        }
+    }
+
     /// The algorithm called `name`, if any.
     pub fn from_name(name: &str) -> Option<Algorithm> {
         Algorithm::ALL.into_iter().find(|a| a.name() == name)

@@ -98,6 +98,11 @@ pub struct WireError(pub String);
 impl DecideRequest {
     /// Parses and validates a request body; the error names the field and the reason.
     pub fn from_json(body: &[u8]) -> Result<DecideRequest, WireError> {
+        // Most bodies are fine: parse them plainly, and track the path only to explain an error.
+        if let Ok(request) = serde_json::from_slice::<DecideRequest>(body) {
+            request.validate()?;
+            return Ok(request);
+        }
         let mut de = serde_json::Deserializer::from_slice(body);
         let request: DecideRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let path = e.path().to_string();

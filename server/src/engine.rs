@@ -8,7 +8,7 @@ use sluice_core::verdict::Verdict;
 use sluice_core::wire::{DecideRequest, DecideResponse};
 
 use crate::metrics::Metrics;
-use crate::scripts::ScriptCall;
+use crate::scripts::{BatchCall, ScriptCall};
 use crate::store::{Store, StoreError};
 
 /// Decides requests against the store.
@@ -41,25 +41,46 @@ impl Engine {
         request: &DecideRequest,
         now_us: Option<i64>,
     ) -> Result<DecideResponse, StoreError> {
-        let mut results: Vec<Verdict> = Vec::with_capacity(request.checks.len());
-        let mut denied = false;
-        for check in &request.checks {
-            let cost = if denied { 0 } else { check.cost };
-            let key = redis_key(
-                &self.key_prefix,
-                &check.rule,
-                &check.key,
-                check.limit.algorithm(),
-            );
-            let call = ScriptCall::new(&check.limit, key, now_us, cost, check.count_denied);
-            let verdict = self
-                .store
-                .run(&call)
+        let calls: Vec<(ScriptCall, bool)> = request
+            .checks
+            .iter()
+            .map(|check| {
+                let key = redis_key(
+                    &self.key_prefix,
+                    &check.rule,
+                    &check.key,
+                    check.limit.algorithm(),
+                );
+                (
+                    ScriptCall::new(&check.limit, key, now_us, check.cost, check.count_denied),
+                    check.shadow,
+                )
+            })
+            .collect();
+        let results = if calls.len() > 1 && self.store.runs_batches() {
+            // One round trip, and the whole request decided atomically.
+            self.store
+                .run_batch(&BatchCall::new(&calls))
                 .await
-                .inspect_err(|e| self.metrics.redis_error(e))?;
-            denied |= !verdict.allowed && !check.shadow;
-            results.push(verdict);
-        }
+                .inspect_err(|e| self.metrics.redis_error(e))?
+        } else {
+            // Check by check (on a Cluster each key may live on another node).
+            let mut results: Vec<Verdict> = Vec::with_capacity(calls.len());
+            let mut denied = false;
+            for (mut call, shadow) in calls {
+                if denied {
+                    call = call.looking();
+                }
+                let verdict = self
+                    .store
+                    .run(&call)
+                    .await
+                    .inspect_err(|e| self.metrics.redis_error(e))?;
+                denied |= !verdict.allowed && !shadow;
+                results.push(verdict);
+            }
+            results
+        };
         let outcomes = record::outcomes(
             request
                 .checks

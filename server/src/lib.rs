@@ -1,7 +1,7 @@
 //! sluice-server: the stateless limit service behind the sluice filter.
 //!
 //! Every Envoy's filter sends one `POST /v1/decide` per request ([`sluice_core::wire`]); the
-//! server runs each check's script from `lua/` atomically in Redis ([`scripts`], [`store`]) and
+//! server runs the checks' scripts from `lua/` atomically in Redis ([`scripts`], [`store`]) and
 //! answers. Any number of replicas can serve the same Redis: they hold no state, and time comes
 //! from Redis.
 //!
@@ -10,14 +10,15 @@
 //! - [`engine`]: the decision procedure.
 //! - [`http`]: `/v1/decide`, `/healthz`, `/readyz`, `/metrics`.
 //!
-//! [`spawn`] runs a server in-process (the simulator and the tests do); the `sluice-server`
-//! binary is a thin shell over [`serve`].
+//! [`spawn`] runs a server in-process on a TCP port, [`spawn_in_memory`] one reached without
+//! sockets (the simulator does); the `sluice-server` binary is a thin shell over [`serve`].
 
 #![deny(missing_docs)]
 
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod memory;
 pub mod metrics;
 pub mod scripts;
 pub mod store;
@@ -25,7 +26,7 @@ pub mod store;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::serve::ListenerExt;
+use axum::serve::{Listener, ListenerExt};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -44,6 +45,23 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // Answers are small and latency is the product: no Nagle delay on accepted connections.
+    let listener = listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    });
+    serve_on(config, listener, shutdown).await
+}
+
+/// [`serve`] on any listener: TCP, or in-memory (see [`memory`]).
+pub async fn serve_on<L>(
+    config: ServerConfig,
+    listener: L,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: Listener,
+    L::Addr: std::fmt::Debug,
+{
     let metrics = Arc::new(Metrics::default());
     let store = Store::connect(config.topology.clone(), config.redis_timeout);
     let state = Arc::new(AppState {
@@ -53,10 +71,6 @@ pub async fn serve(
         replay_time: config.replay_time,
     });
     let (stopping_tx, stopping_rx) = oneshot::channel::<()>();
-    // Answers are small and latency is the product: no Nagle delay on accepted connections.
-    let listener = listener.tap_io(|stream| {
-        let _ = stream.set_nodelay(true);
-    });
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
         shutdown.await;
         tracing::info!("shutting down: finishing requests in flight");
@@ -81,7 +95,7 @@ pub async fn serve(
 
 /// A server running in this process.
 pub struct RunningServer {
-    addr: SocketAddr,
+    addr: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -95,21 +109,41 @@ pub async fn spawn(config: ServerConfig, listen: SocketAddr) -> std::io::Result<
         let _ = stopped.await;
     }));
     Ok(RunningServer {
-        addr,
+        addr: Some(addr),
         stop: Some(stop),
         task,
     })
 }
 
+/// Starts a server in this process that is reached through the returned connector only.
+pub fn spawn_in_memory(config: ServerConfig) -> (RunningServer, memory::MemoryConnector) {
+    let (listener, connector) = memory::pair();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve_on(config, listener, async move {
+        let _ = stopped.await;
+    }));
+    (
+        RunningServer {
+            addr: None,
+            stop: Some(stop),
+            task,
+        },
+        connector,
+    )
+}
+
 impl RunningServer {
-    /// The address it listens on.
-    pub fn addr(&self) -> SocketAddr {
+    /// The address it listens on (none for an in-memory server).
+    pub fn addr(&self) -> Option<SocketAddr> {
         self.addr
     }
 
-    /// Its base URL, `http://ip:port`.
+    /// Its base URL: `http://ip:port`, or `http://in-memory` for an in-memory server.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        match self.addr {
+            Some(addr) => format!("http://{addr}"),
+            None => "http://in-memory".to_owned(),
+        }
     }
 
     /// Shuts it down gracefully and waits for it.

@@ -1,9 +1,11 @@
 //! The Lua scripts, the only code sluice ever runs in Redis.
 //!
-//! Each script is `lua/prelude.lua` followed by one algorithm's file, compiled in, with its SHA
-//! computed once. This module alone knows the scripts' arguments and replies: [`ScriptCall`]
-//! turns a check into `KEYS`/`ARGV`, and [`decode_reply`] turns the reply back into a
-//! [`Verdict`], refusing anything that is not the six numbers a script returns.
+//! Each algorithm's script is `lua/prelude.lua`, `lua/frame.lua` and that algorithm's file,
+//! compiled in, with its SHA computed once. The batch script decides every check of a request
+//! in one call: the prelude, each algorithm's file wrapped in the frame as a function, and
+//! `lua/batch.lua`. This module alone knows the scripts' arguments and replies: [`ScriptCall`]
+//! and [`BatchCall`] turn checks into `KEYS`/`ARGV`, and [`decode_reply`] turns six numbers
+//! back into a [`Verdict`], refusing anything else.
 
 use std::sync::LazyLock;
 
@@ -12,41 +14,70 @@ use sluice_core::limit::{Algorithm, LeakMode, Limit};
 use sluice_core::verdict::Verdict;
 
 const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+const FRAME: &str = include_str!("../../lua/frame.lua");
+const BATCH: &str = include_str!("../../lua/batch.lua");
 
-/// Every algorithm's script.
+/// Each algorithm's file, in `Algorithm::ALL` order (the batch script numbers them from 1).
+const ALGORITHM_FILES: [(Algorithm, &str); 6] = [
+    (
+        Algorithm::FixedWindow,
+        include_str!("../../lua/fixed_window.lua"),
+    ),
+    (
+        Algorithm::SlidingLog,
+        include_str!("../../lua/sliding_log.lua"),
+    ),
+    (
+        Algorithm::SlidingWindow,
+        include_str!("../../lua/sliding_window.lua"),
+    ),
+    (
+        Algorithm::TokenBucket,
+        include_str!("../../lua/token_bucket.lua"),
+    ),
+    (
+        Algorithm::LeakyBucket,
+        include_str!("../../lua/leaky_bucket.lua"),
+    ),
+    (Algorithm::Gcra, include_str!("../../lua/gcra.lua")),
+];
+
+/// Every algorithm's script, and the batch script.
 pub struct Scripts {
-    fixed_window: Script,
-    sliding_log: Script,
-    sliding_window: Script,
-    token_bucket: Script,
-    leaky_bucket: Script,
-    gcra: Script,
+    /// By [`Algorithm::ordinal`].
+    singles: Vec<Script>,
+    batch: Script,
 }
 
 /// The scripts, composed once per process.
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let compose = |body: &str| Script::new(&format!("{PRELUDE}\n{body}"));
+    let singles = ALGORITHM_FILES
+        .iter()
+        .map(|(_, body)| Script::new(&format!("{PRELUDE}\n{FRAME}\n{body}")))
+        .collect();
+    let mut batch = format!("{PRELUDE}\nlocal ALGORITHMS = {{}}\n");
+    for (algorithm, body) in ALGORITHM_FILES {
+        batch.push_str(&format!(
+            "-- {algorithm}\nALGORITHMS[{}] = function(KEYS, ARGV)\n{FRAME}\n{body}\nend\n",
+            algorithm.ordinal() + 1
+        ));
+    }
+    batch.push_str(BATCH);
     Scripts {
-        fixed_window: compose(include_str!("../../lua/fixed_window.lua")),
-        sliding_log: compose(include_str!("../../lua/sliding_log.lua")),
-        sliding_window: compose(include_str!("../../lua/sliding_window.lua")),
-        token_bucket: compose(include_str!("../../lua/token_bucket.lua")),
-        leaky_bucket: compose(include_str!("../../lua/leaky_bucket.lua")),
-        gcra: compose(include_str!("../../lua/gcra.lua")),
+        singles,
+        batch: Script::new(&batch),
     }
 });
 
 impl Scripts {
     /// The script of `algorithm`.
     pub fn get(&self, algorithm: Algorithm) -> &Script {
-        match algorithm {
-            Algorithm::FixedWindow => &self.fixed_window,
-            Algorithm::SlidingLog => &self.sliding_log,
-            Algorithm::SlidingWindow => &self.sliding_window,
-            Algorithm::TokenBucket => &self.token_bucket,
-            Algorithm::LeakyBucket => &self.leaky_bucket,
-            Algorithm::Gcra => &self.gcra,
-        }
+        &self.singles[algorithm.ordinal()]
+    }
+
+    /// The batch script.
+    pub fn batch(&self) -> &Script {
+        &self.batch
     }
 
     /// Every script with its algorithm.
@@ -110,6 +141,54 @@ impl ScriptCall {
     /// The script to run.
     pub fn script(&self) -> &'static Script {
         SCRIPTS.get(self.algorithm)
+    }
+
+    /// The same call at cost 0: it only looks (the request was denied by an earlier check).
+    pub fn looking(mut self) -> ScriptCall {
+        self.args[1] = "0".to_owned();
+        self
+    }
+}
+
+/// Several checks decided by one call of the batch script, in order: once an enforced check is
+/// denied, the checks after it only look (cost 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchCall {
+    /// `KEYS`: each check's key.
+    pub keys: Vec<String>,
+    /// `ARGV`.
+    pub args: Vec<String>,
+}
+
+impl BatchCall {
+    /// A batch of `(call, shadow)`, in order.
+    pub fn new(calls: &[(ScriptCall, bool)]) -> BatchCall {
+        let mut args = vec![calls.len().to_string()];
+        let mut keys = Vec::with_capacity(calls.len());
+        for (call, shadow) in calls {
+            args.push((call.algorithm.ordinal() + 1).to_string());
+            args.push(if *shadow { "1" } else { "0" }.to_owned());
+            args.push(call.args.len().to_string());
+            args.extend(call.args.iter().cloned());
+            keys.push(call.key.clone());
+        }
+        BatchCall { keys, args }
+    }
+
+    /// The batch script.
+    pub fn script(&self) -> &'static Script {
+        SCRIPTS.batch()
+    }
+
+    /// Splits the batch script's reply into one verdict per check.
+    pub fn decode(&self, reply: Vec<i64>) -> Result<Vec<Verdict>, BadReply> {
+        if reply.len() != 6 * self.keys.len() {
+            return Err(BadReply(reply));
+        }
+        reply
+            .chunks(6)
+            .map(|six| decode_reply(six.to_vec()))
+            .collect()
     }
 }
 

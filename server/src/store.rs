@@ -20,7 +20,9 @@ use redis::sentinel::{SentinelClient, SentinelServerType};
 use sluice_core::verdict::Verdict;
 use tokio::sync::{Mutex, RwLock};
 
-use crate::scripts::{BadReply, ScriptCall, decode_reply};
+use redis::Script;
+
+use crate::scripts::{BadReply, BatchCall, ScriptCall, decode_reply};
 
 /// Where Redis is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,23 +253,48 @@ impl Store {
         }
     }
 
+    /// Whether every key of a request may go to one script call: true but on a Cluster, where
+    /// a request's keys live on different nodes.
+    pub fn runs_batches(&self) -> bool {
+        !matches!(self.topology, Topology::Cluster(_))
+    }
+
     /// Runs one script call, loading the script if Redis does not have it.
     pub async fn run(self: &Arc<Self>, call: &ScriptCall) -> Result<Verdict, StoreError> {
-        let backend = self.backend().await?;
-        let mut invocation = call.script().prepare_invoke();
-        invocation.key(&call.key);
-        for arg in &call.args {
-            invocation.arg(arg);
-        }
-        let reply: Vec<i64> = self
-            .within_timeout(async {
-                match backend {
-                    Backend::Single(mut c) => invocation.invoke_async(&mut c).await,
-                    Backend::Cluster(mut c) => invocation.invoke_async(&mut c).await,
-                }
-            })
+        let reply = self
+            .invoke(call.script(), std::slice::from_ref(&call.key), &call.args)
             .await?;
         Ok(decode_reply(reply)?)
+    }
+
+    /// Runs several checks in one call of the batch script.
+    pub async fn run_batch(self: &Arc<Self>, call: &BatchCall) -> Result<Vec<Verdict>, StoreError> {
+        let reply = self.invoke(call.script(), &call.keys, &call.args).await?;
+        Ok(call.decode(reply)?)
+    }
+
+    /// `EVALSHA`, and on `NOSCRIPT` `SCRIPT LOAD` and again (redis::Script knows the dance).
+    async fn invoke(
+        self: &Arc<Self>,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Vec<i64>, StoreError> {
+        let backend = self.backend().await?;
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        self.within_timeout(async {
+            match backend {
+                Backend::Single(mut c) => invocation.invoke_async(&mut c).await,
+                Backend::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+            }
+        })
+        .await
     }
 
     /// Whether Redis answers a `PING` within the timeout.

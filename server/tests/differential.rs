@@ -161,3 +161,79 @@ fn leaky_bucket_script_matches_model() {
 fn gcra_script_matches_model() {
     check_algorithm(Algorithm::Gcra);
 }
+
+/// Multi-check requests: the batch script against the models, applying the protocol's rule
+/// that once an enforced check is denied, the checks after it only look (cost 0).
+#[test]
+fn the_batch_script_matches_the_models_check_by_check() {
+    use sluice_server::scripts::BatchCall;
+    let redis = RedisServer::start().expect("redis-server");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let store: Arc<Store> =
+        runtime.block_on(common::connected_store(Topology::Standalone(redis.url())));
+    let sequence = AtomicU64::new(0);
+    let algorithm = prop::sample::select(Algorithm::ALL.to_vec());
+    let rules = prop::collection::vec(algorithm.prop_flat_map(limit_strategy), 1..5);
+    let shadows = prop::collection::vec(any::<bool>(), 4);
+    let mut runner = TestRunner::new(Config {
+        cases: 300,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(
+        &(rules, shadows, steps()),
+        |(limits, shadows, (steps, count_denied))| {
+            let prefix = format!("batch:{}", sequence.fetch_add(1, Ordering::Relaxed));
+            let mut now: i64 = 1_763_700_000_000_000;
+            let mut states: Vec<Option<State>> = vec![None; limits.len()];
+            for (i, (dt, cost)) in steps.iter().enumerate() {
+                now += dt;
+                let calls: Vec<(ScriptCall, bool)> = limits
+                    .iter()
+                    .enumerate()
+                    .map(|(c, limit)| {
+                        (
+                            ScriptCall::new(
+                                limit,
+                                format!("{prefix}:{c}"),
+                                Some(now),
+                                *cost,
+                                count_denied,
+                            ),
+                            shadows[c],
+                        )
+                    })
+                    .collect();
+                let batch = BatchCall::new(&calls);
+                let script = runtime
+                    .block_on(store.run_batch(&batch))
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let mut denied = false;
+                for (c, limit) in limits.iter().enumerate() {
+                    let request = Request {
+                        now_us: now,
+                        cost: if denied { 0 } else { *cost },
+                        count_denied,
+                    };
+                    let model = limit.decide(states[c].as_ref(), request);
+                    prop_assert_eq!(
+                        script[c],
+                        model.verdict,
+                        "step {} check {} of {:?}",
+                        i,
+                        c,
+                        limits
+                    );
+                    if let Update::Write { state, .. } = model.update {
+                        states[c] = Some(state);
+                    }
+                    denied |= !model.verdict.allowed && !shadows[c];
+                }
+            }
+            Ok(())
+        },
+    );
+    if let Err(e) = result {
+        panic!("batch script and models disagree: {e}");
+    }
+}
