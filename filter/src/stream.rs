@@ -32,6 +32,9 @@ pub struct Stream {
     shared: Option<Rc<Shared>>,
     planned: Vec<PlannedCheck>,
     request: Option<DecideRequest>,
+    /// When the callout left: the server decides at this time or a little later, so
+    /// waits it reports count from here and a cached denial never outlives the real one.
+    asked_at_ms: u64,
     response_headers: Vec<(String, String)>,
     replied_locally: bool,
     held: bool,
@@ -45,6 +48,7 @@ impl Stream {
             shared,
             planned: Vec::new(),
             request: None,
+            asked_at_ms: 0,
             response_headers: Vec::new(),
             replied_locally: false,
             held: false,
@@ -153,6 +157,7 @@ impl Stream {
     /// Decides from the verdicts and remembers what came of each rule.
     fn conclude(&mut self, shared: &Shared, verdicts: &[Verdict]) -> Act {
         let now = now_ms(self);
+        let asked_at = self.asked_at_ms;
         let outcomes = record::outcomes(
             self.planned
                 .iter()
@@ -180,8 +185,8 @@ impl Stream {
             {
                 let entry = Entry {
                     id: entry_id(&planned.check.rule, &planned.check.key),
-                    until_ms: now + retry_ms,
-                    reset_at_ms: now + verdict.reset_ms,
+                    until_ms: asked_at + retry_ms,
+                    reset_at_ms: asked_at + verdict.reset_ms,
                     limit: verdict.limit,
                 };
                 shared.cache.remember(&entry, now);
@@ -276,7 +281,7 @@ impl Stream {
 
     fn hold(&mut self, shared: &Shared, delay_ms: u64) {
         self.held = true;
-        let release_at = now_ms(self) + delay_ms;
+        let release_at = self.asked_at_ms + delay_ms;
         shared.held.borrow_mut().hold(self.id, release_at);
     }
 }
@@ -344,6 +349,7 @@ impl HttpContext for Stream {
             ffi::set_filter_state(DECISION_PROPERTY, &record::encode(&records));
             return self.act_on_headers(Act::Reply(denial), &shared);
         }
+        self.asked_at_ms = now;
         match self.send_callout(&shared.policy) {
             Ok(()) => {
                 shared.stats.callout();

@@ -4,7 +4,8 @@
 //! - [`host`]: the proxy-wasm ABI 0.2.1 host on wasmtime, as Envoy's host behaves.
 //! - [`envoy`]: one simulated Envoy: worker VMs and the filter chain around the plugin.
 //! - [`trace`]: access logs in, and synthetic traces out.
-//! - [`transport`]: callouts over HTTP, with Envoy's failure encodings.
+//! - [`transport`]: callouts over HTTP, with Envoy's failure encodings; [`connect`] opens the
+//!   connections (TCP, or in memory to an in-process server).
 //! - [`replay`]: the virtual-time event loop.
 //! - [`report`]: per rule and per key, from the filter's own decision records.
 //! - [`launch`]: a server and a Redis when the user gives none.
@@ -13,6 +14,7 @@
 
 #![deny(missing_docs)]
 
+pub mod connect;
 pub mod envoy;
 pub mod host;
 pub mod launch;
@@ -26,11 +28,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+use crate::connect::Endpoint;
 use crate::envoy::{Envoy, EnvoyConfig, FailurePolicy, StartError};
 use crate::host::{Host, Plugin};
 use crate::replay::{Observer, Replay, RunStats};
 use crate::trace::{ClientAddresses, TraceRecord};
-use crate::transport::{ClusterHost, Dispatcher, Transport};
+use crate::transport::{Dispatcher, Transport};
 
 /// The example policy kept in the repository, compiled in as the default.
 pub const EXAMPLE_POLICY: &str = include_str!("../../examples/policy.json");
@@ -44,6 +47,8 @@ pub struct Topology {
     pub workers: usize,
     /// The plugin's failure policy.
     pub failure_policy: FailurePolicy,
+    /// The modelled time from a callout to its answer, in virtual time.
+    pub callout_latency: std::time::Duration,
 }
 
 impl Default for Topology {
@@ -52,6 +57,7 @@ impl Default for Topology {
             instances: 1,
             workers: 1,
             failure_policy: FailurePolicy::FailClosed,
+            callout_latency: replay::DEFAULT_CALLOUT_LATENCY,
         }
     }
 }
@@ -115,13 +121,12 @@ impl Simulation {
             .collect()
     }
 
-    /// Replays `records` in virtual time through `topology`, calling out to the server at
-    /// `server_url`.
+    /// Replays `records` in virtual time through `topology`, calling out to `server`.
     pub fn run(
         &self,
         records: &[TraceRecord],
         topology: &Topology,
-        server_url: &str,
+        server: Endpoint,
         runtime: &tokio::runtime::Runtime,
         observer: &mut dyn Observer,
     ) -> anyhow::Result<Run> {
@@ -131,16 +136,12 @@ impl Simulation {
         let envoys = self
             .envoys(topology, start_ns)
             .context("starting the simulated Envoys")?;
-        let clusters = HashMap::from([(
-            self.cluster.clone(),
-            ClusterHost {
-                base: Some(server_url.to_owned()),
-            },
-        )]);
+        let clusters = HashMap::from([(self.cluster.clone(), server)]);
         let dispatcher =
             Dispatcher::new(Arc::new(Transport::new(clusters)), runtime.handle().clone());
-        let (stats, envoys, clients) =
-            Replay::new(envoys, dispatcher, runtime.handle().clone(), records).run(observer);
+        let (stats, envoys, clients) = Replay::new(envoys, dispatcher, runtime, records)
+            .with_callout_latency(topology.callout_latency)
+            .run(observer);
         Ok(Run {
             stats,
             envoys,

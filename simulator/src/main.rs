@@ -73,6 +73,9 @@ struct ReplayArgs {
     /// Skip the filter when its VM fails, instead of answering 503.
     #[arg(long)]
     fail_open: bool,
+    /// The modelled time from a callout to its answer (virtual time).
+    #[arg(long, default_value = "1ms")]
+    callout_latency: Millis,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -226,12 +229,15 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         } else {
             FailurePolicy::FailClosed
         },
+        callout_latency: Duration::from_millis(args.callout_latency.as_millis()),
     };
+    // The replay (the VMs) runs on this thread; the callouts and the in-process server share
+    // one more, so that a callout reaches the server without a thread switch.
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()?;
-    let services = runtime.block_on(Services::start(args.redis.clone(), args.server.clone()))?;
+    let services = Services::start(&runtime, args.redis.clone(), args.server.clone())?;
 
     let bar = if args.quiet || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
@@ -252,12 +258,12 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let run = simulation.run(
         &trace.records,
         &topology,
-        services.server_url(),
+        services.endpoint(),
         &runtime,
         &mut terminal,
     );
     terminal.bar.finish_and_clear();
-    runtime.block_on(services.stop());
+    services.stop(&runtime);
     let run = run?;
 
     let summary = terminal.collector.report(args.top, &run.clients);
@@ -354,9 +360,4 @@ fn check(args: &CheckArgs) -> anyhow::Result<()> {
     simulation.envoys(&Topology::default(), 0)?;
     println!("{}: accepted by the filter", args.policy.display());
     Ok(())
-}
-
-#[allow(dead_code)]
-fn as_duration(ms: Millis) -> Duration {
-    Duration::from_millis(ms.as_millis())
 }

@@ -2,12 +2,12 @@
 //!
 //! A discrete-event loop over virtual time. Events at the same instant run in this order:
 //! every request that arrives at that instant, then callout answers, ticks and timeouts in the
-//! order they were scheduled. So requests that arrive together are all in flight before any
-//! answer comes back, as in a real proxy under load, and a request that arrives later sees the
-//! answers (and deny-cache entries) of those before it. Callout answers come back at the
-//! instant the callout was made (the service is modelled as instantaneous in virtual time);
-//! the real server and Redis are still called, and their answers are waited for. Nothing
-//! depends on how fast the machine is, so the same inputs give the same results.
+//! order they were scheduled. A callout's answer comes back a fixed modelled latency after the
+//! callout (default 1 ms, as from a service in the same data centre): requests that arrive
+//! meanwhile are in flight together, as in a real proxy, and cannot yet see that answer (or
+//! the deny-cache entry it leaves); requests that arrive later do. The real server and Redis
+//! decide every callout, at its virtual time, and their answers are waited for. Nothing depends
+//! on how fast the machine is, so the same inputs give the same results.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -23,6 +23,9 @@ use crate::transport::{Delivered, Dispatcher};
 
 /// How long Envoy lets a paused stream wait (its default `stream_idle_timeout`).
 pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The modelled time from a callout to its answer.
+pub const DEFAULT_CALLOUT_LATENCY: Duration = Duration::from_millis(1);
 
 /// The host requests are for when the trace does not say.
 const DEFAULT_AUTHORITY: &str = "shop.example";
@@ -78,7 +81,7 @@ pub struct RunStats {
 pub struct Replay<'a> {
     envoys: Vec<Envoy>,
     dispatcher: Dispatcher,
-    runtime: tokio::runtime::Handle,
+    runtime: &'a tokio::runtime::Runtime,
     records: &'a [TraceRecord],
     clients: ClientAddresses,
     queue: BinaryHeap<Reverse<(u64, u8, u64)>>,
@@ -88,6 +91,7 @@ pub struct Replay<'a> {
     /// Which instance an arrival goes to (round robin, as a load balancer in front).
     next_instance: usize,
     callouts: u64,
+    callout_latency_ns: u64,
 }
 
 impl<'a> Replay<'a> {
@@ -95,7 +99,7 @@ impl<'a> Replay<'a> {
     pub fn new(
         envoys: Vec<Envoy>,
         dispatcher: Dispatcher,
-        runtime: tokio::runtime::Handle,
+        runtime: &'a tokio::runtime::Runtime,
         records: &'a [TraceRecord],
     ) -> Replay<'a> {
         Replay {
@@ -110,7 +114,14 @@ impl<'a> Replay<'a> {
             tick_generation: HashMap::new(),
             next_instance: 0,
             callouts: 0,
+            callout_latency_ns: DEFAULT_CALLOUT_LATENCY.as_nanos() as u64,
         }
+    }
+
+    /// Answers come back `latency` after their callout (virtual time).
+    pub fn with_callout_latency(mut self, latency: Duration) -> Replay<'a> {
+        self.callout_latency_ns = latency.as_nanos() as u64;
+        self
     }
 
     fn schedule(&mut self, at_ns: u64, class: u8, event: Event) {
@@ -275,7 +286,7 @@ impl<'a> Replay<'a> {
                     let token = callout.token;
                     let answer = self.dispatcher.dispatch(callout, Some((now / 1000) as i64));
                     self.schedule(
-                        now,
+                        now + self.callout_latency_ns,
                         LATER,
                         Event::Callout {
                             instance,

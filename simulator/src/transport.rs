@@ -18,21 +18,14 @@ use futures::FutureExt;
 use futures::future::Shared;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use sluice_core::wire::{DecideRequest, REPLAY_TIME_HEADER};
+use sluice_core::wire::REPLAY_TIME_HEADER;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::connect::{Connector, Endpoint};
 use crate::host::headers::HeaderMap;
 use crate::host::state::{CalloutReply, OutgoingCallout};
-
-/// Where a cluster's single host is.
-#[derive(Debug, Clone)]
-pub struct ClusterHost {
-    /// `http://host:port`; `None` for a cluster with no healthy host.
-    pub base: Option<String>,
-}
 
 /// A callout's answer and how long it took.
 #[derive(Debug, Clone)]
@@ -45,8 +38,9 @@ pub struct Delivered {
 
 /// An HTTP client for callouts.
 pub struct Transport {
-    client: Client<HttpConnector, Full<Bytes>>,
-    clusters: HashMap<String, ClusterHost>,
+    client: Client<Connector, Full<Bytes>>,
+    /// Each cluster's endpoint, and the authority the client reaches it by.
+    clusters: HashMap<String, (Endpoint, String)>,
 }
 
 fn envoy_reply(status: u16, body: &str) -> CalloutReply {
@@ -64,11 +58,26 @@ fn envoy_reply(status: u16, body: &str) -> CalloutReply {
     }
 }
 
+/// Envoy's answer when a connection fails before the answer's headers.
+const CONNECT_FAILURE: &str =
+    "upstream connect error or disconnect/reset before headers. reset reason: connection failure";
+
 impl Transport {
     /// A transport to these clusters.
-    pub fn new(clusters: HashMap<String, ClusterHost>) -> Transport {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
+    pub fn new(clusters: HashMap<String, Endpoint>) -> Transport {
+        let clusters: HashMap<String, (Endpoint, String)> = clusters
+            .into_iter()
+            .map(|(name, endpoint)| {
+                let authority = endpoint.authority(&name);
+                (name, (endpoint, authority))
+            })
+            .collect();
+        let connector = Connector::new(
+            clusters
+                .values()
+                .map(|(e, a)| (a.clone(), e.clone()))
+                .collect(),
+        );
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(64)
             .pool_idle_timeout(Duration::from_secs(30))
@@ -91,12 +100,9 @@ impl Transport {
         callout: OutgoingCallout,
         replay_time_us: Option<i64>,
     ) -> CalloutReply {
-        let Some(base) = self
-            .clusters
-            .get(&callout.cluster)
-            .and_then(|c| c.base.clone())
-        else {
-            return envoy_reply(503, "no healthy upstream");
+        let authority = match self.clusters.get(&callout.cluster) {
+            Some((Endpoint::NoHost, _)) | None => return envoy_reply(503, "no healthy upstream"),
+            Some((_, authority)) => authority,
         };
         let header = |name: &str| {
             callout
@@ -109,7 +115,7 @@ impl Transport {
         let path = String::from_utf8_lossy(&header(":path")).into_owned();
         let mut request = http::Request::builder()
             .method(header(":method").as_slice())
-            .uri(format!("{base}{path}"))
+            .uri(format!("http://{authority}{path}"))
             .header(http::header::HOST, header(":authority"));
         for (name, value) in callout.headers.iter().filter(|(k, _)| !k.starts_with(':')) {
             request = request.header(name.as_str(), value.as_slice());
@@ -118,20 +124,11 @@ impl Transport {
             request = request.header(REPLAY_TIME_HEADER, t.to_string());
         }
         let Ok(request) = request.body(Full::new(Bytes::from(callout.body))) else {
-            return envoy_reply(
-                503,
-                "upstream connect error or disconnect/reset before headers. reset reason: protocol error",
-            );
+            return envoy_reply(503, CONNECT_FAILURE);
         };
         let exchange = async {
-            let response = match self.client.request(request).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return envoy_reply(
-                        503,
-                        "upstream connect error or disconnect/reset before headers. reset reason: connection failure",
-                    );
-                }
+            let Ok(response) = self.client.request(request).await else {
+                return envoy_reply(503, CONNECT_FAILURE);
             };
             let (parts, body) = response.into_parts();
             let mut headers = vec![(
@@ -175,6 +172,20 @@ impl Transport {
 
 type Done = Shared<oneshot::Receiver<()>>;
 
+/// The keys a callout touches, read from its body without validating the rest (the server
+/// does that).
+#[derive(serde::Deserialize)]
+struct CheckKeys<'a> {
+    #[serde(borrow)]
+    checks: Vec<CheckKey<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct CheckKey<'a> {
+    rule: &'a str,
+    key: &'a str,
+}
+
 /// Sends callouts concurrently, but those that share a limit key in the order they were made.
 pub struct Dispatcher {
     transport: Arc<Transport>,
@@ -202,7 +213,7 @@ impl Dispatcher {
         callout: OutgoingCallout,
         replay_time_us: Option<i64>,
     ) -> JoinHandle<Delivered> {
-        let keys: Option<Vec<String>> = serde_json::from_slice::<DecideRequest>(&callout.body)
+        let keys: Option<Vec<String>> = serde_json::from_slice::<CheckKeys<'_>>(&callout.body)
             .ok()
             .map(|r| {
                 r.checks

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use sluice_harness::RedisServer;
 use sluice_server::{RunningServer, ServerConfig};
+use sluice_sim::connect::Endpoint;
 use sluice_sim::envoy::Completed;
 use sluice_sim::replay::Observer;
 use sluice_sim::trace::TraceRecord;
@@ -98,7 +99,13 @@ impl Stack {
         let mut collected = Collected::default();
         let run = self
             .simulation
-            .run(records, topology, server_url, &self.runtime, &mut collected)
+            .run(
+                records,
+                topology,
+                Endpoint::from_url(server_url),
+                &self.runtime,
+                &mut collected,
+            )
             .expect("replay");
         (collected.completed, run)
     }
