@@ -23,8 +23,9 @@ all: build
 setup:
 	@bash scripts/setup.sh
 
+# The filter, and the probe filter the simulator's fidelity tests load.
 wasm: setup
-	$(CARGO) build -p sluice-filter --target wasm32-wasip1 --profile wasm
+	$(CARGO) build -p sluice-filter -p sluice-probe --target wasm32-wasip1 --profile wasm
 
 build: wasm
 	$(CARGO) build --release -p sluice-sim -p sluice-server
@@ -40,11 +41,11 @@ endif
 
 test: wasm
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --workspace --exclude sluice-filter --no-fail-fast; \
+		$(CARGO) nextest run --workspace --exclude sluice-filter --exclude sluice-probe --no-fail-fast; \
 	else \
-		$(CARGO) test --workspace --exclude sluice-filter --no-fail-fast; \
+		$(CARGO) test --workspace --exclude sluice-filter --exclude sluice-probe --no-fail-fast; \
 	fi
-	$(CARGO) test --workspace --exclude sluice-filter --doc
+	$(CARGO) test --workspace --exclude sluice-filter --exclude sluice-probe --doc
 
 # Measures sluice beside its baselines and writes BENCHMARKS.md.
 bench: wasm
@@ -57,8 +58,8 @@ schema:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p sluice-filter --target wasm32-wasip1 -- -D warnings
+	$(CARGO) clippy --workspace --exclude sluice-filter --exclude sluice-probe --all-targets -- -D warnings
+	$(CARGO) clippy -p sluice-filter -p sluice-probe --target wasm32-wasip1 -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

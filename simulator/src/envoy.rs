@@ -269,6 +269,22 @@ impl Envoy {
         Ok(Envoy::start(&plugin, config, now_ns)?)
     }
 
+    /// What start-up asked for: the callouts `on_vm_start` and `on_configure` made and the
+    /// tick periods they set. The driver takes these once, before the first request.
+    pub fn started(&mut self) -> Vec<Output> {
+        let mut out = Vec::new();
+        for worker in 0..self.workers.len() {
+            let effects = self.workers[worker].vm.take_root_effects();
+            self.emit_callouts_and_tick(worker, effects.callouts, &mut out);
+        }
+        out
+    }
+
+    /// Whether any request is still open.
+    pub fn has_open_streams(&self) -> bool {
+        self.workers.iter().any(|w| !w.streams.is_empty())
+    }
+
     /// The number of workers.
     pub fn workers(&self) -> usize {
         self.workers.len()

@@ -92,6 +92,9 @@ pub struct Replay<'a> {
     next_instance: usize,
     callouts: u64,
     callout_latency_ns: u64,
+    /// Arrivals and callout answers still to come: while there are none and no stream is open,
+    /// ticks stop (a module's timer would otherwise keep the replay going for ever).
+    pending: usize,
 }
 
 impl<'a> Replay<'a> {
@@ -115,6 +118,7 @@ impl<'a> Replay<'a> {
             next_instance: 0,
             callouts: 0,
             callout_latency_ns: DEFAULT_CALLOUT_LATENCY.as_nanos() as u64,
+            pending: 0,
         }
     }
 
@@ -125,6 +129,9 @@ impl<'a> Replay<'a> {
     }
 
     fn schedule(&mut self, at_ns: u64, class: u8, event: Event) {
+        if matches!(event, Event::Arrival(_) | Event::Callout { .. }) {
+            self.pending += 1;
+        }
         self.seq += 1;
         self.events.insert(self.seq, event);
         self.queue.push(Reverse((at_ns, class, self.seq)));
@@ -140,13 +147,21 @@ impl<'a> Replay<'a> {
     pub fn run(mut self, observer: &mut dyn Observer) -> (RunStats, Vec<Envoy>, ClientAddresses) {
         let started = Instant::now();
         if let Some(first) = self.records.first() {
-            self.schedule(Self::time_ns(first), ARRIVAL, Event::Arrival(0));
+            let start = Self::time_ns(first);
+            for instance in 0..self.envoys.len() {
+                let outputs = self.envoys[instance].started();
+                self.handle(instance, outputs, start, observer);
+            }
+            self.schedule(start, ARRIVAL, Event::Arrival(0));
         }
         let mut arrived = 0usize;
         while let Some(Reverse((now, _, seq))) = self.queue.pop() {
             let Some(event) = self.events.remove(&seq) else {
                 continue;
             };
+            if matches!(event, Event::Arrival(_) | Event::Callout { .. }) {
+                self.pending -= 1;
+            }
             let (instance, outputs) = match event {
                 Event::Arrival(index) => {
                     arrived = index + 1;
@@ -196,9 +211,13 @@ impl<'a> Replay<'a> {
                     }
                     let outputs = self.envoys[instance].tick(worker, now);
                     self.handle(instance, outputs, now, observer);
-                    // The tick fires again while its period stays the same.
+                    // The tick fires again while its period stays the same, as long as there
+                    // is anything left to happen.
                     let period = self.envoys[instance].tick_period_ms(worker);
+                    let work_left =
+                        self.pending > 0 || self.envoys.iter().any(Envoy::has_open_streams);
                     if period > 0
+                        && work_left
                         && self.tick_generation.get(&(instance, worker)) == Some(&generation)
                     {
                         self.schedule(

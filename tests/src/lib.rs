@@ -10,6 +10,7 @@
 #![allow(clippy::expect_used)]
 
 pub mod misbehaving;
+pub mod probe;
 
 use std::path::PathBuf;
 
@@ -23,15 +24,20 @@ use sluice_sim::{Run, Simulation, Topology};
 
 /// The filter built by `make wasm` (or `SLUICE_WASM`).
 pub fn filter_wasm() -> Vec<u8> {
-    let path = std::env::var_os("SLUICE_WASM")
+    built_wasm("sluice_filter", "SLUICE_WASM")
+}
+
+/// A module `make wasm` builds, or the file the environment variable `override_var` names.
+pub fn built_wasm(name: &str, override_var: &str) -> Vec<u8> {
+    let path = std::env::var_os(override_var)
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/wasm32-wasip1/wasm/sluice_filter.wasm")
+                .join(format!("../target/wasm32-wasip1/wasm/{name}.wasm"))
         });
     std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
-            "the filter is not built at {} ({e}): run `make wasm` (make test does it)",
+            "{name} is not built at {} ({e}): run `make wasm` (make test does it)",
             path.display()
         )
     })

@@ -118,6 +118,12 @@ fn readable(state: &mut HostState, map: i32) -> Access<&HeaderMap> {
                 Ok(headers)
             }
         }
+        // The simulator's streams carry no trailers. Envoy answers a map that is not there
+        // with BadArgument, except in the access-log phase, where it is NotFound.
+        MapType::RequestTrailers | MapType::ResponseTrailers => match state.target_stream() {
+            Some(stream) if stream.request_access == MapAccess::ReadOnly => Err(Status::NotFound),
+            _ => Err(Status::BadArgument),
+        },
         _ => Err(Status::BadArgument),
     }
 }

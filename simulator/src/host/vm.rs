@@ -181,6 +181,11 @@ impl Vm {
         self.store.data_mut().now_ns = now_ns;
     }
 
+    /// What root callbacks left to do outside a delivery (start-up's callouts).
+    pub fn take_root_effects(&mut self) -> Effects {
+        self.effects(None)
+    }
+
     fn effects(&mut self, stream: Option<u32>) -> Effects {
         let state = self.store.data_mut();
         Effects {

@@ -1,0 +1,826 @@
+//! The simulator hosts a module as Envoy's proxy-wasm host does: one test per behaviour of
+//! `shared/docs/ENVOY_HOST.md`, each driving the probe filter (`tests/probe`), which calls the
+//! ABI directly and logs exactly what the host passed and answered.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use serde_json::json;
+use sluice_e2e::misbehaving::{self, Misbehaviour};
+use sluice_e2e::probe::{CANARY, Event, Probe, START_NS, Setup, callouts, completed_statuses, get};
+use sluice_sim::connect::Endpoint;
+use sluice_sim::envoy::{FailurePolicy, Output, StartError};
+use sluice_sim::host::headers::HeaderMap;
+use sluice_sim::host::state::{CalloutReply, OutgoingCallout};
+use sluice_sim::replay::Replay;
+use sluice_sim::transport::{Dispatcher, Transport};
+
+const OK: u64 = 0;
+const NOT_FOUND: u64 = 1;
+const BAD_ARGUMENT: u64 = 2;
+const CAS_MISMATCH: u64 = 8;
+
+fn entered(events: &[Event], ctx: u64) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.kind() == "enter" && e.ctx() == ctx)
+        .map(|e| e.cb().to_owned())
+        .collect()
+}
+
+fn position(events: &[Event], kind: &str, cb: &str) -> usize {
+    events
+        .iter()
+        .position(|e| e.kind() == kind && e.cb() == cb)
+        .unwrap_or_else(|| panic!("no {kind} of {cb} in {events:#?}"))
+}
+
+fn answer(status: u16, body: &str) -> CalloutReply {
+    CalloutReply {
+        headers: Some(HeaderMap::from_pairs([
+            (":status".to_owned(), status.to_string().into_bytes()),
+            ("content-type".to_owned(), b"text/plain".to_vec()),
+        ])),
+        body: Some(body.as_bytes().to_vec()),
+        trailers: HeaderMap::default(),
+    }
+}
+
+fn full_headers() -> serde_json::Value {
+    json!([
+        [":path", "/v1/decide"],
+        [":method", "POST"],
+        [":authority", "limits"]
+    ])
+}
+
+// --- loading and start-up -------------------------------------------------------------------
+
+#[test]
+fn initialize_runs_first_in_every_vm() {
+    let probe = Probe::try_start(
+        json!({}),
+        &Setup {
+            workers: 2,
+            ..Setup::default()
+        },
+    )
+    .unwrap();
+    let events = probe.events();
+    let vms: BTreeSet<usize> = events.iter().map(|e| e.worker).collect();
+    assert_eq!(
+        vms,
+        BTreeSet::from([0, 1, CANARY]),
+        "the canary and two workers"
+    );
+    for vm in vms {
+        let mine: Vec<&Event> = events.iter().filter(|e| e.worker == vm).collect();
+        assert_eq!(mine[0].kind(), "initialize", "VM {vm}: {mine:#?}");
+        assert_eq!(mine[0].fields["again"], false);
+        assert!(
+            mine.iter()
+                .filter(|e| e.kind() == "enter")
+                .all(|e| e.fields["initialized"] == true),
+            "VM {vm}: a callback ran before _initialize"
+        );
+    }
+}
+
+#[test]
+fn each_worker_has_its_own_vm_and_its_own_root_context() {
+    let mut probe = Probe::try_start(
+        json!({}),
+        &Setup {
+            workers: 2,
+            ..Setup::default()
+        },
+    )
+    .unwrap();
+    let starts: Vec<Event> = probe
+        .events()
+        .into_iter()
+        .filter(|e| e.kind() == "enter" && e.cb() == "on_vm_start")
+        .collect();
+    assert_eq!(starts.len(), 3, "canary + 2 workers");
+    for start in &starts {
+        assert_eq!(start.ctx(), 1, "the root context is 1 in every VM");
+        assert_eq!(
+            start.args()[2],
+            1,
+            "each VM has its own memory: started once"
+        );
+    }
+    probe.send_to(0, get("/a", &[]));
+    probe.send_to(1, get("/b", &[]));
+    let creates: Vec<(usize, Vec<u64>)> = probe
+        .events()
+        .into_iter()
+        .filter(|e| e.kind() == "enter" && e.cb() == "on_context_create" && e.ctx() != 1)
+        .map(|e| (e.worker, e.args()))
+        .collect();
+    assert_eq!(
+        creates,
+        [(0, vec![2, 1]), (1, vec![2, 1])],
+        "stream ids start at 2 in each VM, with the root as parent"
+    );
+}
+
+#[test]
+fn start_up_runs_in_a_canary_first_and_its_shared_data_writes_persist() {
+    let probe = Probe::try_start(
+        json!({"on_configure": [{"op": "shared_increment", "key": "starts"}]}),
+        &Setup {
+            workers: 2,
+            ..Setup::default()
+        },
+    )
+    .unwrap();
+    let configures: Vec<usize> = probe
+        .events()
+        .into_iter()
+        .filter(|e| e.kind() == "enter" && e.cb() == "on_configure")
+        .map(|e| e.worker)
+        .collect();
+    assert_eq!(configures, [CANARY, 0, 1]);
+    let (value, _) = probe
+        .envoy
+        .shared_data()
+        .get("probe", b"starts")
+        .expect("written");
+    assert_eq!(value, b"3", "N+1 start-ups, the canary's write kept");
+}
+
+#[test]
+fn on_vm_start_or_on_configure_returning_false_rejects_the_configuration() {
+    for returns in [
+        json!({"on_vm_start": false}),
+        json!({"on_configure": false}),
+    ] {
+        let started = Probe::try_start(json!({ "returns": returns }), &Setup::default());
+        assert!(
+            matches!(started, Err(StartError::Rejected { .. })),
+            "{returns}: {:?}",
+            started.err()
+        );
+    }
+}
+
+// --- streams --------------------------------------------------------------------------------
+
+#[test]
+fn a_stream_ends_with_on_log_then_on_done_then_on_delete() {
+    let mut probe = Probe::start(json!({}));
+    let outputs = probe.send(get("/", &[]));
+    assert_eq!(completed_statuses(&outputs), [200]);
+    assert_eq!(
+        entered(&probe.events(), 2),
+        [
+            "on_context_create",
+            "on_request_headers",
+            "on_response_headers",
+            "on_log",
+            "on_done",
+            "on_delete"
+        ]
+    );
+}
+
+#[test]
+fn request_headers_are_lower_cased_and_carry_the_pseudo_headers() {
+    let mut probe = Probe::start(json!({"on_request_headers": [
+        {"op": "headers", "map": 0},
+        {"op": "header", "map": 0, "name": "X-Tenant"},
+    ]}));
+    probe.send(get("/items?page=2", &[("X-Tenant", "acme")]));
+    let ops = probe.ops("on_request_headers");
+    let pairs = ops[0].pairs();
+    for (name, value) in [
+        (":authority", "shop.example"),
+        (":path", "/items?page=2"),
+        (":method", "GET"),
+        (":scheme", "https"),
+        ("x-tenant", "acme"),
+    ] {
+        assert!(
+            pairs.iter().any(|(k, v)| k == name && v == value),
+            "{name}: {pairs:?}"
+        );
+    }
+    assert!(
+        pairs.iter().all(|(k, _)| *k == k.to_ascii_lowercase()),
+        "{pairs:?}"
+    );
+    assert_eq!(
+        (ops[1].status(), ops[1].text()),
+        (OK, "acme"),
+        "lookups ignore case"
+    );
+}
+
+#[test]
+fn a_header_read_returns_the_first_value_only() {
+    let mut probe = Probe::start(json!({"on_request_headers": [
+        {"op": "header", "map": 0, "name": "accept"},
+        {"op": "headers", "map": 0},
+    ]}));
+    probe.send(get("/", &[("accept", "text/html"), ("accept", "*/*")]));
+    let ops = probe.ops("on_request_headers");
+    assert_eq!(ops[0].text(), "text/html");
+    let accepts: Vec<String> = ops[1]
+        .pairs()
+        .into_iter()
+        .filter(|(k, _)| k == "accept")
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(accepts, ["text/html", "*/*"], "the pairs carry both");
+}
+
+#[test]
+fn the_header_map_size_is_its_size_in_bytes_not_its_number_of_pairs() {
+    let mut probe = Probe::start(json!({"on_request_headers": [
+        {"op": "header_size", "map": 0},
+        {"op": "headers", "map": 0},
+    ]}));
+    probe.send(get("/", &[]));
+    let ops = probe.ops("on_request_headers");
+    let pairs = ops[1].pairs();
+    let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+    assert_eq!(ops[0].fields["size"].as_u64(), Some(bytes as u64));
+    assert_ne!(bytes, pairs.len());
+}
+
+#[test]
+fn properties_are_encoded_as_envoy_encodes_them() {
+    let path = |p: &[&str]| json!({"op": "property", "path": p});
+    let mut probe = Probe::start(json!({"on_request_headers": [
+        path(&["source", "address"]),
+        path(&["source", "port"]),
+        path(&["request", "time"]),
+        path(&["request", "path"]),
+        path(&["request", "url_path"]),
+        path(&["request", "query"]),
+        path(&["request", "method"]),
+        path(&["request", "host"]),
+        path(&["plugin_name"]),
+        path(&["plugin_root_id"]),
+        path(&["plugin_vm_id"]),
+        path(&["no", "such", "property"]),
+    ]}));
+    probe.now_ns = START_NS + 1_500_000_000;
+    probe.send(get("/items?page=2", &[]));
+    let ops = probe.ops("on_request_headers");
+    assert_eq!(
+        ops[0].text(),
+        "203.0.113.9:4711",
+        "source.address is ip:port"
+    );
+    assert_eq!(ops[1].raw(), 4711i64.to_le_bytes(), "source.port: int64 LE");
+    assert_eq!(
+        ops[2].raw(),
+        ((START_NS + 1_500_000_000) as i64).to_le_bytes(),
+        "request.time: int64 ns"
+    );
+    let texts: Vec<&str> = ops[3..11].iter().map(Event::text).collect();
+    assert_eq!(
+        texts,
+        [
+            "/items?page=2",
+            "/items",
+            "page=2",
+            "GET",
+            "shop.example",
+            "probe-plugin",
+            "probe-root",
+            "probe"
+        ]
+    );
+    assert_eq!(ops[11].status(), NOT_FOUND, "an unknown property");
+}
+
+#[test]
+fn an_ipv6_source_address_is_bracketed() {
+    let mut probe = Probe::start(json!({"on_request_headers": [
+        {"op": "property", "path": ["source", "address"]},
+    ]}));
+    let mut request = get("/", &[]);
+    request.peer = ("2001:db8::7".parse::<IpAddr>().unwrap(), 8443);
+    probe.send(request);
+    assert_eq!(
+        probe.ops("on_request_headers")[0].text(),
+        "[2001:db8::7]:8443"
+    );
+}
+
+#[test]
+fn a_map_that_is_not_there_is_bad_argument_and_in_on_log_not_found() {
+    let read = |map: u32| json!({"op": "header", "map": map, "name": ":path"});
+    let mut probe = Probe::start(json!({
+        "on_request_headers": [read(1)],
+        "on_response_headers": [read(0)],
+        "on_log": [read(0), read(1)],
+    }));
+    probe.send(get("/gone", &[]));
+    assert_eq!(
+        probe.ops("on_request_headers")[0].status(),
+        BAD_ARGUMENT,
+        "no request trailers"
+    );
+    assert_eq!(
+        probe.ops("on_response_headers")[0].status(),
+        BAD_ARGUMENT,
+        "the request headers have gone upstream"
+    );
+    let log = probe.ops("on_log");
+    assert_eq!((log[0].status(), log[0].text()), (OK, "/gone"));
+    assert_eq!(log[1].status(), NOT_FOUND, "access-log phase");
+}
+
+#[test]
+fn the_clock_is_the_replay_clock() {
+    let mut probe = Probe::start(json!({"on_request_headers": [{"op": "time"}]}));
+    probe.now_ns = START_NS + 42;
+    probe.send(get("/", &[]));
+    assert_eq!(
+        probe.ops("on_request_headers")[0].fields["ns"].as_u64(),
+        Some(START_NS + 42)
+    );
+}
+
+// --- callouts -------------------------------------------------------------------------------
+
+#[test]
+fn a_callout_to_an_unknown_cluster_or_missing_path_method_or_authority_is_bad_argument() {
+    let call = |cluster: &str, headers: serde_json::Value| json!({"op": "http_call", "cluster": cluster, "headers": headers, "timeout_ms": 100});
+    let mut probe = Probe::start(json!({"on_request_headers": [
+        call("nowhere", full_headers()),
+        call("limits", json!([[":method", "POST"], [":authority", "limits"]])),
+        call("limits", json!([[":path", "/"], [":authority", "limits"]])),
+        call("limits", json!([[":path", "/"], [":method", "POST"]])),
+        call("limits", full_headers()),
+        call("limits", full_headers()),
+    ]}));
+    let outputs = probe.send(get("/", &[]));
+    let ops = probe.ops("on_request_headers");
+    let statuses: Vec<u64> = ops.iter().map(Event::status).collect();
+    assert_eq!(
+        statuses,
+        [
+            BAD_ARGUMENT,
+            BAD_ARGUMENT,
+            BAD_ARGUMENT,
+            BAD_ARGUMENT,
+            OK,
+            OK
+        ]
+    );
+    assert_eq!(
+        (
+            ops[4].fields["token"].as_u64(),
+            ops[5].fields["token"].as_u64()
+        ),
+        (Some(4), Some(8)),
+        "tokens go up in fours (the low bits are the callout kind)"
+    );
+    assert_eq!(callouts(&outputs).len(), 2, "only the good ones are sent");
+}
+
+#[test]
+fn a_callout_answer_reaches_the_root_context_after_the_calling_callback_returns() {
+    let mut probe = Probe::start(json!({
+        "on_request_headers": [
+            {"op": "http_call", "cluster": "limits", "headers": full_headers(), "timeout_ms": 100},
+            {"op": "log", "message": "still in the callback"},
+        ],
+        "on_http_call_response": [{"op": "callout_answer"}],
+        "returns": {"on_request_headers": "pause"},
+    }));
+    let outputs = probe.send(get("/", &[]));
+    let sent = callouts(&outputs);
+    assert_eq!(sent.len(), 1);
+    assert!(
+        probe.ops("on_http_call_response").is_empty(),
+        "never during the call"
+    );
+    assert!(
+        outputs
+            .iter()
+            .any(|o| matches!(o, Output::Paused { context: 2, .. }))
+    );
+    probe.deliver(sent[0].token, answer(200, "fine"));
+    let events = probe.events();
+    assert!(
+        position(&events, "leave", "on_request_headers")
+            < position(&events, "enter", "on_http_call_response")
+    );
+    let delivery = &events[position(&events, "enter", "on_http_call_response")];
+    assert_eq!(delivery.ctx(), 1, "delivered to the root context");
+    assert_eq!(delivery.args(), [u64::from(sent[0].token), 2, 4, 0]);
+    let read = &probe.ops("on_http_call_response")[0].fields;
+    assert_eq!(read["status_header"]["value"]["text"], "200");
+    assert_eq!(read["body"]["value"]["text"], "fine");
+}
+
+#[test]
+fn a_callout_answer_arrives_even_after_its_stream_has_ended() {
+    let mut probe = Probe::start(json!({
+        "on_request_headers": [
+            {"op": "http_call", "cluster": "limits", "headers": full_headers(), "timeout_ms": 100},
+        ],
+        "on_http_call_response": [{"op": "log", "message": "late"}],
+    }));
+    let outputs = probe.send(get("/", &[]));
+    assert_eq!(
+        completed_statuses(&outputs),
+        [200],
+        "the stream did not wait"
+    );
+    let token = callouts(&outputs)[0].token;
+    probe.deliver(token, answer(200, "late"));
+    let events = probe.events();
+    assert!(
+        position(&events, "enter", "on_delete")
+            < position(&events, "enter", "on_http_call_response")
+    );
+}
+
+fn callout(timeout_ms: u32) -> OutgoingCallout {
+    OutgoingCallout {
+        token: 4,
+        cluster: "limits".to_owned(),
+        headers: vec![
+            (":path".to_owned(), b"/v1/decide".to_vec()),
+            (":method".to_owned(), b"POST".to_vec()),
+            (":authority".to_owned(), b"limits".to_vec()),
+        ],
+        body: b"{}".to_vec(),
+        timeout_ms,
+    }
+}
+
+/// What the transport delivers for one callout to `endpoint`.
+fn send(endpoint: Endpoint, timeout_ms: u32, runtime: &tokio::runtime::Runtime) -> CalloutReply {
+    let transport = Transport::new(HashMap::from([("limits".to_owned(), endpoint)]));
+    runtime
+        .block_on(transport.send(callout(timeout_ms), None))
+        .reply
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn status_and_body(reply: &CalloutReply) -> (String, String) {
+    (
+        reply
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(":status"))
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .unwrap_or_default(),
+        reply
+            .body
+            .as_ref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default(),
+    )
+}
+
+/// Delivers `reply` to a probe that made one callout, and returns what it read.
+fn delivered_to_the_probe(reply: CalloutReply) -> (Vec<u64>, serde_json::Value) {
+    let mut probe = Probe::start(json!({
+        "on_request_headers": [
+            {"op": "http_call", "cluster": "limits", "headers": full_headers(), "timeout_ms": 100},
+        ],
+        "on_http_call_response": [{"op": "callout_answer"}],
+        "returns": {"on_request_headers": "pause"},
+    }));
+    let token = callouts(&probe.send(get("/", &[])))[0].token;
+    probe.deliver(token, reply);
+    let events = probe.events();
+    let args = events[position(&events, "enter", "on_http_call_response")].args();
+    (args, probe.ops("on_http_call_response")[0].fields.clone())
+}
+
+#[test]
+fn a_callout_that_times_out_arrives_as_a_504_response() {
+    let runtime = runtime();
+    let addr = runtime.block_on(misbehaving::start(Misbehaviour::Hang));
+    let reply = send(Endpoint::Tcp(addr.to_string()), 100, &runtime);
+    assert_eq!(
+        status_and_body(&reply),
+        ("504".to_owned(), "upstream request timeout".to_owned())
+    );
+    let (_, read) = delivered_to_the_probe(reply);
+    assert_eq!(read["status_header"]["value"]["text"], "504");
+}
+
+#[test]
+fn a_callout_with_no_reachable_host_arrives_as_a_503_response() {
+    let runtime = runtime();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    for endpoint in [Endpoint::NoHost, Endpoint::Tcp(refused)] {
+        let reply = send(endpoint.clone(), 1000, &runtime);
+        let (status, body) = status_and_body(&reply);
+        assert_eq!(status, "503", "{endpoint:?}: {body}");
+    }
+}
+
+#[test]
+fn a_callout_reset_arrives_without_headers_and_reading_them_is_bad_argument() {
+    let runtime = runtime();
+    let addr = runtime.block_on(misbehaving::start(Misbehaviour::ResetMidBody));
+    let reply = send(Endpoint::Tcp(addr.to_string()), 1000, &runtime);
+    assert!(reply.headers.is_none() && reply.body.is_none(), "{reply:?}");
+    let (args, read) = delivered_to_the_probe(reply);
+    assert_eq!(args[1], 0, "num_headers is 0");
+    assert_eq!(read["status_header"]["status"], BAD_ARGUMENT);
+    assert_eq!(read["body"]["status"], NOT_FOUND);
+    assert_eq!(read["headers"]["pairs"], json!([]), "pairs of no map: none");
+}
+
+// --- local replies, stream control ----------------------------------------------------------
+
+#[test]
+fn a_local_reply_passes_through_the_response_header_callback() {
+    let mut probe = Probe::start(json!({
+        "on_request_headers": [{"op": "local_reply", "status": 429, "body": "slow down",
+                                "headers": [["X-Why", "probe"]], "details": "probe_denied"}],
+        "on_response_headers": [{"op": "headers", "map": 2}],
+    }));
+    let outputs = probe.send(get("/", &[]));
+    assert_eq!(completed_statuses(&outputs), [429]);
+    let events = probe.events();
+    assert!(
+        position(&events, "leave", "on_request_headers")
+            < position(&events, "enter", "on_response_headers"),
+        "the reply takes effect after the callback returns"
+    );
+    let pairs = probe.ops("on_response_headers")[0].pairs();
+    assert!(
+        pairs.contains(&(":status".to_owned(), "429".to_owned())),
+        "{pairs:?}"
+    );
+    assert!(
+        pairs.contains(&("x-why".to_owned(), "probe".to_owned())),
+        "header names lower-cased: {pairs:?}"
+    );
+}
+
+#[test]
+fn a_second_local_reply_on_one_stream_hangs_it() {
+    let reply = json!({"op": "local_reply", "status": 429});
+    let mut probe = Probe::start(json!({
+        "on_request_headers": [reply],
+        "on_response_headers": [reply],
+    }));
+    let outputs = probe.send(get("/", &[]));
+    assert!(completed_statuses(&outputs).is_empty(), "{outputs:?}");
+    assert_eq!(probe.envoy.open_streams(), [(0, 2)]);
+    let ended = probe.envoy.idle_timeout(0, 2, START_NS + 300_000_000_000);
+    assert_eq!(completed_statuses(&ended), [408], "until the idle timeout");
+}
+
+#[test]
+fn continue_stream_resumes_a_paused_request_once_the_calling_callback_returns() {
+    let mut probe = Probe::start(json!({
+        "on_configure": [{"op": "tick", "ms": 10}],
+        "on_tick": [
+            {"op": "effective_context"},
+            {"op": "continue", "kind": 0},
+            {"op": "log", "message": "after continue"},
+        ],
+        "returns": {"on_request_headers": "pause"},
+    }));
+    let paused = probe.send(get("/", &[]));
+    assert!(completed_statuses(&paused).is_empty());
+    assert_eq!(probe.envoy.tick_period_ms(0), 10);
+    let resumed = probe.envoy.tick(0, START_NS + 10_000_000);
+    assert_eq!(completed_statuses(&resumed), [200]);
+    let events = probe.events();
+    assert!(
+        position(&events, "leave", "on_tick") < position(&events, "enter", "on_response_headers")
+    );
+    assert_eq!(probe.ops("on_tick")[1].status(), OK);
+}
+
+#[test]
+fn close_stream_resets_the_stream() {
+    let mut probe = Probe::start(json!({
+        "on_request_headers": [{"op": "close", "kind": 0}],
+    }));
+    let outputs = probe.send(get("/", &[]));
+    let done: Vec<_> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Completed(d) => Some(d),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(done.len(), 1);
+    assert_ne!(done[0].status, 200, "never reached the upstream");
+    assert!(
+        !entered(&probe.events(), 2).contains(&"on_response_headers".to_owned()),
+        "a reset stream has no response for the filter"
+    );
+}
+
+#[test]
+fn the_effective_context_selects_the_stream_later_calls_act_on() {
+    let mut probe = Probe::start(json!({
+        "on_configure": [{"op": "tick", "ms": 5}],
+        "on_tick": [
+            {"op": "header", "map": 0, "name": ":path"},
+            {"op": "effective_context"},
+            {"op": "header", "map": 0, "name": ":path"},
+            {"op": "effective_context", "context": 99},
+        ],
+        "returns": {"on_request_headers": "pause"},
+    }));
+    probe.send(get("/paused", &[]));
+    probe.envoy.tick(0, START_NS + 5_000_000);
+    let ops = probe.ops("on_tick");
+    assert_eq!(
+        ops[0].status(),
+        BAD_ARGUMENT,
+        "the root context has no request"
+    );
+    assert_eq!((ops[2].status(), ops[2].text()), (OK, "/paused"));
+    assert_eq!(ops[3].status(), BAD_ARGUMENT, "an unknown context");
+}
+
+// --- shared data, metrics -------------------------------------------------------------------
+
+#[test]
+fn shared_data_is_shared_by_every_vm_of_a_vm_id_with_compare_and_swap() {
+    let mut probe = Probe::try_start(
+        json!({"on_request_headers": [
+            {"op": "shared_get", "key": "k"},
+            {"op": "shared_set", "key": "k", "value": "from worker 0", "cas": 0, "stream": 1},
+            {"op": "shared_set", "key": "k", "value": "stale", "cas": 12345, "stream": 1},
+            {"op": "shared_set", "key": "fresh", "value": "any cas will do", "cas": 777, "stream": 1},
+        ]}),
+        &Setup {
+            workers: 2,
+            ..Setup::default()
+        },
+    )
+    .unwrap();
+    probe.send_to(0, get("/", &[]));
+    probe.send_to(1, get("/", &[]));
+    let ops = probe.ops("on_request_headers");
+    let worker0: Vec<&Event> = ops.iter().filter(|e| e.worker == 0).collect();
+    let worker1: Vec<&Event> = ops.iter().filter(|e| e.worker == 1).collect();
+    assert_eq!(worker0[0].status(), NOT_FOUND, "absent");
+    assert_eq!(worker0[1].status(), OK);
+    assert_eq!(
+        worker0[2].status(),
+        CAS_MISMATCH,
+        "the key exists with another CAS"
+    );
+    assert_eq!(worker0[3].status(), OK, "an absent key accepts any CAS");
+    assert_eq!(
+        (worker1[0].status(), worker1[0].text()),
+        (OK, "from worker 0"),
+        "another VM of the vm_id sees it"
+    );
+    assert!(worker1[0].fields["cas"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn metrics_are_shared_by_the_vms_and_a_counter_never_goes_down() {
+    let mut probe = Probe::try_start(
+        json!({
+            "on_vm_start": [
+                {"op": "define_metric", "kind": 0, "name": "probe.requests"},
+                {"op": "define_metric", "kind": 1, "name": "probe.level"},
+                {"op": "define_metric", "kind": 2, "name": "probe.latency"},
+            ],
+            "on_request_headers": [
+                {"op": "increment_metric", "name": "probe.requests", "by": 1},
+                {"op": "increment_metric", "name": "probe.requests", "by": 0},
+                {"op": "increment_metric", "name": "probe.requests", "by": -1},
+                {"op": "increment_metric", "name": "probe.level", "by": -3},
+                {"op": "record_metric", "name": "probe.latency", "value": 7},
+                {"op": "get_metric", "name": "probe.requests"},
+            ],
+        }),
+        &Setup {
+            workers: 2,
+            ..Setup::default()
+        },
+    )
+    .unwrap();
+    let ids: Vec<u64> = probe
+        .ops("on_vm_start")
+        .iter()
+        .filter(|e| e.worker == 0)
+        .map(|e| e.fields["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        ids.iter().map(|id| id & 3).collect::<Vec<_>>(),
+        [0, 1, 2],
+        "the type in the low two bits"
+    );
+    probe.send_to(0, get("/", &[]));
+    probe.send_to(1, get("/", &[]));
+    let ops = probe.ops("on_request_headers");
+    let statuses: Vec<u64> = ops[..5].iter().map(Event::status).collect();
+    assert_eq!(statuses, [OK, BAD_ARGUMENT, BAD_ARGUMENT, OK, OK]);
+    assert_eq!(
+        ops[11].fields["value"].as_u64(),
+        Some(2),
+        "worker 1 reads both workers' increments"
+    );
+    let metrics = probe.envoy.metrics();
+    assert_eq!(metrics.number("probe.requests"), Some(2));
+    assert_eq!(metrics.number("probe.level"), Some(-6));
+}
+
+// --- failure --------------------------------------------------------------------------------
+
+#[test]
+fn a_trap_fails_the_vm_and_fail_closed_answers_503_from_then_on() {
+    let mut probe = Probe::try_start(
+        json!({"on_request_headers": [{"op": "trap", "stream": 1}]}),
+        &Setup::default(),
+    )
+    .unwrap();
+    let first = probe.send(get("/", &[]));
+    let second = probe.send(get("/", &[]));
+    assert_eq!(completed_statuses(&first), [503]);
+    assert_eq!(completed_statuses(&second), [503]);
+    assert!(probe.envoy.failed(0).is_some());
+    let done = second
+        .iter()
+        .find_map(|o| match o {
+            Output::Completed(d) => Some(d.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(done.local_reply.as_deref(), Some("wasm_fail_stream"));
+    assert!(
+        entered(&probe.events(), 3).is_empty(),
+        "no callback runs on a failed VM"
+    );
+}
+
+#[test]
+fn a_trap_with_fail_open_skips_the_filter_from_then_on() {
+    let mut probe = Probe::try_start(
+        json!({"on_request_headers": [{"op": "trap", "stream": 1}]}),
+        &Setup {
+            failure_policy: FailurePolicy::FailOpen,
+            ..Setup::default()
+        },
+    )
+    .unwrap();
+    let first = probe.send(get("/", &[]));
+    let second = probe.send(get("/", &[]));
+    assert_eq!(completed_statuses(&first), [200]);
+    assert_eq!(completed_statuses(&second), [200]);
+    assert!(entered(&probe.events(), 3).is_empty());
+}
+
+#[test]
+fn ticks_set_at_start_up_fire_every_period_while_there_is_traffic() {
+    let probe = Probe::start(json!({
+        "on_configure": [{"op": "tick", "ms": 250}],
+        "on_tick": [{"op": "time"}],
+    }));
+    let start_ms = (START_NS / 1_000_000) as i64;
+    let records = [
+        sluice_e2e::request(start_ms, "203.0.113.9", "/"),
+        sluice_e2e::request(start_ms + 1000, "203.0.113.9", "/"),
+    ];
+    let runtime = runtime();
+    let dispatcher = Dispatcher::new(
+        Arc::new(Transport::new(HashMap::new())),
+        runtime.handle().clone(),
+    );
+    let mut collected = sluice_e2e::Collected::default();
+    let (stats, envoys, _) =
+        Replay::new(vec![probe.envoy], dispatcher, &runtime, &records).run(&mut collected);
+    assert_eq!(stats.requests, 2);
+    let ticks: Vec<u64> = envoys[0]
+        .logs()
+        .recent()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l.message).ok())
+        .filter(|e| e["cb"] == "on_tick" && e["op"] == "time")
+        .map(|e| e["ns"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        ticks,
+        [1, 2, 3, 4].map(|n| START_NS + n * 250_000_000),
+        "every 250 ms of virtual time from start-up, until the traffic ends"
+    );
+}
