@@ -221,6 +221,20 @@ impl Limit {
         }
     }
 
+    /// The exact limiter of this limit's nominal rate: a sliding log of `units` per `period`,
+    /// which never admits more than `units` in any interval of `period`. Reports hold every
+    /// algorithm against it. `None` when the log would be too long to keep.
+    pub fn exact(&self) -> Option<Limit> {
+        let (units, period) = self.nominal_rate();
+        Limit::try_from(RawLimit {
+            algorithm: Algorithm::SlidingLog.name().to_owned(),
+            limit: Some(units),
+            window: Some(period),
+            ..RawLimit::default()
+        })
+        .ok()
+    }
+
     /// The most this limit can admit in any interval of `span_ms`, per the algorithm's bound
     /// (see `docs/algorithms.md`): 2 x limit across a fixed-window boundary, exactly the limit
     /// for the sliding log, burst + rate x T for the buckets and GCRA. The sliding window is an

@@ -280,6 +280,13 @@ impl Envoy {
         out
     }
 
+    /// Whether stream `context` on `worker` is still open.
+    pub fn is_open(&self, worker: usize, context: u32) -> bool {
+        self.workers
+            .get(worker)
+            .is_some_and(|w| w.streams.contains_key(&context))
+    }
+
     /// Whether any request is still open.
     pub fn has_open_streams(&self) -> bool {
         self.workers.iter().any(|w| !w.streams.is_empty())

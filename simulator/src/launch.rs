@@ -24,6 +24,8 @@ pub struct Services {
     server: Option<RunningServer>,
     endpoint: Endpoint,
     description: String,
+    /// The Redis and the key prefix of a server started here.
+    keys: Option<(String, String)>,
 }
 
 impl Services {
@@ -42,6 +44,7 @@ impl Services {
                 server: None,
                 endpoint,
                 description: url,
+                keys: None,
             });
         }
         let (redis, redis_url) = match redis {
@@ -57,11 +60,13 @@ impl Services {
         config.replay_time = true;
         config.redis_timeout = Duration::from_secs(2);
         // A fresh prefix per run: a replay must not read state an earlier one left in Redis.
+        // Fixed width, so that key sizes (and the memory report) are the same run after run.
         config.key_prefix = format!(
-            "sluice-sim-{}-{}",
+            "sluice-sim-{:08x}{:016x}",
             std::process::id(),
             chrono::Utc::now().timestamp_micros()
         );
+        let keys = Some((redis_url.clone(), config.key_prefix.clone()));
         let (server, connector) = {
             let _entered = runtime.enter();
             sluice_server::spawn_in_memory(config)
@@ -74,6 +79,7 @@ impl Services {
             server: Some(server),
             endpoint,
             description,
+            keys,
         })
     }
 
@@ -85,6 +91,13 @@ impl Services {
     /// What the server is, for reports.
     pub fn description(&self) -> &str {
         &self.description
+    }
+
+    /// Where the limit keys are: the Redis URL and the key prefix, when the server runs here.
+    pub fn limit_keys(&self) -> Option<(&str, &str)> {
+        self.keys
+            .as_ref()
+            .map(|(url, prefix)| (url.as_str(), prefix.as_str()))
     }
 
     /// The redis-server this replay started, if any.

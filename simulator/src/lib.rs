@@ -7,19 +7,25 @@
 //! - [`transport`]: callouts over HTTP, with Envoy's failure encodings; [`connect`] opens the
 //!   connections (TCP, or in memory to an in-process server).
 //! - [`replay`]: the virtual-time event loop.
-//! - [`report`]: per rule and per key, from the filter's own decision records.
+//! - [`report`]: per rule and per key, from the filter's own decision records, with accuracy
+//!   ([`accuracy`]), Redis memory ([`redis_memory`]), and an HTML page with charts.
 //! - [`launch`]: a server and a Redis when the user gives none.
+//! - [`session`]: one replay from start to finish; [`compare`]: every algorithm side by side.
 //!
 //! [`Simulation`] ties them together; the `sluice-sim` binary is a thin shell over it.
 
 #![deny(missing_docs)]
 
+pub mod accuracy;
+pub mod compare;
 pub mod connect;
 pub mod envoy;
 pub mod host;
 pub mod launch;
+pub mod redis_memory;
 pub mod replay;
 pub mod report;
+pub mod session;
 pub mod trace;
 pub mod transport;
 
@@ -47,8 +53,8 @@ pub struct Topology {
     pub workers: usize,
     /// The plugin's failure policy.
     pub failure_policy: FailurePolicy,
-    /// The modelled time from a callout to its answer, in virtual time.
-    pub callout_latency: std::time::Duration,
+    /// The clock: virtual (with a modelled callout latency) or paced real time.
+    pub clock: replay::Clock,
 }
 
 impl Default for Topology {
@@ -57,7 +63,7 @@ impl Default for Topology {
             instances: 1,
             workers: 1,
             failure_policy: FailurePolicy::FailClosed,
-            callout_latency: replay::DEFAULT_CALLOUT_LATENCY,
+            clock: replay::Clock::default(),
         }
     }
 }
@@ -121,7 +127,7 @@ impl Simulation {
             .collect()
     }
 
-    /// Replays `records` in virtual time through `topology`, calling out to `server`.
+    /// Replays `records` through `topology` on its clock, calling out to `server`.
     pub fn run(
         &self,
         records: &[TraceRecord],
@@ -140,7 +146,7 @@ impl Simulation {
         let dispatcher =
             Dispatcher::new(Arc::new(Transport::new(clusters)), runtime.handle().clone());
         let (stats, envoys, clients) = Replay::new(envoys, dispatcher, runtime, records)
-            .with_callout_latency(topology.callout_latency)
+            .with_clock(topology.clock)
             .run(observer);
         Ok(Run {
             stats,

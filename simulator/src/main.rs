@@ -1,4 +1,5 @@
-//! The `sluice-sim` binary: replay a trace, generate one, or check a configuration.
+//! The `sluice-sim` binary: replay a trace, compare the algorithms on one, generate one, or
+//! check a configuration. A thin shell over the library's [`session`](sluice_sim::session).
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -6,15 +7,17 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_core::duration::Millis;
-use sluice_sim::envoy::{Completed, FailurePolicy};
-use sluice_sim::launch::Services;
-use sluice_sim::replay::Observer;
-use sluice_sim::report::Collector;
+use sluice_sim::compare::{self, Comparison, Nominal};
+use sluice_sim::envoy::FailurePolicy;
+use sluice_sim::replay::Clock;
+use sluice_sim::report::{Latency, html};
+use sluice_sim::session::{self, Outcome, Setup};
 use sluice_sim::trace::synthetic::{self, GenOptions, Kind};
-use sluice_sim::trace::{self, Format, ReadOptions, Trace, TraceRecord};
+use sluice_sim::trace::timing::Spread;
+use sluice_sim::trace::{self, Format, ReadOptions, Trace};
 use sluice_sim::{EXAMPLE_POLICY, Simulation, Topology};
 
 #[derive(Parser)]
@@ -32,17 +35,16 @@ struct Cli {
 enum Command {
     /// Replay a trace and report what every rule did.
     Replay(ReplayArgs),
+    /// Replay a trace through every algorithm at one rate, side by side.
+    Compare(CompareArgs),
     /// Write a synthetic trace.
     Gen(GenArgs),
     /// Load the filter with a configuration, as Envoy would, and say whether it is accepted.
     Check(CheckArgs),
 }
 
-#[derive(clap::Args)]
-struct ReplayArgs {
-    /// The filter's configuration (default: examples/policy.json, compiled in).
-    #[arg(long)]
-    policy: Option<PathBuf>,
+#[derive(Args)]
+struct TraceArgs {
     /// The trace (default: a synthetic demo trace, 10 minutes of visitors and crawlers).
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -55,6 +57,10 @@ struct ReplayArgs {
     /// Skip lines that cannot be read (counted), instead of stopping at the first.
     #[arg(long)]
     skip_bad: bool,
+}
+
+#[derive(Args)]
+struct RunArgs {
     /// The filter (.wasm).
     #[arg(long, env = "SLUICE_WASM")]
     wasm: Option<PathBuf>,
@@ -64,7 +70,7 @@ struct ReplayArgs {
     /// A sluice-server in replay mode to use (default: start one in this process).
     #[arg(long)]
     server: Option<String>,
-    /// Envoy instances sharing the server and Redis.
+    /// Envoy instances sharing the server and Redis (requests go round robin).
     #[arg(long, default_value_t = 1)]
     instances: usize,
     /// Worker threads (VMs) per Envoy.
@@ -73,12 +79,19 @@ struct ReplayArgs {
     /// Skip the filter when its VM fails, instead of answering 503.
     #[arg(long)]
     fail_open: bool,
-    /// The modelled time from a callout to its answer (virtual time).
+    /// In virtual time: the modelled time from a callout to its answer.
     #[arg(long, default_value = "1ms")]
     callout_latency: Millis,
+    /// Replay in real time, paced at this many trace seconds per second (e.g. 1, or 60),
+    /// instead of in virtual time; the report then gives measured callout latencies.
+    #[arg(long)]
+    speed: Option<f64>,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write the report as an HTML page with charts here.
+    #[arg(long)]
+    html: Option<PathBuf>,
     /// How many of the most limited keys to list.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -87,7 +100,40 @@ struct ReplayArgs {
     quiet: bool,
 }
 
-#[derive(clap::Args)]
+#[derive(Args)]
+struct ReplayArgs {
+    /// The filter's configuration (default: examples/policy.json, compiled in).
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    #[command(flatten)]
+    trace: TraceArgs,
+    /// Spread the requests of each timestamp step over the step (auto: when the timestamps
+    /// are only real to the minute or the hour).
+    #[arg(long, value_enum, default_value_t = Spread::Auto)]
+    spread: Spread,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// The nominal rate, as units/period: 10/1s, 600/1m.
+    #[arg(long, default_value = "10/1s")]
+    rate: Nominal,
+    /// What one limit counts, as the policy's key parts in JSON.
+    #[arg(long, default_value = r#"["client_ip"]"#)]
+    key: String,
+    #[command(flatten)]
+    trace: TraceArgs,
+    /// Spread the requests of each timestamp step over the step. By default they are spread
+    /// evenly: logs record seconds, and a fixed window's boundary burst lives inside them.
+    #[arg(long, value_enum, default_value_t = Spread::Even)]
+    spread: Spread,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Args)]
 struct GenArgs {
     /// The kind of traffic.
     #[arg(long, value_enum, default_value_t = Kind::Demo)]
@@ -109,7 +155,7 @@ struct GenArgs {
     out: PathBuf,
 }
 
-#[derive(clap::Args)]
+#[derive(Args)]
 struct CheckArgs {
     /// The configuration to check.
     #[arg(long)]
@@ -126,7 +172,8 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Replay(args) => replay(args),
+        Command::Replay(args) => replay(&args),
+        Command::Compare(args) => compare(&args),
         Command::Gen(args) => generate(&args),
         Command::Check(args) => check(&args),
     };
@@ -167,22 +214,7 @@ fn find_wasm(given: Option<&Path>) -> anyhow::Result<Vec<u8>> {
     )
 }
 
-struct Terminal {
-    collector: Collector,
-    bar: ProgressBar,
-}
-
-impl Observer for Terminal {
-    fn completed(&mut self, _instance: usize, done: Completed, _record: &TraceRecord) {
-        self.collector.add(&done);
-    }
-
-    fn progress(&mut self, processed: usize) {
-        self.bar.set_position(processed as u64);
-    }
-}
-
-fn load_trace(args: &ReplayArgs) -> anyhow::Result<Trace> {
+fn load_trace(args: &TraceArgs, spread: Spread) -> anyhow::Result<Trace> {
     match &args.trace {
         Some(path) => Ok(trace::read_file(
             path,
@@ -190,6 +222,7 @@ fn load_trace(args: &ReplayArgs) -> anyhow::Result<Trace> {
                 format: args.format,
                 skip_bad: args.skip_bad,
                 sort: args.sort,
+                spread,
             },
         )?),
         None => Ok(Trace {
@@ -207,39 +240,40 @@ fn load_trace(args: &ReplayArgs) -> anyhow::Result<Trace> {
     }
 }
 
-fn replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let (policy, policy_name) = match &args.policy {
-        Some(path) => (
-            std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
-            path.display().to_string(),
-        ),
-        None => (
-            EXAMPLE_POLICY.as_bytes().to_vec(),
-            "examples/policy.json (built in)".to_owned(),
-        ),
-    };
-    let wasm = find_wasm(args.wasm.as_deref())?;
-    let trace = load_trace(&args)?;
-    let simulation = Simulation::new(&wasm, &policy)?;
-    let topology = Topology {
-        instances: args.instances.max(1),
-        workers: args.workers.max(1),
-        failure_policy: if args.fail_open {
-            FailurePolicy::FailOpen
-        } else {
-            FailurePolicy::FailClosed
+fn setup(run: &RunArgs, policy: Vec<u8>, policy_name: String) -> anyhow::Result<Setup> {
+    if let Some(speed) = run.speed
+        && !(speed.is_finite() && speed > 0.0)
+    {
+        bail!("--speed {speed}: give a positive factor, e.g. 1 (as recorded) or 60");
+    }
+    Ok(Setup {
+        wasm: find_wasm(run.wasm.as_deref())?,
+        policy,
+        policy_name,
+        topology: Topology {
+            instances: run.instances.max(1),
+            workers: run.workers.max(1),
+            failure_policy: if run.fail_open {
+                FailurePolicy::FailOpen
+            } else {
+                FailurePolicy::FailClosed
+            },
+            clock: match run.speed {
+                Some(speed) => Clock::RealTime { speed },
+                None => Clock::Virtual {
+                    callout_latency: Duration::from_millis(run.callout_latency.as_millis()),
+                },
+            },
         },
-        callout_latency: Duration::from_millis(args.callout_latency.as_millis()),
-    };
-    // The replay (the VMs) runs on this thread; the callouts and the in-process server share
-    // one more, so that a callout reaches the server without a thread switch.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    let services = Services::start(&runtime, args.redis.clone(), args.server.clone())?;
+        redis: run.redis.clone(),
+        server: run.server.clone(),
+        top: run.top,
+    })
+}
 
-    let bar = if args.quiet || !std::io::stderr().is_terminal() {
+/// Runs a session with a progress bar on a terminal.
+fn run_session(setup: &Setup, trace: &Trace, quiet: bool) -> anyhow::Result<Outcome> {
+    let bar = if quiet || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(trace.records.len() as u64)
@@ -251,82 +285,99 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> "),
     );
-    let mut terminal = Terminal {
-        collector: Collector::default(),
-        bar,
-    };
-    let run = simulation.run(
-        &trace.records,
-        &topology,
-        services.endpoint(),
-        &runtime,
-        &mut terminal,
-    );
-    terminal.bar.finish_and_clear();
-    services.stop(&runtime);
-    let run = run?;
+    let outcome = session::run(setup, trace, &mut |n| bar.set_position(n as u64));
+    bar.finish_and_clear();
+    outcome
+}
 
-    let summary = terminal.collector.report(args.top, &run.clients);
-    let first = trace.records.first().map_or(0, |r| r.time_us);
-    let last = trace.records.last().map_or(0, |r| r.time_us);
-    println!(
-        "sluice-sim: {} requests from {}",
-        run.stats.requests, trace.source
+/// What only this run's machine knows: how fast it went.
+fn wall_line(outcome: &Outcome) {
+    let stats = &outcome.stats;
+    let seconds = stats.wall.as_secs_f64().max(1e-9);
+    let mut line = format!(
+        "  replayed in {seconds:.1}s ({:.0} requests/s)",
+        stats.requests as f64 / seconds
     );
-    println!(
-        "  {} .. {} ({:.1} min of traffic){}",
-        trace::format_time(first),
-        trace::format_time(last),
-        (last - first) as f64 / 60e6,
-        if trace.reordered > 0 {
-            format!("; {} out-of-order lines sorted", trace.reordered)
-        } else {
-            String::new()
-        }
-    );
-    if trace.skipped > 0 {
-        println!(
-            "  {} unreadable lines skipped, e.g. {}",
-            trace.skipped,
-            trace
-                .skipped_examples
-                .first()
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        );
+    if outcome.report.latency.is_none()
+        && let Some(l) = Latency::of(&outcome.recorder.sorted_latencies())
+    {
+        line.push_str(&format!(
+            "; server decision time p50 {:.2} ms, p99 {:.2} ms",
+            l.p50_ms, l.p99_ms
+        ));
     }
-    println!(
-        "  policy {policy_name}; {} Envoy x {} worker; {} callouts; replayed in {:.1}s ({:.0} requests/s)",
-        topology.instances,
-        topology.workers,
-        run.stats.callouts,
-        run.stats.wall.as_secs_f64(),
-        run.stats.requests as f64 / run.stats.wall.as_secs_f64().max(1e-9)
-    );
-    if run.stats.open_at_end > 0 {
-        println!(
-            "  {} requests never finished (hung streams)",
-            run.stats.open_at_end
-        );
-    }
-    for (i, envoy) in run.envoys.iter().enumerate() {
-        for worker in 0..envoy.workers() {
-            if let Some(failure) = envoy.failed(worker) {
-                println!("  Envoy {i} worker {worker}: the VM failed: {failure}");
-            }
-        }
-    }
+    println!("{line}");
+}
+
+fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
+    let (policy, policy_name) = match &args.policy {
+        Some(path) => (
+            std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+            path.display().to_string(),
+        ),
+        None => (
+            EXAMPLE_POLICY.as_bytes().to_vec(),
+            "examples/policy.json (built in)".to_owned(),
+        ),
+    };
+    let trace = load_trace(&args.trace, args.spread)?;
+    let setup = setup(&args.run, policy, policy_name)?;
+    let outcome = run_session(&setup, &trace, args.run.quiet)?;
+    let report = &outcome.report;
+    let rendered = report.render();
+    let (head, rest) = rendered.split_once("\n\n").unwrap_or((&rendered, ""));
+    println!("{head}");
+    wall_line(&outcome);
     println!();
-    print!("{}", summary.render());
-    if let Some(path) = &args.json {
-        let json = serde_json::json!({
-            "trace": {"source": trace.source, "requests": trace.records.len(), "skipped": trace.skipped, "reordered": trace.reordered},
-            "topology": {"instances": topology.instances, "workers": topology.workers},
-            "callouts": run.stats.callouts,
-            "summary": summary,
-        });
-        std::fs::write(path, serde_json::to_vec_pretty(&json)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+    print!("{rest}");
+    if let Some(path) = &args.run.json {
+        write(path, &serde_json::to_vec_pretty(report)?)?;
+    }
+    if let Some(path) = &args.run.html {
+        write(path, html::page(report).as_bytes())?;
+    }
+    Ok(())
+}
+
+fn compare(args: &CompareArgs) -> anyhow::Result<()> {
+    let key: serde_json::Value = serde_json::from_str(&args.key)
+        .with_context(|| format!("--key {}: not JSON, e.g. [\"client_ip\"]", args.key))?;
+    let policy = compare::policy(args.rate, &key, "sluice");
+    let trace = load_trace(&args.trace, args.spread)?;
+    let setup = setup(
+        &args.run,
+        policy.into_bytes(),
+        format!("every algorithm at {} per {}", args.rate, args.key),
+    )?;
+    let outcome = run_session(&setup, &trace, args.run.quiet)?;
+    let comparison = Comparison::build(args.rate, &outcome.report, &outcome.recorder);
+    let rendered = outcome.report.render();
+    let (head, _) = rendered.split_once("\n\n").unwrap_or((&rendered, ""));
+    println!("{head}");
+    wall_line(&outcome);
+    println!();
+    print!("{}", comparison.render());
+    if let Some(path) = &args.run.json {
+        let json = serde_json::json!({"comparison": comparison, "report": outcome.report});
+        write(path, &serde_json::to_vec_pretty(&json)?)?;
+    }
+    if let Some(path) = &args.run.html {
+        let mut page = html::open(&format!("sluice-sim: every algorithm at {}", args.rate));
+        page.push_str(&format!(
+            "<p>{} requests from <code>{}</code>; {}.</p>\n",
+            outcome.report.trace.requests,
+            html::escape(&outcome.report.trace.source),
+            html::escape(&outcome.report.trace.timing.describe())
+        ));
+        page.push_str(&comparison.html());
+        page.push_str(html::close());
+        write(path, page.as_bytes())?;
     }
     Ok(())
 }

@@ -1,19 +1,28 @@
-//! The replay: trace requests into simulated Envoys, in virtual time.
+//! The replay: trace requests into simulated Envoys, on a virtual or a paced real clock.
 //!
-//! A discrete-event loop over virtual time. Events at the same instant run in this order:
-//! every request that arrives at that instant, then callout answers, ticks and timeouts in the
-//! order they were scheduled. A callout's answer comes back a fixed modelled latency after the
-//! callout (default 1 ms, as from a service in the same data centre): requests that arrive
-//! meanwhile are in flight together, as in a real proxy, and cannot yet see that answer (or
-//! the deny-cache entry it leaves); requests that arrive later do. The real server and Redis
-//! decide every callout, at its virtual time, and their answers are waited for. Nothing depends
-//! on how fast the machine is, so the same inputs give the same results.
+//! A discrete-event loop. Events at the same instant run in this order: every request that
+//! arrives at that instant, then callout answers, ticks and timeouts in the order they were
+//! scheduled.
+//!
+//! In virtual time ([`Clock::Virtual`]) a callout's answer comes back a fixed modelled latency
+//! after the callout (default 1 ms, as from a service in the same data centre): requests that
+//! arrive meanwhile are in flight together, as in a real proxy, and cannot yet see that answer
+//! (or the deny-cache entry it leaves); requests that arrive later do. The real server and
+//! Redis decide every callout, at its virtual time, and their answers are waited for. Nothing
+//! depends on how fast the machine is, so the same inputs give the same results.
+//!
+//! In real time ([`Clock::RealTime`]) each event waits for the wall clock (`speed` trace
+//! seconds per wall second) and answers are delivered when they arrive, so the callout
+//! latencies the report gives are the ones measured. The filter and the server still see the
+//! trace's time (advanced by the wall clock), so a limit of 10 per second means 10 per trace
+//! second at any speed.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::envoy::{Completed, Envoy, Output, Request};
@@ -30,13 +39,43 @@ pub const DEFAULT_CALLOUT_LATENCY: Duration = Duration::from_millis(1);
 /// The host requests are for when the trace does not say.
 const DEFAULT_AUTHORITY: &str = "shop.example";
 
+/// The clock a replay runs on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Clock {
+    /// As fast as the machine goes; answers arrive `callout_latency` after their callout.
+    Virtual {
+        /// The modelled time from a callout to its answer.
+        callout_latency: Duration,
+    },
+    /// Paced by the wall clock at `speed` trace seconds per wall second; answers arrive when
+    /// they arrive.
+    RealTime {
+        /// The speed-up factor (1: as recorded).
+        speed: f64,
+    },
+}
+
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::Virtual {
+            callout_latency: DEFAULT_CALLOUT_LATENCY,
+        }
+    }
+}
+
+/// A callout's answer: still on its way (virtual time waits for it), or here (real time).
+enum Answer {
+    Pending(JoinHandle<Delivered>),
+    Ready(Delivered),
+}
+
 enum Event {
     Arrival(usize),
     Callout {
         instance: usize,
         worker: usize,
         token: u32,
-        answer: JoinHandle<Delivered>,
+        answer: Answer,
     },
     Tick {
         instance: usize,
@@ -77,6 +116,35 @@ pub struct RunStats {
     pub wall: Duration,
 }
 
+/// A callout answered in real time, on its way back to the loop.
+struct Answered {
+    instance: usize,
+    worker: usize,
+    token: u32,
+    delivered: Delivered,
+}
+
+/// The real-time clock: wall time mapped onto trace time.
+struct Pace {
+    speed: f64,
+    wall_start: Instant,
+    trace_start_ns: u64,
+    answers_tx: mpsc::UnboundedSender<Answered>,
+    answers_rx: mpsc::UnboundedReceiver<Answered>,
+    in_flight: usize,
+}
+
+impl Pace {
+    fn trace_now(&self) -> u64 {
+        self.trace_start_ns + (self.wall_start.elapsed().as_nanos() as f64 * self.speed) as u64
+    }
+
+    fn wall_at(&self, trace_ns: u64) -> Instant {
+        let behind = trace_ns.saturating_sub(self.trace_start_ns) as f64 / self.speed;
+        self.wall_start + Duration::from_nanos(behind as u64)
+    }
+}
+
 /// A replay over one trace.
 pub struct Replay<'a> {
     envoys: Vec<Envoy>,
@@ -91,7 +159,10 @@ pub struct Replay<'a> {
     /// Which instance an arrival goes to (round robin, as a load balancer in front).
     next_instance: usize,
     callouts: u64,
-    callout_latency_ns: u64,
+    clock: Clock,
+    pace: Option<Pace>,
+    /// The latest time events ran at: the clock never goes back.
+    now_ns: u64,
     /// Arrivals and callout answers still to come: while there are none and no stream is open,
     /// ticks stop (a module's timer would otherwise keep the replay going for ever).
     pending: usize,
@@ -117,14 +188,16 @@ impl<'a> Replay<'a> {
             tick_generation: HashMap::new(),
             next_instance: 0,
             callouts: 0,
-            callout_latency_ns: DEFAULT_CALLOUT_LATENCY.as_nanos() as u64,
+            clock: Clock::default(),
+            pace: None,
+            now_ns: 0,
             pending: 0,
         }
     }
 
-    /// Answers come back `latency` after their callout (virtual time).
-    pub fn with_callout_latency(mut self, latency: Duration) -> Replay<'a> {
-        self.callout_latency_ns = latency.as_nanos() as u64;
+    /// Runs on `clock`.
+    pub fn with_clock(mut self, clock: Clock) -> Replay<'a> {
+        self.clock = clock;
         self
     }
 
@@ -143,11 +216,80 @@ impl<'a> Replay<'a> {
             .saturating_mul(1000)
     }
 
+    /// The next event and its time: the queue's next in virtual time; in real time, whichever
+    /// comes first of the queue's next (when the wall clock reaches it) and an answer.
+    fn next_event(&mut self) -> Option<(u64, Event)> {
+        let Some(pace) = &mut self.pace else {
+            let Reverse((at, _, seq)) = self.queue.pop()?;
+            return Some((at, self.events.remove(&seq)?));
+        };
+        // An idle timeout for a stream that has ended is nothing to wait for.
+        while let Some(Reverse((_, _, seq))) = self.queue.peek() {
+            match self.events.get(seq) {
+                Some(Event::IdleTimeout {
+                    instance,
+                    worker,
+                    context,
+                }) if !self.envoys[*instance].is_open(*worker, *context) => {
+                    let seq = *seq;
+                    self.queue.pop();
+                    self.events.remove(&seq);
+                }
+                _ => break,
+            }
+        }
+        let next_at = self.queue.peek().map(|Reverse((at, _, _))| *at);
+        if next_at.is_none() && pace.in_flight == 0 {
+            return None;
+        }
+        let deadline = next_at.map(|at| pace.wall_at(at));
+        let rx = &mut pace.answers_rx;
+        let answered = self.runtime.block_on(async {
+            match deadline {
+                Some(deadline) => tokio::select! {
+                    biased;
+                    answered = rx.recv() => answered,
+                    () = tokio::time::sleep_until(deadline.into()) => None,
+                },
+                None => rx.recv().await,
+            }
+        });
+        match answered {
+            Some(a) => {
+                pace.in_flight -= 1;
+                let now = pace.trace_now();
+                let event = Event::Callout {
+                    instance: a.instance,
+                    worker: a.worker,
+                    token: a.token,
+                    answer: Answer::Ready(a.delivered),
+                };
+                Some((now, event))
+            }
+            None => {
+                let Reverse((at, _, seq)) = self.queue.pop()?;
+                Some((at, self.events.remove(&seq)?))
+            }
+        }
+    }
+
     /// Runs to the end; every completed request goes to `observer`.
     pub fn run(mut self, observer: &mut dyn Observer) -> (RunStats, Vec<Envoy>, ClientAddresses) {
         let started = Instant::now();
         if let Some(first) = self.records.first() {
             let start = Self::time_ns(first);
+            self.now_ns = start;
+            if let Clock::RealTime { speed } = self.clock {
+                let (answers_tx, answers_rx) = mpsc::unbounded_channel();
+                self.pace = Some(Pace {
+                    speed: speed.max(1e-6),
+                    wall_start: Instant::now(),
+                    trace_start_ns: start,
+                    answers_tx,
+                    answers_rx,
+                    in_flight: 0,
+                });
+            }
             for instance in 0..self.envoys.len() {
                 let outputs = self.envoys[instance].started();
                 self.handle(instance, outputs, start, observer);
@@ -155,15 +297,12 @@ impl<'a> Replay<'a> {
             self.schedule(start, ARRIVAL, Event::Arrival(0));
         }
         let mut arrived = 0usize;
-        while let Some(Reverse((now, _, seq))) = self.queue.pop() {
-            let Some(event) = self.events.remove(&seq) else {
-                continue;
-            };
-            if matches!(event, Event::Arrival(_) | Event::Callout { .. }) {
-                self.pending -= 1;
-            }
+        while let Some((at, event)) = self.next_event() {
+            let now = at.max(self.now_ns);
+            self.now_ns = now;
             let (instance, outputs) = match event {
                 Event::Arrival(index) => {
+                    self.pending -= 1;
                     arrived = index + 1;
                     if let Some(next) = self.records.get(index + 1) {
                         self.schedule(
@@ -183,18 +322,24 @@ impl<'a> Replay<'a> {
                     token,
                     answer,
                 } => {
-                    let delivered = self.runtime.block_on(answer).unwrap_or_else(|e| {
-                        // The sending task died: the module sees a reset, as from Envoy.
-                        tracing::warn!(error = %e, "a callout task failed; delivering a reset");
-                        Delivered {
-                            reply: CalloutReply {
-                                headers: None,
-                                body: None,
-                                trailers: Default::default(),
-                            },
-                            latency: Duration::ZERO,
+                    let delivered = match answer {
+                        Answer::Ready(delivered) => delivered,
+                        Answer::Pending(handle) => {
+                            self.pending -= 1;
+                            self.runtime.block_on(handle).unwrap_or_else(|e| {
+                                // The sending task died: the module sees a reset, as from Envoy.
+                                tracing::warn!(error = %e, "a callout task failed; delivering a reset");
+                                Delivered {
+                                    reply: CalloutReply {
+                                        headers: None,
+                                        body: None,
+                                        trailers: Default::default(),
+                                    },
+                                    latency: Duration::ZERO,
+                                }
+                            })
                         }
-                    });
+                    };
                     observer.callout(delivered.latency);
                     (
                         instance,
@@ -214,8 +359,9 @@ impl<'a> Replay<'a> {
                     // The tick fires again while its period stays the same, as long as there
                     // is anything left to happen.
                     let period = self.envoys[instance].tick_period_ms(worker);
-                    let work_left =
-                        self.pending > 0 || self.envoys.iter().any(Envoy::has_open_streams);
+                    let in_flight = self.pace.as_ref().map_or(0, |p| p.in_flight);
+                    let work_left = self.pending + in_flight > 0
+                        || self.envoys.iter().any(Envoy::has_open_streams);
                     if period > 0
                         && work_left
                         && self.tick_generation.get(&(instance, worker)) == Some(&generation)
@@ -303,17 +449,39 @@ impl<'a> Replay<'a> {
                 Output::Callout { worker, callout } => {
                     self.callouts += 1;
                     let token = callout.token;
-                    let answer = self.dispatcher.dispatch(callout, Some((now / 1000) as i64));
-                    self.schedule(
-                        now + self.callout_latency_ns,
-                        LATER,
-                        Event::Callout {
-                            instance,
-                            worker,
-                            token,
-                            answer,
-                        },
-                    );
+                    let handle = self.dispatcher.dispatch(callout, Some((now / 1000) as i64));
+                    match (&mut self.pace, self.clock) {
+                        (Some(pace), _) => {
+                            pace.in_flight += 1;
+                            let tx = pace.answers_tx.clone();
+                            self.runtime.spawn(async move {
+                                if let Ok(delivered) = handle.await {
+                                    let _ = tx.send(Answered {
+                                        instance,
+                                        worker,
+                                        token,
+                                        delivered,
+                                    });
+                                }
+                            });
+                        }
+                        (None, clock) => {
+                            let latency = match clock {
+                                Clock::Virtual { callout_latency } => callout_latency,
+                                Clock::RealTime { .. } => Duration::ZERO,
+                            };
+                            self.schedule(
+                                now + latency.as_nanos() as u64,
+                                LATER,
+                                Event::Callout {
+                                    instance,
+                                    worker,
+                                    token,
+                                    answer: Answer::Pending(handle),
+                                },
+                            );
+                        }
+                    }
                 }
                 Output::TickPeriod { worker, period_ms } => {
                     let generation = self.tick_generation.entry((instance, worker)).or_default();

@@ -140,6 +140,36 @@ impl Drop for Stack {
     }
 }
 
+/// A session set-up replaying through the built filter with `policy`, starting its own Redis
+/// and server, in virtual time.
+pub fn session_setup(policy: &str) -> sluice_sim::session::Setup {
+    sluice_sim::session::Setup {
+        wasm: filter_wasm(),
+        policy: policy.as_bytes().to_vec(),
+        policy_name: "test policy".to_owned(),
+        topology: Topology::default(),
+        redis: None,
+        server: None,
+        top: 10,
+    }
+}
+
+/// A trace from `../shared/traces`, or `None` (with a note on stderr) in a clone without it.
+pub fn shared_trace(name: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/traces")
+        .join(name);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "skipped: {} is absent (the shared traces sit beside the project on its build machines only)",
+            path.display()
+        );
+        None
+    }
+}
+
 /// A GET of `path` from `client` at `time_ms` (virtual milliseconds since the epoch).
 pub fn request(time_ms: i64, client: &str, path: &str) -> TraceRecord {
     TraceRecord {

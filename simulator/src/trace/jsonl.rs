@@ -14,7 +14,7 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use super::TraceRecord;
+use super::{TraceRecord, checked_method, checked_target, time_from_rfc3339, time_from_seconds};
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -60,29 +60,17 @@ fn is_zero(b: &u64) -> bool {
 pub(super) fn parse_line(line: &str) -> Result<TraceRecord, String> {
     let parsed: Line = serde_json::from_str(line).map_err(|e| e.to_string())?;
     let time_us = match &parsed.time {
-        Time::Seconds(s) if s.is_finite() && s.abs() < 1e13 => (s * 1e6).round() as i64,
-        Time::Seconds(s) => {
-            return Err(format!("time {s} is not a time in seconds since the epoch"));
-        }
-        Time::Text(t) => chrono::DateTime::parse_from_rfc3339(t)
-            .map_err(|e| format!("time `{t}`: {e} (expected RFC 3339, as 2024-05-01T12:00:00Z)"))?
-            .timestamp_micros(),
+        Time::Seconds(s) => time_from_seconds(*s)?,
+        Time::Text(t) => time_from_rfc3339(t)?,
     };
-    if !parsed.path.starts_with('/') {
-        return Err(format!("path `{}` must start with /", parsed.path));
-    }
-    if parsed.method.is_empty() || !parsed.method.bytes().all(|b| b.is_ascii_uppercase()) {
-        return Err(format!(
-            "method `{}` must be capitals, as GET",
-            parsed.method
-        ));
-    }
+    let target = checked_target(parsed.path)?;
+    let method = checked_method(parsed.method)?;
     Ok(TraceRecord {
         line: 0,
         time_us,
         client: parsed.client,
-        method: parsed.method,
-        target: parsed.path,
+        method,
+        target,
         host: parsed.host,
         status: parsed.status,
         bytes: parsed.bytes,

@@ -1,18 +1,29 @@
 //! Traces: recorded requests to replay, read from access logs.
 //!
 //! Formats: nginx/Apache "combined" logs (with any number of extra quoted fields, such as the
-//! `X-Forwarded-For` nginx configurations often append) and sluice's own JSON lines (see
-//! [`jsonl`]). A bad line is an error naming the file and the line, or, when skipping bad lines,
-//! a counted skip. Requests must come in time order; a trace that goes back in time is refused,
-//! naming the line, unless sorting is asked for (then it is sorted, and the report says so).
+//! `X-Forwarded-For` nginx configurations often append), Envoy's JSON access logs
+//! ([`envoy_json`]), tab-separated logs with a header row ([`tsv`], as the NASA-HTTP trace), and
+//! sluice's own JSON lines ([`jsonl`]). A bad line is an error naming the file and the line, or,
+//! when skipping bad lines, a counted skip.
+//!
+//! Requests must come in time order: a trace that goes back in time is refused, naming the
+//! line, unless sorting is asked for (then it is sorted, and the report says how many lines
+//! were out of order). The timestamps' real resolution is measured ([`timing`]); traces whose
+//! timing is only real to the minute or the hour are spread evenly over each step, in file
+//! order, and the report says so.
 
 mod combined;
+pub mod envoy_json;
 pub mod jsonl;
 pub mod synthetic;
+pub mod timing;
+pub mod tsv;
 
 use std::fmt;
 use std::net::IpAddr;
 use std::path::Path;
+
+use self::timing::{Spread, Timing};
 
 /// One recorded request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +57,10 @@ pub enum Format {
     Combined,
     /// sluice's JSON lines.
     Jsonl,
+    /// Envoy's JSON access log.
+    EnvoyJson,
+    /// Tab-separated, with a header row.
+    Tsv,
 }
 
 /// A line that could not be read.
@@ -69,6 +84,8 @@ pub struct ReadOptions {
     pub skip_bad: bool,
     /// Sort records that are out of time order, instead of refusing the trace.
     pub sort: bool,
+    /// Whether to spread each timestamp step's requests over the step.
+    pub spread: Spread,
 }
 
 impl Default for ReadOptions {
@@ -77,6 +94,7 @@ impl Default for ReadOptions {
             format: Format::Auto,
             skip_bad: false,
             sort: false,
+            spread: Spread::Auto,
         }
     }
 }
@@ -86,14 +104,18 @@ impl Default for ReadOptions {
 pub struct Trace {
     /// Where it came from.
     pub source: String,
+    /// The format it was read as.
+    pub format: Option<Format>,
     /// The records.
     pub records: Vec<TraceRecord>,
     /// Bad lines skipped.
     pub skipped: usize,
     /// The first few skipped lines' errors.
     pub skipped_examples: Vec<TraceError>,
-    /// Records that were out of order and had to be sorted.
+    /// Records logged out of time order (sorted, or replayed in file order within their step).
     pub reordered: usize,
+    /// How precise the timestamps are, and whether they were spread.
+    pub timing: Timing,
 }
 
 impl fmt::Display for Format {
@@ -102,6 +124,8 @@ impl fmt::Display for Format {
             Format::Auto => "auto",
             Format::Combined => "combined",
             Format::Jsonl => "jsonl",
+            Format::EnvoyJson => "envoy-json",
+            Format::Tsv => "tsv",
         })
     }
 }
@@ -117,90 +141,191 @@ pub fn read_file(path: &Path, options: ReadOptions) -> Result<Trace, TraceError>
     read_bytes(&name, &bytes, options)
 }
 
+/// How lines are parsed, decided once from the format (and the header row).
+enum Parser {
+    Combined,
+    Jsonl,
+    EnvoyJson,
+    Tsv(tsv::Columns),
+}
+
+impl Parser {
+    fn parse(&self, line: &str) -> Result<TraceRecord, String> {
+        match self {
+            Parser::Combined => combined::parse_line(line),
+            Parser::Jsonl => jsonl::parse_line(line),
+            Parser::EnvoyJson => envoy_json::parse_line(line),
+            Parser::Tsv(columns) => columns.parse_line(line),
+        }
+    }
+}
+
 /// Reads a trace from memory; `name` names it in errors.
 pub fn read_bytes(name: &str, bytes: &[u8], options: ReadOptions) -> Result<Trace, TraceError> {
+    let error = |line: usize, message: String| TraceError {
+        file: name.to_owned(),
+        line,
+        message,
+    };
     let text = String::from_utf8_lossy(bytes);
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.trim().is_empty())
+        .peekable();
+    let Some(&(first_number, first_line)) = lines.peek() else {
+        return Err(error(0, "no request in the trace".to_owned()));
+    };
     let format = match options.format {
-        Format::Auto => detect(&text),
+        Format::Auto => detect(first_line),
         f => f,
+    };
+    let parser = match format {
+        Format::Tsv => {
+            let columns =
+                tsv::Columns::from_header(first_line).map_err(|m| error(first_number, m))?;
+            lines.next();
+            Parser::Tsv(columns)
+        }
+        Format::Jsonl => Parser::Jsonl,
+        Format::EnvoyJson => Parser::EnvoyJson,
+        Format::Combined | Format::Auto => Parser::Combined,
     };
     let mut trace = Trace {
         source: name.to_owned(),
+        format: Some(format),
         ..Trace::default()
     };
-    let mut last_time = i64::MIN;
-    let mut first_backwards: Option<(usize, i64)> = None;
-    for (index, line) in text.lines().enumerate() {
-        let number = index + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let parsed = match format {
-            Format::Jsonl => jsonl::parse_line(line),
-            _ => combined::parse_line(line),
-        };
-        match parsed {
+    for (number, line) in lines {
+        match parser.parse(line) {
             Ok(mut record) => {
                 record.line = number;
-                if record.time_us < last_time {
-                    trace.reordered += 1;
-                    first_backwards.get_or_insert((number, last_time));
-                }
-                last_time = last_time.max(record.time_us);
                 trace.records.push(record);
             }
             Err(message) => {
-                let error = TraceError {
-                    file: name.to_owned(),
-                    line: number,
-                    message,
-                };
+                let e = error(number, message);
                 if !options.skip_bad {
-                    return Err(error);
+                    return Err(e);
                 }
                 trace.skipped += 1;
                 if trace.skipped_examples.len() < 5 {
-                    trace.skipped_examples.push(error);
+                    trace.skipped_examples.push(e);
                 }
             }
         }
     }
-    if let Some((line, previous)) = first_backwards {
-        if !options.sort {
-            let record = trace
-                .records
-                .iter()
-                .find(|r| r.line == line)
-                .map_or(0, |r| r.time_us);
-            return Err(TraceError {
-                file: name.to_owned(),
-                line,
-                message: format!(
-                    "goes back in time ({} after {}); {} of {} records are out of order: pass --sort to sort them",
-                    format_time(record),
-                    format_time(previous),
-                    trace.reordered,
-                    trace.records.len()
-                ),
-            });
-        }
-        trace.records.sort_by_key(|r| r.time_us);
-    }
     if trace.records.is_empty() {
-        return Err(TraceError {
-            file: name.to_owned(),
-            line: 0,
-            message: "no request in the trace".to_owned(),
-        });
+        return Err(error(0, "no request in the trace".to_owned()));
     }
+    put_in_time_order(&mut trace, options).map_err(|(line, m)| error(line, m))?;
     Ok(trace)
 }
 
-fn detect(text: &str) -> Format {
-    match text.lines().find(|l| !l.trim().is_empty()) {
-        Some(line) if line.trim_start().starts_with('{') => Format::Jsonl,
-        _ => Format::Combined,
+/// Measures the timing, then orders (and perhaps spreads) the records, or says why it cannot.
+fn put_in_time_order(trace: &mut Trace, options: ReadOptions) -> Result<(), (usize, String)> {
+    let (resolution, evidence) = timing::detect(&trace.records);
+    let spread = Timing::should_spread(resolution, options.spread);
+    trace.timing = Timing {
+        resolution,
+        evidence,
+        spread,
+    };
+    let mut latest = i64::MIN;
+    let mut first_backwards = None;
+    for record in &trace.records {
+        if record.time_us < latest {
+            trace.reordered += 1;
+            first_backwards.get_or_insert((record.line, record.time_us, latest));
+        }
+        latest = latest.max(record.time_us);
     }
+    // Spread traces keep file order within a step: only steps going back in time are disorder.
+    let step_disorder = spread
+        && trace
+            .records
+            .windows(2)
+            .any(|w| timing::step(&w[1], resolution) < timing::step(&w[0], resolution));
+    let refused = if spread {
+        step_disorder
+    } else {
+        trace.reordered > 0
+    };
+    if let Some((line, time, previous)) = first_backwards
+        && refused
+        && !options.sort
+    {
+        let mut message = format!(
+            "goes back in time ({} after {}); {} of {} records are out of order: pass --sort to sort them",
+            format_time(time),
+            format_time(previous),
+            trace.reordered,
+            trace.records.len()
+        );
+        if resolution >= timing::Resolution::Minute {
+            message.push_str(&format!(
+                " (note: {}; sorted records are replayed in file order within each {})",
+                trace.timing.evidence,
+                resolution.name()
+            ));
+        }
+        return Err((line, message));
+    }
+    if spread {
+        trace.records.sort_by_key(|r| timing::step(r, resolution));
+        timing::spread_evenly(&mut trace.records, resolution);
+    } else if trace.reordered > 0 {
+        trace.records.sort_by_key(|r| r.time_us);
+    }
+    Ok(())
+}
+
+fn detect(first_line: &str) -> Format {
+    let line = first_line.trim_start();
+    if line.starts_with('{') {
+        return match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(serde_json::Value::Object(o)) if envoy_json::looks_like(&o) => Format::EnvoyJson,
+            _ => Format::Jsonl,
+        };
+    }
+    if tsv::looks_like_header(line) {
+        return Format::Tsv;
+    }
+    Format::Combined
+}
+
+/// A time given as seconds since the epoch (fractions allowed).
+pub(crate) fn time_from_seconds(seconds: f64) -> Result<i64, String> {
+    if seconds.is_finite() && seconds.abs() < 1e13 {
+        Ok((seconds * 1e6).round() as i64)
+    } else {
+        Err(format!(
+            "time {seconds} is not a time in seconds since the epoch"
+        ))
+    }
+}
+
+/// A time given as RFC 3339.
+pub(crate) fn time_from_rfc3339(text: &str) -> Result<i64, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp_micros())
+        .map_err(|e| format!("time `{text}`: {e} (expected RFC 3339, as 2024-05-01T12:00:00Z)"))
+}
+
+/// A method as HTTP writes it: capitals.
+pub(crate) fn checked_method(method: String) -> Result<String, String> {
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(format!("method `{method}` must be capitals, as GET"));
+    }
+    Ok(method)
+}
+
+/// A request target: a path from the root, perhaps with a query.
+pub(crate) fn checked_target(target: String) -> Result<String, String> {
+    if !target.starts_with('/') {
+        return Err(format!("path `{target}` must start with /"));
+    }
+    Ok(target)
 }
 
 /// A time in microseconds as RFC 3339.

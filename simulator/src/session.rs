@@ -1,0 +1,144 @@
+//! One replay from start to finish, as the `sluice-sim` commands run it: start what is needed,
+//! replay, build the report, measure Redis, stop what was started.
+
+use anyhow::Context;
+use sluice_core::policy::Policy;
+
+use crate::envoy::Completed;
+use crate::launch::Services;
+use crate::replay::{Clock, Observer, RunStats};
+use crate::report::{self, Inputs, Recorder, Report, RunInfo};
+use crate::trace::{Trace, TraceRecord};
+use crate::{Simulation, Topology, redis_memory};
+
+/// What to replay, and against what.
+pub struct Setup {
+    /// The filter.
+    pub wasm: Vec<u8>,
+    /// Its configuration.
+    pub policy: Vec<u8>,
+    /// Where the configuration came from, for the report.
+    pub policy_name: String,
+    /// Envoys, workers, failure policy, clock.
+    pub topology: Topology,
+    /// A Redis to use instead of starting one.
+    pub redis: Option<String>,
+    /// A sluice-server (in replay mode) to use instead of starting one.
+    pub server: Option<String>,
+    /// How many of the most limited keys to list.
+    pub top: usize,
+}
+
+/// What a session leaves.
+pub struct Outcome {
+    /// The report.
+    pub report: Report,
+    /// The decisions it was built from.
+    pub recorder: Recorder,
+    /// Totals, with the wall time.
+    pub stats: RunStats,
+}
+
+struct Recording<'a> {
+    recorder: Recorder,
+    progress: &'a mut dyn FnMut(usize),
+}
+
+impl Observer for Recording<'_> {
+    fn completed(&mut self, instance: usize, done: Completed, _record: &TraceRecord) {
+        self.recorder.add(instance, &done);
+    }
+
+    fn callout(&mut self, latency: std::time::Duration) {
+        self.recorder.callout(latency);
+    }
+
+    fn progress(&mut self, processed: usize) {
+        (self.progress)(processed);
+    }
+}
+
+/// Replays `trace` as `setup` says; `progress` hears how many requests have arrived.
+pub fn run(
+    setup: &Setup,
+    trace: &Trace,
+    progress: &mut dyn FnMut(usize),
+) -> anyhow::Result<Outcome> {
+    let simulation = Simulation::new(&setup.wasm, &setup.policy)?;
+    // Every rule's limit, for the accuracy figures; the filter has already accepted it.
+    let policy = Policy::from_json(&setup.policy).ok();
+    // The replay (the VMs) runs on this thread; the callouts and the in-process server share
+    // one more, so that a callout reaches the server without a thread switch.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let services = Services::start(&runtime, setup.redis.clone(), setup.server.clone())?;
+    let mut recording = Recording {
+        recorder: Recorder::default(),
+        progress,
+    };
+    let run = simulation.run(
+        &trace.records,
+        &setup.topology,
+        services.endpoint(),
+        &runtime,
+        &mut recording,
+    );
+    let run = match run {
+        Ok(run) => run,
+        Err(e) => {
+            services.stop(&runtime);
+            return Err(e);
+        }
+    };
+    let mut vm_failures = Vec::new();
+    for (i, envoy) in run.envoys.iter().enumerate() {
+        for worker in 0..envoy.workers() {
+            if let Some(failure) = envoy.failed(worker) {
+                vm_failures.push(format!(
+                    "Envoy {i} worker {worker}: the VM failed: {failure}"
+                ));
+            }
+        }
+    }
+    let topology = &setup.topology;
+    let info = RunInfo {
+        policy: setup.policy_name.clone(),
+        instances: topology.instances.max(1),
+        workers: topology.workers.max(1),
+        clock: match topology.clock {
+            Clock::Virtual { callout_latency } => report::Clock::Virtual {
+                callout_latency_ms: callout_latency.as_millis() as u64,
+            },
+            Clock::RealTime { speed } => report::Clock::RealTime { speed },
+        },
+        callouts: run.stats.callouts,
+        open_at_end: run.stats.open_at_end,
+        vm_failures,
+    };
+    let mut report = Report::build(
+        &recording.recorder,
+        Inputs {
+            trace,
+            run: info,
+            policy: policy.as_ref(),
+            top: setup.top,
+            clients: &run.clients,
+        },
+    );
+    let memory = match services.limit_keys() {
+        Some((url, prefix)) => runtime.block_on(redis_memory::measure(url, prefix)),
+        None => {
+            Err("the limit keys live in the Redis of the server given with --server".to_owned())
+        }
+    };
+    report.set_memory(memory);
+    services.stop(&runtime);
+    Ok(Outcome {
+        report,
+        recorder: recording.recorder,
+        stats: run.stats,
+    })
+}

@@ -1,0 +1,315 @@
+//! sluice-sim end to end: real traces read and replayed, reports that are the same every
+//! time, several Envoys on one limit, real-time pacing, the comparison of algorithms.
+//!
+//! Tests on the shared traces skip, saying so, in a clone without `../shared`.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+use sluice_e2e::{request, session_setup, shared_trace};
+use sluice_sim::compare::{self, Comparison, Nominal};
+use sluice_sim::replay::Clock;
+use sluice_sim::report::{self, Report, html};
+use sluice_sim::session::{self, Outcome};
+use sluice_sim::trace::synthetic::{self, GenOptions, Kind};
+use sluice_sim::trace::timing::{Resolution, Spread};
+use sluice_sim::trace::{self, ReadOptions, Trace};
+use sluice_sim::{EXAMPLE_POLICY, Topology};
+
+fn read(path: &std::path::Path, options: ReadOptions) -> Trace {
+    trace::read_file(path, options).expect("the trace reads")
+}
+
+fn run(policy: &str, trace: &Trace, topology: Topology) -> Outcome {
+    let mut setup = session_setup(policy);
+    setup.topology = topology;
+    session::run(&setup, trace, &mut |_| {}).expect("the replay runs")
+}
+
+fn rule<'a>(report: &'a Report, name: &str) -> &'a report::RuleReport {
+    report
+        .rules
+        .iter()
+        .find(|r| r.rule == name)
+        .unwrap_or_else(|| panic!("no rule {name}"))
+}
+
+fn synthetic_trace(kind: Kind, seconds: u64) -> Trace {
+    Trace {
+        source: format!("synthetic {kind:?}"),
+        records: synthetic::generate(GenOptions {
+            kind,
+            seconds,
+            seed: 7,
+            max_requests: 0,
+            rate_scale: 1.0,
+        }),
+        ..Trace::default()
+    }
+}
+
+#[test]
+fn zanbil_burst_clients_are_limited_and_quiet_clients_are_not() {
+    let Some(path) = shared_trace("zanbil_access_10k.log") else {
+        return;
+    };
+    let trace = read(&path, ReadOptions::default());
+    assert_eq!(trace.records.len(), 10_000);
+    assert_eq!(trace.timing.resolution, Resolution::Second);
+    let outcome = run(EXAMPLE_POLICY, &trace, Topology::default());
+    let report = &outcome.report;
+    let per_client = rule(report, "per-client");
+    assert!(
+        report
+            .top_limited
+            .iter()
+            .any(|k| k.key == "194.94.127.7" && k.counts.denied > 0),
+        "the 44-in-a-second client is limited: {:?}",
+        report.top_limited
+    );
+    assert!(
+        report.limited_keys * 100 <= per_client.keys,
+        "{} of {} clients limited: quiet clients must pass",
+        report.limited_keys,
+        per_client.keys
+    );
+    let accuracy = per_client.accuracy.as_ref().unwrap();
+    assert_eq!(
+        accuracy.over_bound, 0,
+        "gcra never admits over its own bound"
+    );
+    let memory = per_client.memory.as_ref().expect("memory measured");
+    assert_eq!(memory.keys, per_client.keys, "one Redis key per client");
+}
+
+#[test]
+fn the_nasa_trace_reads_by_its_header_row_and_a_sensible_limit_denies_nothing() {
+    let Some(path) = shared_trace("nasa_19950801.tsv") else {
+        return;
+    };
+    let trace = read(&path, ReadOptions::default());
+    assert_eq!(trace.records.len(), 30_969);
+    assert_eq!(trace.format.map(|f| f.to_string()).as_deref(), Some("tsv"));
+    assert_eq!(trace.timing.resolution, Resolution::Second);
+    let outcome = run(EXAMPLE_POLICY, &trace, Topology::default());
+    let per_client = rule(&outcome.report, "per-client");
+    assert_eq!(per_client.counts.offered, 30_969);
+    assert_eq!(per_client.counts.limited(), 0, "NASA is a quiet baseline");
+    assert!(
+        per_client.keys > 2_000,
+        "host names are clients: {}",
+        per_client.keys
+    );
+}
+
+#[test]
+fn the_elastic_trace_is_never_replayed_as_logged() {
+    let Some(path) = shared_trace("elastic_apache_logs.log") else {
+        return;
+    };
+    // A truncated line is an error naming its place...
+    let err = trace::read_file(&path, ReadOptions::default()).unwrap_err();
+    assert_eq!(err.line, 8899, "{err}");
+    assert!(err.to_string().contains("unterminated user agent"), "{err}");
+    // ... and, taken as logged (no spreading), its disorder is refused unless sorting is asked.
+    let as_logged = ReadOptions {
+        skip_bad: true,
+        spread: Spread::Off,
+        ..ReadOptions::default()
+    };
+    let err = trace::read_file(&path, as_logged).unwrap_err();
+    assert!(err.to_string().contains("goes back in time"), "{err}");
+    assert!(err.to_string().contains("--sort"), "{err}");
+    assert!(err.to_string().contains("only the hour is real"), "{err}");
+    // By default only its hours are trusted: spread within each hour, with a warning.
+    let trace = read(
+        &path,
+        ReadOptions {
+            skip_bad: true,
+            ..ReadOptions::default()
+        },
+    );
+    assert_eq!((trace.records.len(), trace.skipped), (9_999, 1));
+    assert_eq!(trace.timing.resolution, Resolution::Hour);
+    assert!(trace.timing.spread);
+    assert!(
+        trace.reordered > 1000,
+        "{} lines out of order",
+        trace.reordered
+    );
+    assert!(
+        trace
+            .records
+            .windows(2)
+            .all(|w| w[0].time_us <= w[1].time_us),
+        "replayed in time order"
+    );
+    let outcome = run(EXAMPLE_POLICY, &trace, Topology::default());
+    let text = outcome.report.render();
+    assert!(text.contains("warning: 9,"), "{text}");
+    assert!(text.contains("timing finer than 1 h is not real"), "{text}");
+    assert_eq!(
+        outcome.report.timeline.step_ms, 3_600_000,
+        "charts never show what the trace does not know"
+    );
+}
+
+#[test]
+fn compare_on_zanbil_shows_the_fixed_window_over_the_exact_limit_and_the_sliding_log_never() {
+    let Some(path) = shared_trace("zanbil_access_10k.log") else {
+        return;
+    };
+    let trace = read(
+        &path,
+        ReadOptions {
+            spread: Spread::Even,
+            ..ReadOptions::default()
+        },
+    );
+    let nominal: Nominal = "10/1s".parse().unwrap();
+    let policy = compare::policy(nominal, &serde_json::json!(["client_ip"]), "sluice");
+    let outcome = run(&policy, &trace, Topology::default());
+    let comparison = Comparison::build(nominal, &outcome.report, &outcome.recorder);
+    let row = |name: &str| {
+        comparison
+            .rows
+            .iter()
+            .find(|r| r.algorithm == name)
+            .map(|r| r.accuracy.clone())
+            .unwrap()
+    };
+    assert_eq!(comparison.rows.len(), 6);
+    let fixed = row("fixed_window");
+    assert!(fixed.over_exact > 0, "{fixed:?}");
+    assert!(fixed.peak.as_ref().unwrap().admitted > 10);
+    let log = row("sliding_log");
+    assert_eq!(log.over_exact, 0);
+    let exact = log.exact.unwrap();
+    assert_eq!(
+        (
+            exact.denied_but_exact_admits,
+            exact.admitted_but_exact_denies
+        ),
+        (0, 0),
+        "the sliding log is the exact limit"
+    );
+    for r in &comparison.rows {
+        assert_eq!(
+            r.accuracy.over_bound, 0,
+            "{} over its own bound",
+            r.algorithm
+        );
+        assert_eq!(
+            r.accuracy.decided, 10_000,
+            "{} saw every request",
+            r.algorithm
+        );
+    }
+    let focus = comparison
+        .focus
+        .as_ref()
+        .expect("the boundary burst is charted");
+    assert_eq!(focus.series.len(), 6);
+    let page = comparison.html();
+    assert!(page.contains("fixed_window") && page.matches("<svg").count() == 2);
+}
+
+#[test]
+fn a_virtual_time_replay_gives_byte_identical_json_reports() {
+    let trace = synthetic_trace(Kind::Demo, 120);
+    let topology = || Topology {
+        instances: 2,
+        workers: 2,
+        ..Topology::default()
+    };
+    let first = run(EXAMPLE_POLICY, &trace, topology());
+    let second = run(EXAMPLE_POLICY, &trace, topology());
+    assert!(first.report.limited_keys > 0, "a replay worth comparing");
+    let a = serde_json::to_vec_pretty(&first.report).unwrap();
+    let b = serde_json::to_vec_pretty(&second.report).unwrap();
+    assert!(a == b, "the reports differ:\n{}", first_difference(&a, &b));
+    assert_eq!(html::page(&first.report), html::page(&second.report));
+}
+
+fn first_difference(a: &[u8], b: &[u8]) -> String {
+    let (a, b) = (String::from_utf8_lossy(a), String::from_utf8_lossy(b));
+    a.lines()
+        .zip(b.lines())
+        .enumerate()
+        .find(|(_, (x, y))| x != y)
+        .map(|(i, (x, y))| format!("line {}: {x}\n     vs: {y}", i + 1))
+        .unwrap_or_else(|| "lengths differ".to_owned())
+}
+
+#[test]
+fn with_several_envoys_the_limit_holds_globally_and_per_instance_limits_would_admit_more() {
+    let policy = r#"{"cluster": "sluice", "rules": [{"name": "per-ip", "key": ["client_ip"],
+        "limit": {"algorithm": "gcra", "rate": 10, "per": "1s", "burst": 10}}]}"#;
+    let t = 1_763_700_000_000;
+    let trace = Trace {
+        source: "60 requests at one instant".to_owned(),
+        records: (0..60).map(|_| request(t, "203.0.113.5", "/")).collect(),
+        ..Trace::default()
+    };
+    let outcome = run(
+        policy,
+        &trace,
+        Topology {
+            instances: 3,
+            ..Topology::default()
+        },
+    );
+    let per_ip = rule(&outcome.report, "per-ip");
+    assert_eq!(per_ip.counts.allowed, 10, "one limit across three Envoys");
+    let accuracy = per_ip.accuracy.as_ref().unwrap();
+    let local = accuracy.per_instance.as_ref().unwrap();
+    assert_eq!((local.instances, local.admitted), (3, 30));
+}
+
+#[test]
+fn a_real_time_replay_is_paced_and_reports_callout_latency() {
+    let t = 1_763_700_000_000;
+    let trace = Trace {
+        source: "20 requests over two seconds".to_owned(),
+        records: (0..20)
+            .map(|i| request(t + i * 100, "203.0.113.5", "/"))
+            .collect(),
+        ..Trace::default()
+    };
+    let outcome = run(
+        EXAMPLE_POLICY,
+        &trace,
+        Topology {
+            clock: Clock::RealTime { speed: 4.0 },
+            ..Topology::default()
+        },
+    );
+    let report = &outcome.report;
+    assert_eq!(report.trace.requests, 20);
+    assert!(matches!(report.run.clock, report::Clock::RealTime { speed } if speed == 4.0));
+    let latency = report.latency.as_ref().expect("measured in real time");
+    assert_eq!(latency.samples, 20, "one callout per request");
+    assert!(
+        latency.p50_ms > 0.0
+            && latency.p50_ms <= latency.p99_ms
+            && latency.p99_ms <= latency.max_ms
+    );
+    assert!(report.render().contains("callout latency: p50"));
+}
+
+#[test]
+fn the_html_report_is_one_self_contained_page_with_charts() {
+    let trace = synthetic_trace(Kind::Demo, 60);
+    let outcome = run(EXAMPLE_POLICY, &trace, Topology::default());
+    let page = html::page(&outcome.report);
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert!(!page.contains("<script") && !page.contains("src=") && !page.contains("<link"));
+    let charts = page.matches("<svg").count();
+    let expected = outcome.report.timeline.rules.len() + 1 + outcome.report.timeline.keys.len();
+    assert_eq!(
+        charts, expected,
+        "a chart per rule, the accuracy chart, one per top key"
+    );
+    for rule in &outcome.report.rules {
+        assert!(page.contains(&rule.rule));
+    }
+}
