@@ -20,6 +20,11 @@ use sluice_sim::trace::timing::Spread;
 use sluice_sim::trace::{self, Format, ReadOptions, Trace};
 use sluice_sim::{EXAMPLE_POLICY, Simulation, Topology};
 
+// The replay allocates per request on two threads (VMs, HTTP, Redis); mimalloc's thread-local
+// heaps keep that off the critical path (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "sluice-sim",

