@@ -10,8 +10,8 @@
 //! - [`engine`]: the decision procedure.
 //! - [`http`]: `/v1/decide`, `/healthz`, `/readyz`, `/metrics`.
 //!
-//! [`spawn`] runs a server in-process on a TCP port, [`spawn_in_memory`] one reached without
-//! sockets (the simulator does); the `sluice-server` binary is a thin shell over [`serve`].
+//! [`spawn`] runs a server in-process on a TCP port, [`in_process`] one reached by calling it
+//! (the simulator does); the `sluice-server` binary is a thin shell over [`serve`].
 
 #![deny(missing_docs)]
 
@@ -52,7 +52,7 @@ pub async fn serve(
     serve_on(config, listener, shutdown).await
 }
 
-/// [`serve`] on any listener: TCP, or in-memory (see [`memory`]).
+/// [`serve`] on any listener.
 pub async fn serve_on<L>(
     config: ServerConfig,
     listener: L,
@@ -62,14 +62,7 @@ where
     L: Listener,
     L::Addr: std::fmt::Debug,
 {
-    let metrics = Arc::new(Metrics::default());
-    let store = Store::connect(config.topology.clone(), config.redis_timeout);
-    let state = Arc::new(AppState {
-        engine: Engine::new(store, config.key_prefix.clone(), Arc::clone(&metrics)),
-        metrics,
-        token: config.token.clone(),
-        replay_time: config.replay_time,
-    });
+    let state = app_state(&config);
     let (stopping_tx, stopping_rx) = oneshot::channel::<()>();
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
         shutdown.await;
@@ -93,9 +86,21 @@ where
     }
 }
 
+/// The state every handler shares: the engine over a Redis connection, metrics, settings.
+fn app_state(config: &ServerConfig) -> Arc<AppState> {
+    let metrics = Arc::new(Metrics::default());
+    let store = Store::connect(config.topology.clone(), config.redis_timeout);
+    Arc::new(AppState {
+        engine: Engine::new(store, config.key_prefix.clone(), Arc::clone(&metrics)),
+        metrics,
+        token: config.token.clone(),
+        replay_time: config.replay_time,
+    })
+}
+
 /// A server running in this process.
 pub struct RunningServer {
-    addr: Option<SocketAddr>,
+    addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -109,41 +114,27 @@ pub async fn spawn(config: ServerConfig, listen: SocketAddr) -> std::io::Result<
         let _ = stopped.await;
     }));
     Ok(RunningServer {
-        addr: Some(addr),
+        addr,
         stop: Some(stop),
         task,
     })
 }
 
-/// Starts a server in this process that is reached through the returned connector only.
-pub fn spawn_in_memory(config: ServerConfig) -> (RunningServer, memory::MemoryConnector) {
-    let (listener, connector) = memory::pair();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve_on(config, listener, async move {
-        let _ = stopped.await;
-    }));
-    (
-        RunningServer {
-            addr: None,
-            stop: Some(stop),
-            task,
-        },
-        connector,
-    )
+/// A server in this process that is reached by calling it (see [`memory`]); it must be
+/// created within a Tokio runtime, and lives as long as any clone of it.
+pub fn in_process(config: ServerConfig) -> memory::InProcessServer {
+    memory::InProcessServer::new(router(app_state(&config)))
 }
 
 impl RunningServer {
-    /// The address it listens on (none for an in-memory server).
-    pub fn addr(&self) -> Option<SocketAddr> {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// Its base URL: `http://ip:port`, or `http://in-memory` for an in-memory server.
+    /// Its base URL: `http://ip:port`.
     pub fn url(&self) -> String {
-        match self.addr {
-            Some(addr) => format!("http://{addr}"),
-            None => "http://in-memory".to_owned(),
-        }
+        format!("http://{}", self.addr)
     }
 
     /// Shuts it down gracefully and waits for it.

@@ -1,5 +1,5 @@
-//! Where a cluster's host is, and how to open a connection to it: TCP, or the in-process
-//! server's in-memory streams (no socket, the same HTTP).
+//! Where a cluster's host is, and how a request reaches it: over TCP, or handed to the
+//! in-process server as a value (no socket, no HTTP/1 codec; the same router and handlers).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -8,11 +8,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::rt::TokioIo;
-use sluice_server::memory::MemoryConnector;
-use tokio::io::DuplexStream;
+use axum::body::Body;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use sluice_server::memory::InProcessServer;
 use tokio::net::TcpStream;
 
 /// A cluster's single host.
@@ -20,8 +21,8 @@ use tokio::net::TcpStream;
 pub enum Endpoint {
     /// `host:port` over TCP.
     Tcp(String),
-    /// The in-process server, without a socket.
-    Memory(MemoryConnector),
+    /// The server running in this process.
+    InProcess(InProcessServer),
     /// A cluster with no healthy host.
     NoHost,
 }
@@ -33,88 +34,73 @@ impl Endpoint {
         Endpoint::Tcp(authority.to_owned())
     }
 
-    /// The authority the client addresses it by (unique per endpoint).
+    /// The authority requests to it carry (unique per endpoint).
     pub(crate) fn authority(&self, cluster: &str) -> String {
         match self {
             Endpoint::Tcp(authority) => authority.clone(),
-            Endpoint::Memory(_) | Endpoint::NoHost => format!("{cluster}.in-memory"),
+            Endpoint::InProcess(_) | Endpoint::NoHost => format!("{cluster}.in-process"),
         }
     }
 }
 
-/// A connection to either kind of endpoint.
-pub enum Stream {
-    /// TCP.
-    Tcp(TokioIo<TcpStream>),
-    /// In memory.
-    Memory(TokioIo<DuplexStream>),
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The cluster has no host to send to.
+    #[error("no healthy upstream")]
+    NoHost,
+    /// Connecting, sending or reading the answer's head failed.
+    #[error(transparent)]
+    Http(#[from] hyper_util::client::legacy::Error),
 }
 
-impl Read for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Memory(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Memory(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Stream::Memory(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Memory(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-}
-
-impl Connection for Stream {
-    fn connected(&self) -> Connected {
-        Connected::new()
-    }
-}
-
-/// Opens connections for the HTTP client, by the authority it was given.
+/// Sends requests to endpoints: over pooled keep-alive connections for TCP, or by calling the
+/// in-process server.
 #[derive(Clone)]
-pub struct Connector {
+pub struct HttpClient {
+    pool: Client<Connector, Full<Bytes>>,
+}
+
+impl HttpClient {
+    /// A client for these endpoints, each known by its authority.
+    pub fn new(by_authority: HashMap<String, Endpoint>) -> HttpClient {
+        let pool = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(64)
+            .pool_idle_timeout(std::time::Duration::from_secs(30))
+            .build(Connector {
+                by_authority: Arc::new(by_authority),
+            });
+        HttpClient { pool }
+    }
+
+    /// Sends `request` (its URI naming `endpoint`'s authority) and answers with the response,
+    /// whose body may still be arriving.
+    pub async fn send(
+        &self,
+        endpoint: &Endpoint,
+        request: http::Request<Bytes>,
+    ) -> Result<http::Response<Body>, SendError> {
+        match endpoint {
+            Endpoint::InProcess(server) => Ok(server.call(request.map(Body::from)).await),
+            Endpoint::Tcp(_) => {
+                let response = self.pool.request(request.map(Full::new)).await?;
+                Ok(response.map(Body::new))
+            }
+            Endpoint::NoHost => Err(SendError::NoHost),
+        }
+    }
+}
+
+/// Opens TCP connections for the pool, by the authority it was given.
+#[derive(Clone)]
+struct Connector {
     by_authority: Arc<HashMap<String, Endpoint>>,
 }
 
-impl Connector {
-    /// A connector to these endpoints, by authority.
-    pub fn new(by_authority: HashMap<String, Endpoint>) -> Connector {
-        Connector {
-            by_authority: Arc::new(by_authority),
-        }
-    }
-}
-
 impl tower_service::Service<http::Uri> for Connector {
-    type Response = Stream;
+    type Response = TokioIo<TcpStream>;
     type Error = io::Error;
-    type Future = Pin<Box<dyn Future<Output = io::Result<Stream>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = io::Result<TokioIo<TcpStream>>> + Send>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
@@ -130,12 +116,9 @@ impl tower_service::Service<http::Uri> for Connector {
                 Some(Endpoint::Tcp(authority)) => {
                     let stream = TcpStream::connect(authority).await?;
                     stream.set_nodelay(true)?;
-                    Ok(Stream::Tcp(TokioIo::new(stream)))
+                    Ok(TokioIo::new(stream))
                 }
-                Some(Endpoint::Memory(connector)) => {
-                    Ok(Stream::Memory(TokioIo::new(connector.connect().await?)))
-                }
-                Some(Endpoint::NoHost) | None => Err(io::Error::new(
+                Some(Endpoint::InProcess(_) | Endpoint::NoHost) | None => Err(io::Error::new(
                     io::ErrorKind::NotFound,
                     "no healthy upstream",
                 )),

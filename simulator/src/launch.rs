@@ -2,26 +2,23 @@
 //! the user points at none, and stopped at the end.
 //!
 //! A server started here runs in this process, on the runtime that sends the callouts, and is
-//! reached through in-memory streams rather than a socket: the callouts are the same HTTP
-//! requests, without the kernel or a thread switch in between.
+//! handed each callout as an HTTP request value: the same router, handlers and Redis, without
+//! a socket, an HTTP/1 codec or a thread switch in between.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::BodyExt;
 use sluice_harness::RedisServer;
-use sluice_server::{RunningServer, ServerConfig};
+use sluice_server::ServerConfig;
 
-use crate::connect::{Connector, Endpoint};
+use crate::connect::{Endpoint, HttpClient};
 
 /// The server (and Redis) a replay talks to.
 pub struct Services {
     redis: Option<RedisServer>,
-    server: Option<RunningServer>,
     endpoint: Endpoint,
     description: String,
     /// The Redis and the key prefix of a server started here.
@@ -41,7 +38,6 @@ impl Services {
             runtime.block_on(probe_replay_mode(&endpoint, &url))?;
             return Ok(Services {
                 redis: None,
-                server: None,
                 endpoint,
                 description: url,
                 keys: None,
@@ -67,16 +63,15 @@ impl Services {
             chrono::Utc::now().timestamp_micros()
         );
         let keys = Some((redis_url.clone(), config.key_prefix.clone()));
-        let (server, connector) = {
+        let server = {
             let _entered = runtime.enter();
-            sluice_server::spawn_in_memory(config)
+            sluice_server::in_process(config)
         };
-        let endpoint = Endpoint::Memory(connector);
+        let endpoint = Endpoint::InProcess(server);
         runtime.block_on(wait_ready(&endpoint))?;
         let description = format!("sluice-server in this process, Redis at {redis_url}");
         Ok(Services {
             redis,
-            server: Some(server),
             endpoint,
             description,
             keys,
@@ -107,9 +102,9 @@ impl Services {
 
     /// Stops what was started here.
     pub fn stop(mut self, runtime: &tokio::runtime::Runtime) {
-        if let Some(server) = self.server.take() {
-            let _ = runtime.block_on(server.stop());
-        }
+        // The server's Redis connection closes on the runtime it was opened on.
+        let _entered = runtime.enter();
+        self.endpoint = Endpoint::NoHost;
         drop(self.redis.take());
     }
 }
@@ -123,9 +118,7 @@ async fn request(
     replay_time: Option<i64>,
 ) -> anyhow::Result<(u16, String)> {
     let authority = endpoint.authority("probe");
-    let client: Client<Connector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(
-        Connector::new(HashMap::from([(authority.clone(), endpoint.clone())])),
-    );
+    let client = HttpClient::new(HashMap::from([(authority.clone(), endpoint.clone())]));
     let mut request = http::Request::builder()
         .method(method)
         .uri(format!("http://{authority}{path}"));
@@ -133,7 +126,7 @@ async fn request(
         request = request.header(sluice_core::wire::REPLAY_TIME_HEADER, t.to_string());
     }
     let response = client
-        .request(request.body(Full::new(Bytes::from(body)))?)
+        .send(endpoint, request.body(Bytes::from(body))?)
         .await?;
     let status = response.status().as_u16();
     let body = response.into_body().collect().await?.to_bytes();

@@ -16,14 +16,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::Shared;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::BodyExt;
 use sluice_core::wire::REPLAY_TIME_HEADER;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::connect::{Connector, Endpoint};
+use crate::connect::{Endpoint, HttpClient};
 use crate::host::headers::HeaderMap;
 use crate::host::state::{CalloutReply, OutgoingCallout};
 
@@ -38,8 +36,8 @@ pub struct Delivered {
 
 /// An HTTP client for callouts.
 pub struct Transport {
-    client: Client<Connector, Full<Bytes>>,
-    /// Each cluster's endpoint, and the authority the client reaches it by.
+    client: HttpClient,
+    /// Each cluster's endpoint, and the authority requests to it carry.
     clusters: HashMap<String, (Endpoint, String)>,
 }
 
@@ -72,16 +70,12 @@ impl Transport {
                 (name, (endpoint, authority))
             })
             .collect();
-        let connector = Connector::new(
+        let client = HttpClient::new(
             clusters
                 .values()
                 .map(|(e, a)| (a.clone(), e.clone()))
                 .collect(),
         );
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(64)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
         Transport { client, clusters }
     }
 
@@ -100,9 +94,9 @@ impl Transport {
         callout: OutgoingCallout,
         replay_time_us: Option<i64>,
     ) -> CalloutReply {
-        let authority = match self.clusters.get(&callout.cluster) {
+        let (endpoint, authority) = match self.clusters.get(&callout.cluster) {
             Some((Endpoint::NoHost, _)) | None => return envoy_reply(503, "no healthy upstream"),
-            Some((_, authority)) => authority,
+            Some((endpoint, authority)) => (endpoint, authority),
         };
         let header = |name: &str| {
             callout
@@ -123,11 +117,11 @@ impl Transport {
         if let Some(t) = replay_time_us {
             request = request.header(REPLAY_TIME_HEADER, t.to_string());
         }
-        let Ok(request) = request.body(Full::new(Bytes::from(callout.body))) else {
+        let Ok(request) = request.body(Bytes::from(callout.body)) else {
             return envoy_reply(503, CONNECT_FAILURE);
         };
         let exchange = async {
-            let Ok(response) = self.client.request(request).await else {
+            let Ok(response) = self.client.send(endpoint, request).await else {
                 return envoy_reply(503, CONNECT_FAILURE);
             };
             let (parts, body) = response.into_parts();
