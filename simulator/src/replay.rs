@@ -444,10 +444,12 @@ impl<'a> Replay<'a> {
         now: u64,
         observer: &mut dyn Observer,
     ) {
+        let mut sent = false;
         for output in outputs {
             match output {
                 Output::Callout { worker, callout } => {
                     self.callouts += 1;
+                    sent = true;
                     let token = callout.token;
                     let handle = self.dispatcher.dispatch(callout, Some((now / 1000) as i64));
                     match (&mut self.pace, self.clock) {
@@ -516,6 +518,13 @@ impl<'a> Replay<'a> {
                     observer.completed(instance, done, record);
                 }
             }
+        }
+        if sent {
+            // Put the callouts on the wire now, as Envoy does, instead of when they are due:
+            // Redis then works on them while the replay goes on, and their answers are
+            // waiting when the replay reaches them. (Order is kept per key by the dispatcher,
+            // and the server decides at the time each callout carries.)
+            self.runtime.block_on(tokio::task::yield_now());
         }
     }
 }
