@@ -23,9 +23,10 @@ all: build
 setup:
 	@bash scripts/setup.sh
 
-# The filter, and the probe filter the simulator's fidelity tests load.
+# The filter, the probe filter the simulator's fidelity tests load, and the no-op filter
+# make bench measures the filter against.
 wasm: setup
-	$(CARGO) build -p sluice-filter -p sluice-probe --target wasm32-wasip1 --profile wasm
+	$(CARGO) build -p sluice-filter -p sluice-probe -p sluice-noop-filter --target wasm32-wasip1 --profile wasm
 
 build: wasm
 	$(CARGO) build --release -p sluice-sim -p sluice-server
@@ -34,21 +35,22 @@ demo: build
 	@mkdir -p $(DEMO)
 ifeq ($(strip $(TRACE)),)
 	$(SIM) gen --kind demo --duration 10m --seed 1 --out $(DEMO)/trace.jsonl
-	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(DEMO)/trace.jsonl --json $(DEMO)/report.json $(ARGS)
+	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(DEMO)/trace.jsonl --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS)
 else
-	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(TRACE) --json $(DEMO)/report.json $(ARGS)
+	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(TRACE) --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS)
 endif
 
 test: wasm
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --workspace --exclude sluice-filter --exclude sluice-probe --no-fail-fast; \
+		$(CARGO) nextest run --workspace --exclude sluice-filter --exclude sluice-probe --exclude sluice-noop-filter --no-fail-fast; \
 	else \
-		$(CARGO) test --workspace --exclude sluice-filter --exclude sluice-probe --no-fail-fast; \
+		$(CARGO) test --workspace --exclude sluice-filter --exclude sluice-probe --exclude sluice-noop-filter --no-fail-fast; \
 	fi
-	$(CARGO) test --workspace --exclude sluice-filter --exclude sluice-probe --doc
+	$(CARGO) test --workspace --exclude sluice-filter --exclude sluice-probe --exclude sluice-noop-filter --doc
 
 # Measures sluice beside its baselines and writes BENCHMARKS.md.
 bench: wasm
+	@bash scripts/setup.sh --bench
 	$(CARGO) build --release -p sluice-sim -p sluice-server -p sluice-bench
 	target/release/sluice-bench all --out BENCHMARKS.md
 
@@ -58,8 +60,8 @@ schema:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --exclude sluice-filter --exclude sluice-probe --all-targets -- -D warnings
-	$(CARGO) clippy -p sluice-filter -p sluice-probe --target wasm32-wasip1 -- -D warnings
+	$(CARGO) clippy --workspace --exclude sluice-filter --exclude sluice-probe --exclude sluice-noop-filter --all-targets -- -D warnings
+	$(CARGO) clippy -p sluice-filter -p sluice-probe -p sluice-noop-filter --target wasm32-wasip1 -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Installs what building and testing sluice needs and a fresh machine may lack:
-# redis-server and redis-cli (Debian packages), and Rust's wasm32-wasip1 target.
+# redis-server and redis-cli (Debian packages), Rust's wasm32-wasip1 target, and a Python
+# virtualenv (.venv) with xds-protos, Envoy's API, that the tests check envoy/ against.
+# `setup.sh --bench` also installs valgrind, which `make bench` counts instructions with.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ "${1:-}" = "--bench" ]; then
+  command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
+fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
@@ -27,4 +35,12 @@ if command -v rustup >/dev/null 2>&1; then
     echo "setup: adding the wasm32-wasip1 target"
     rustup target add wasm32-wasip1 >/dev/null
   fi
+fi
+
+# Envoy's API for the config checks (Debian's python3-protobuf is too old for xds-protos).
+XDS_PROTOS_VERSION=1.85.0
+if ! .venv/bin/python -c "import envoy.config.bootstrap.v3.bootstrap_pb2, yaml" >/dev/null 2>&1; then
+  echo "setup: making .venv with xds-protos $XDS_PROTOS_VERSION"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check "xds-protos==$XDS_PROTOS_VERSION" "pyyaml>=6"
 fi

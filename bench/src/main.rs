@@ -1,8 +1,10 @@
 //! `sluice-bench`: what `make bench` runs. Each figure is measured beside its baseline in the
 //! same run, because these machines are noisy; `all` writes them to BENCHMARKS.md.
 
+mod filter;
 mod load;
 mod memory;
+mod replay;
 mod server;
 
 use std::fmt::Write as _;
@@ -11,6 +13,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use sluice_sim::trace::synthetic::Kind;
+
+use crate::filter::{Modules, Which};
+
+// The allocator `sluice-sim` runs with, so that replay rates here are the ones users see.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +44,26 @@ enum Command {
     },
     /// Redis memory per key and commands per decision, for each algorithm.
     Memory,
+    /// The filter's cost per request in wasmtime, beside a no-op filter.
+    Filter {
+        /// Timed passes of each filter.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
+    /// One pass of a filter with recorded callout answers (what callgrind runs).
+    FilterPass {
+        /// Which filter.
+        #[arg(long, value_enum)]
+        filter: Which,
+        /// Requests.
+        #[arg(long)]
+        requests: usize,
+        /// The recorded answers (JSON).
+        #[arg(long)]
+        answers: PathBuf,
+    },
+    /// The simulator's replay rate, and the deny cache on an attack trace.
+    Replay,
     /// Everything, written to a Markdown file.
     All {
         /// Where to write the results.
@@ -82,6 +111,152 @@ fn server_section(seconds: u64, load: &[(usize, usize)]) -> anyhow::Result<Strin
             r.baseline.1,
             r.baseline.2,
             r.ratio()
+        )?;
+    }
+    Ok(out)
+}
+
+fn filter_section(rounds: usize) -> anyhow::Result<String> {
+    let bench = std::env::current_exe()?;
+    let f = filter::run(&Modules::built(), rounds, &bench)?;
+    let mut out = String::new();
+    writeln!(
+        out,
+        "Both filters in the simulator's wasmtime host (wasmtime 48, Cranelift), one worker, the same {} requests (50 clients, 10 API keys; API calls, searches, pages). sluice's filter runs a policy of three rules (per client address `gcra`, per API key `sliding_window` on `/api/`, `token_bucket` on `GET /api/search`), so a request matches one to three of them; its callouts were answered by the real server and Redis in a first pass and the answers are replayed, so that only the host and the filter are measured: the request-headers callback to the callout, and the answer's delivery to the response, through `on_log` and `on_done`. The no-op filter (`bench/noop`, the same SDK and build profile) lets every request through. Time: the median of {rounds} passes; instructions: `valgrind --tool=callgrind` over {} requests, counting only the measured section.\n",
+        filter::REQUESTS,
+        2_000,
+    )?;
+    writeln!(
+        out,
+        "sluice's filter in these passes: {} callouts, {} allowed, {} denied (of which the deny cache answered {}).\n",
+        f.counts.callouts,
+        f.counts.allowed,
+        f.counts.denied,
+        (f.counts.allowed + f.counts.denied).saturating_sub(f.counts.callouts),
+    )?;
+    writeln!(
+        out,
+        "| filter | µs per request | instructions per request |"
+    )?;
+    writeln!(out, "|---|---|---|")?;
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (si, ni) = f
+        .instructions
+        .map_or(("-".to_owned(), "-".to_owned()), |(s, n)| {
+            (format!("{s:.0}"), format!("{n:.0}"))
+        });
+    writeln!(
+        out,
+        "| no-op proxy-wasm filter (baseline) | {:.2} | {ni} |",
+        us(f.noop)
+    )?;
+    writeln!(out, "| sluice, 3 rules | {:.2} | {si} |", us(f.sluice))?;
+    let ratio_i = f
+        .instructions
+        .map_or("-".to_owned(), |(s, n)| format!("{:.1}", s / n.max(1.0)));
+    writeln!(
+        out,
+        "| ratio sluice / no-op | {:.1} | {ratio_i} |\n",
+        us(f.sluice) / us(f.noop).max(1e-9)
+    )?;
+    if let Some(note) = f.instructions_note {
+        writeln!(out, "Instructions not counted: {note}\n")?;
+    }
+    Ok(out)
+}
+
+fn replay_section(modules: &Modules) -> anyhow::Result<String> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "`sluice-sim replay` in virtual time, end to end: the real filter in wasmtime, the server in the same process, a redis-server started for the run; one Envoy with one worker; each callout answered 1 ms (virtual) after it left; the example policy (`examples/policy.json`: per client `gcra` 10/s burst 30, and a shadow `sliding_window` 300/min). The baseline replays the same trace through the no-op filter: the host, the trace and the replay loop alone, without a callout. Wall time of the replay loop (the trace is read and the module compiled before it).\n"
+    )?;
+    writeln!(
+        out,
+        "| trace | requests | callouts | denied | replay s | requests/s | no-op filter requests/s | ratio |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    let mut workloads = Vec::new();
+    match replay::zanbil() {
+        Ok(w) => workloads.push(w),
+        Err(why) => writeln!(out, "| zanbil: skipped, {why} | | | | | | | |")?,
+    }
+    workloads.push(replay::synthetic(
+        Kind::Steady,
+        20.0,
+        240,
+        1_000_000,
+        "200 clients at 4 to 44 requests/s; the deny cache answers many",
+    ));
+    workloads.push(replay::synthetic(
+        Kind::Steady,
+        8.0,
+        600,
+        1_000_000,
+        "200 clients at 2 to 18 requests/s; nearly every request a callout",
+    ));
+    for workload in &workloads {
+        eprintln!("bench: replaying {} ...", workload.name);
+        let r = replay::rate(modules, workload)?;
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.1} | {:.0} | {:.0} | {:.2} |",
+            r.name,
+            r.requests,
+            r.callouts,
+            r.denied,
+            r.wall.as_secs_f64(),
+            r.rate(),
+            r.noop_rate(),
+            r.rate() / r.noop_rate().max(1e-9)
+        )?;
+    }
+    Ok(out)
+}
+
+fn deny_cache_section(modules: &Modules) -> anyhow::Result<String> {
+    let workload = replay::attack_trace();
+    eprintln!("bench: the deny cache on {} ...", workload.name);
+    let rows = replay::deny_cache(modules, &workload)?;
+    let mut out = String::new();
+    writeln!(
+        out,
+        "{}: 200 clients at about one request a second and one (`203.0.113.66`) at a hundred, for 10 minutes; one rule, per client address, `gcra` 1/s burst 10. Replayed as above, against a redis-server whose `INFO commandstats` counts what it ran.\n",
+        workload.name
+    )?;
+    writeln!(
+        out,
+        "| deny cache | requests | callouts | Redis EVALSHA | Redis commands | admitted | abuser admitted / offered | replay s |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    for r in &rows {
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} / {} | {:.1} |",
+            if r.deny_cache { "on" } else { "off" },
+            r.requests,
+            r.callouts,
+            r.evalsha,
+            r.redis_commands,
+            r.admitted,
+            r.attacker_admitted,
+            r.attacker_offered,
+            r.wall.as_secs_f64()
+        )?;
+    }
+    if let [on, off] = rows.as_slice() {
+        writeln!(
+            out,
+            "\nWith the cache: {:.0}% fewer callouts, {:.0}% fewer Redis commands; admitted {} against {} without it ({}).\n",
+            100.0 * (1.0 - on.callouts as f64 / off.callouts.max(1) as f64),
+            100.0 * (1.0 - on.redis_commands as f64 / off.redis_commands.max(1) as f64),
+            on.admitted,
+            off.admitted,
+            if on.admitted <= off.admitted {
+                "the cache admits no more"
+            } else {
+                "THE CACHE ADMITTED MORE: a bug"
+            }
         )?;
     }
     Ok(out)
@@ -144,6 +319,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", server_section(seconds, &load)?)
         }
         Command::Memory => print!("{}", runtime.block_on(memory::run())?),
+        Command::Filter { rounds } => print!("{}", filter_section(rounds)?),
+        Command::FilterPass {
+            filter,
+            requests,
+            answers,
+        } => {
+            let counts = filter::pass_from_file(filter, requests, &answers)?;
+            eprintln!(
+                "{} callouts, {} allowed, {} denied",
+                counts.callouts, counts.allowed, counts.denied
+            );
+        }
+        Command::Replay => {
+            let modules = Modules::built();
+            print!("{}", replay_section(&modules)?);
+            print!("{}", deny_cache_section(&modules)?);
+        }
         Command::All { out, seconds } => {
             let mut doc = String::new();
             writeln!(doc, "# Benchmarks\n")?;
@@ -165,6 +357,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 doc,
                 "## Redis: memory per key and commands per decision\n\n{}",
                 runtime.block_on(memory::run())?
+            )?;
+            eprintln!("bench: the filter beside a no-op filter ...");
+            writeln!(
+                doc,
+                "## Filter: cost per request in wasmtime\n\n{}",
+                filter_section(5)?
+            )?;
+            let modules = Modules::built();
+            writeln!(
+                doc,
+                "## Simulator: replay rate\n\n{}",
+                replay_section(&modules)?
+            )?;
+            writeln!(
+                doc,
+                "## Deny cache: an attack, with the cache on and off\n\n{}",
+                deny_cache_section(&modules)?
             )?;
             std::fs::write(&out, &doc)?;
             print!("{doc}");

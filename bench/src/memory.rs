@@ -39,7 +39,9 @@ async fn usage(c: &mut MultiplexedConnection, key: &str) -> anyhow::Result<i64> 
 }
 
 /// Calls per command, from `INFO commandstats`.
-async fn command_calls(c: &mut MultiplexedConnection) -> anyhow::Result<BTreeMap<String, u64>> {
+pub(crate) async fn command_calls(
+    c: &mut MultiplexedConnection,
+) -> anyhow::Result<BTreeMap<String, u64>> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(c)

@@ -1,0 +1,135 @@
+//! What users load into Envoy, checked here since no Envoy runs here: every Envoy config in
+//! `envoy/` against Envoy's own API (the `xds-protos` descriptors, in the virtualenv
+//! `scripts/setup.sh` makes), every sluice policy embedded in `envoy/` against the filter's own
+//! configuration check, and the compose file and the workflow that run it for real.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sluice_e2e::filter_wasm;
+use sluice_sim::{Simulation, Topology};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs `scripts/check_envoy.py <args>` with the virtualenv's Python; its stdout, or a panic
+/// with its stderr.
+fn check_envoy(args: &[&str]) -> String {
+    let python = std::env::var_os("SLUICE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".venv/bin/python"));
+    assert!(
+        python.exists(),
+        "{} is missing: run `bash scripts/setup.sh` (it makes the virtualenv with xds-protos)",
+        python.display()
+    );
+    let output = Command::new(&python)
+        .arg(root().join("scripts/check_envoy.py"))
+        .args(args)
+        .output()
+        .expect("running scripts/check_envoy.py");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "check_envoy.py {}: {}{}",
+        args.join(" "),
+        stdout,
+        stderr
+    );
+    print!("{stdout}");
+    stdout
+}
+
+#[test]
+fn every_envoy_config_parses_into_a_bootstrap_with_its_typed_configs() {
+    let configs: Vec<String> = std::fs::read_dir(root().join("envoy"))
+        .expect("envoy/")
+        .map(|e| e.expect("an entry of envoy/").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(!configs.is_empty(), "no Envoy config in envoy/");
+    let args: Vec<&str> = std::iter::once("bootstrap")
+        .chain(configs.iter().map(String::as_str))
+        .collect();
+    let out = check_envoy(&args);
+    assert_eq!(out.matches("a valid Bootstrap").count(), configs.len());
+    assert!(out.contains("envoy.filters.network.http_connection_manager"));
+}
+
+#[test]
+fn a_misspelled_field_in_a_copy_of_the_config_is_caught() {
+    let out = check_envoy(&[
+        "misspelled",
+        &root().join("envoy/envoy.yaml").display().to_string(),
+    ]);
+    // Top level, in a cluster, and inside the wasm filter's typed config.
+    for name in [
+        "static_resource",
+        "conect_timeout",
+        "root_idd",
+        "failure_polcy",
+    ] {
+        assert!(out.contains(&format!("`{name}` refused")), "{out}");
+    }
+}
+
+#[test]
+fn the_policies_embedded_in_envoy_pass_the_filters_own_check() {
+    let out = check_envoy(&["plugin-configs"]);
+    let wasm = filter_wasm();
+    let mut sources = Vec::new();
+    for line in out.lines() {
+        let entry: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let source = entry["source"].as_str().expect("source").to_owned();
+        let config = entry["config"].as_str().expect("config");
+        // Loaded into the simulator as Envoy would load it: on_configure must accept it.
+        let simulation =
+            Simulation::new(&wasm, config.as_bytes()).unwrap_or_else(|e| panic!("{source}: {e:#}"));
+        simulation
+            .envoys(&Topology::default(), 0)
+            .unwrap_or_else(|e| panic!("{source}: the filter refused its policy: {e}"));
+        sources.push(source);
+    }
+    for expected in [
+        "envoy/envoy.yaml",
+        "envoy/istio/wasmplugin.yaml",
+        "envoy/gateway/extension-policy.yaml",
+    ] {
+        assert!(
+            sources.iter().any(|s| s == expected),
+            "no policy from {expected}: {sources:?}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_policy_would_be_refused_by_that_check() {
+    // The check above can fail: the same path refuses a policy with a misspelled field.
+    let wasm = filter_wasm();
+    let bad = r#"{"cluster": "sluice", "rules": [{"name": "r", "key": ["client_ip"],
+        "limit": {"algorithm": "gcra", "rate": 10, "pre": "1s"}}]}"#;
+    let refused = Simulation::new(&wasm, bad.as_bytes())
+        .and_then(|s| Ok(s.envoys(&Topology::default(), 0)?))
+        .err()
+        .map(|e| format!("{e:#}"))
+        .expect("a policy with `pre` for `per` was accepted");
+    assert!(refused.contains("pre"), "{refused}");
+}
+
+#[test]
+fn the_compose_file_and_the_workflow_are_valid_and_name_only_files_that_exist() {
+    let out = check_envoy(&["compose-and-workflows"]);
+    assert!(
+        out.contains("envoy/docker-compose.yml: valid YAML"),
+        "{out}"
+    );
+    assert!(
+        out.contains(".github/workflows/envoy.yml: valid YAML"),
+        "{out}"
+    );
+}
