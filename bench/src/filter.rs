@@ -19,14 +19,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
-use sluice_harness::RedisServer;
-use sluice_server::ServerConfig;
-use sluice_server::memory::InProcessServer;
-use sluice_sim::connect::Endpoint;
 use sluice_sim::envoy::{Envoy, EnvoyConfig, Output, Request};
 use sluice_sim::host::Host;
 use sluice_sim::host::headers::HeaderMap;
 use sluice_sim::host::state::{CalloutReply, OutgoingCallout};
+use sluice_sim::launch::Services;
 use sluice_sim::transport::Transport;
 
 /// Three rules as a platform team runs them: per client address, per API key on the API, and
@@ -288,36 +285,14 @@ impl Answers for NoAnswers {
     }
 }
 
-/// Waits until the server reaches its Redis.
-async fn ready(server: &InProcessServer) -> anyhow::Result<()> {
-    for _ in 0..200 {
-        let request = http::Request::get("/readyz").body(axum::body::Body::empty())?;
-        if server.call(request).await.status() == http::StatusCode::OK {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    bail!("sluice-server never reached its Redis")
-}
-
 /// Records the answers sluice's filter gets for [`REQUESTS`] requests from a real server and
-/// Redis (started here).
+/// Redis, started as a replay starts them.
 pub fn record(modules: &Modules) -> anyhow::Result<Vec<RecordedAnswer>> {
-    let redis = RedisServer::start().context("starting redis-server")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut config = ServerConfig::standalone(redis.url());
-    config.replay_time = true;
-    let server = {
-        let _entered = runtime.enter();
-        sluice_server::in_process(config)
-    };
-    runtime.block_on(ready(&server))?;
-    let transport = Transport::new(HashMap::from([(
-        "sluice".to_owned(),
-        Endpoint::InProcess(server),
-    )]));
+    let services = Services::start(&runtime, None, None)?;
+    let transport = Transport::new(HashMap::from([("sluice".to_owned(), services.endpoint())]));
     let host = Host::new().map_err(|e| anyhow::anyhow!("starting wasmtime: {e}"))?;
     let mut envoy = start(&host, modules, Which::Sluice)?;
     let mut live = Live {
@@ -325,8 +300,11 @@ pub fn record(modules: &Modules) -> anyhow::Result<Vec<RecordedAnswer>> {
         transport,
         recorded: Vec::new(),
     };
-    measured_requests(&mut envoy, REQUESTS, &mut live)?;
-    Ok(live.recorded)
+    let measured = measured_requests(&mut envoy, REQUESTS, &mut live);
+    let Live { recorded, .. } = live;
+    services.stop(&runtime);
+    measured?;
+    Ok(recorded)
 }
 
 /// One measured pass of `which` on a fresh Envoy: time per request and what happened.
@@ -394,7 +372,7 @@ pub fn run(modules: &Modules, rounds: usize, bench_binary: &Path) -> anyhow::Res
 }
 
 /// Requests per pass under callgrind (about 50 times slower than native).
-const CALLGRIND_REQUESTS: usize = 2_000;
+pub const CALLGRIND_REQUESTS: usize = 2_000;
 
 /// Instructions per request for (sluice, no-op), counted by callgrind in
 /// [`measured_requests`] only.

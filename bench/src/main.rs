@@ -124,7 +124,7 @@ fn filter_section(rounds: usize) -> anyhow::Result<String> {
         out,
         "Both filters in the simulator's wasmtime host (wasmtime 48, Cranelift), one worker, the same {} requests (50 clients, 10 API keys; API calls, searches, pages). sluice's filter runs a policy of three rules (per client address `gcra`, per API key `sliding_window` on `/api/`, `token_bucket` on `GET /api/search`), so a request matches one to three of them; its callouts were answered by the real server and Redis in a first pass and the answers are replayed, so that only the host and the filter are measured: the request-headers callback to the callout, and the answer's delivery to the response, through `on_log` and `on_done`. The no-op filter (`bench/noop`, the same SDK and build profile) lets every request through. Time: the median of {rounds} passes; instructions: `valgrind --tool=callgrind` over {} requests, counting only the measured section.\n",
         filter::REQUESTS,
-        2_000,
+        filter::CALLGRIND_REQUESTS,
     )?;
     writeln!(
         out,

@@ -7,7 +7,7 @@
 //! Fields after the user agent are optional and may be many; the first one, when it is an
 //! address list, is taken as `X-Forwarded-For` (as in nginx configurations that log it).
 
-use super::TraceRecord;
+use super::{TraceRecord, checked_method, checked_status, checked_target};
 
 struct Fields<'a> {
     rest: &'a str,
@@ -72,24 +72,19 @@ pub(super) fn parse_line(line: &str) -> Result<TraceRecord, String> {
         .map_err(|e| format!("time `{time_text}`: {e} (expected 22/Jan/2019:03:56:14 +0330)"))?;
     let request = f.delimited('"', '"', "request line")?;
     let mut parts = request.splitn(3, ' ');
-    let (method, target) = match (parts.next(), parts.next()) {
-        (Some(m), Some(t))
-            if !m.is_empty() && m.bytes().all(|b| b.is_ascii_uppercase()) && t.starts_with('/') =>
-        {
-            (m.to_owned(), t.to_owned())
-        }
-        _ => {
-            return Err(format!(
-                "request line `{request}` is not `METHOD /path PROTOCOL`"
-            ));
-        }
+    let checked = match (parts.next(), parts.next()) {
+        (Some(m), Some(t)) => checked_method(m.to_owned())
+            .ok()
+            .zip(checked_target(t.to_owned()).ok()),
+        _ => None,
+    };
+    let Some((method, target)) = checked else {
+        return Err(format!(
+            "request line `{request}` is not `METHOD /path PROTOCOL`"
+        ));
     };
     let status_text = f.word("status")?;
-    let status: u16 = status_text
-        .parse()
-        .ok()
-        .filter(|s| (100..=999).contains(s))
-        .ok_or_else(|| format!("status `{status_text}` is not an HTTP status"))?;
+    let status = checked_status(status_text, "status")?;
     let bytes_text = f.word("size")?;
     let bytes = if bytes_text == "-" {
         0

@@ -14,7 +14,10 @@
 
 use serde_json::{Map, Value};
 
-use super::{TraceRecord, checked_method, checked_target, time_from_rfc3339, time_from_seconds};
+use super::{
+    TraceRecord, checked_method, checked_status, checked_target, time_from_rfc3339,
+    time_from_seconds,
+};
 
 const TIME: &[&str] = &["start_time", "timestamp", "@timestamp", "time"];
 const CLIENT: &[&str] = &[
@@ -117,10 +120,9 @@ pub(super) fn parse_line(line: &str) -> Result<TraceRecord, String> {
     };
     let status = match number(&object, STATUS, "response code")? {
         None => 200,
-        Some(s) if (100..=999).contains(&s) => s as u16,
         // Envoy logs 0 for a request that never got a response (a reset).
         Some(0) => 0,
-        Some(s) => return Err(format!("response code {s} is not an HTTP status")),
+        Some(s) => checked_status(&s.to_string(), "response code")?,
     };
     let bytes = number(&object, BYTES, "bytes sent")?.unwrap_or(0);
     let headers = HEADERS

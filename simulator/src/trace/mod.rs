@@ -320,6 +320,14 @@ pub(crate) fn checked_method(method: String) -> Result<String, String> {
     Ok(method)
 }
 
+/// A status as logged (three digits); `field` names it in the error.
+pub(crate) fn checked_status(text: &str, field: &str) -> Result<u16, String> {
+    text.parse::<u16>()
+        .ok()
+        .filter(|s| (100..=999).contains(s))
+        .ok_or_else(|| format!("{field} `{text}` is not an HTTP status"))
+}
+
 /// A request target: a path from the root, perhaps with a query.
 pub(crate) fn checked_target(target: String) -> Result<String, String> {
     if !target.starts_with('/') {

@@ -9,7 +9,10 @@
 //! Columns are found by name (common spellings accepted); `time` is seconds since the epoch
 //! (fractions allowed) or RFC 3339. Columns nobody needs are ignored.
 
-use super::{TraceRecord, checked_method, checked_target, time_from_rfc3339, time_from_seconds};
+use super::{
+    TraceRecord, checked_method, checked_status, checked_target, time_from_rfc3339,
+    time_from_seconds,
+};
 
 const CLIENT: &[&str] = &["host", "client", "client_ip", "ip", "remote_addr"];
 const TIME: &[&str] = &["time", "timestamp", "start_time"];
@@ -86,11 +89,7 @@ impl Columns {
         };
         let status = match self.status.and_then(cell) {
             None => 200,
-            Some(s) => s
-                .parse()
-                .ok()
-                .filter(|s| (100..=999).contains(s))
-                .ok_or_else(|| format!("response `{s}` is not an HTTP status"))?,
+            Some(s) => checked_status(s, "response")?,
         };
         let bytes = match self.bytes.and_then(cell) {
             None => 0,
