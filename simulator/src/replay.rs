@@ -17,8 +17,9 @@
 //! trace's time (advanced by the wall clock), so a limit of 10 per second means 10 per trace
 //! second at any speed.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+mod queue;
+
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,8 @@ use crate::envoy::{Completed, Envoy, Output, Request};
 use crate::host::state::CalloutReply;
 use crate::trace::{ClientAddresses, TraceRecord};
 use crate::transport::{Delivered, Dispatcher};
+
+use queue::EventQueue;
 
 /// How long Envoy lets a paused stream wait (its default `stream_idle_timeout`).
 pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -152,9 +155,7 @@ pub struct Replay<'a> {
     runtime: &'a tokio::runtime::Runtime,
     records: &'a [TraceRecord],
     clients: ClientAddresses,
-    queue: BinaryHeap<Reverse<(u64, u8, u64)>>,
-    events: HashMap<u64, Event>,
-    seq: u64,
+    queue: EventQueue<Event>,
     tick_generation: HashMap<(usize, usize), u64>,
     /// Which instance an arrival goes to (round robin, as a load balancer in front).
     next_instance: usize,
@@ -182,9 +183,7 @@ impl<'a> Replay<'a> {
             runtime,
             records,
             clients: ClientAddresses::default(),
-            queue: BinaryHeap::new(),
-            events: HashMap::new(),
-            seq: 0,
+            queue: EventQueue::default(),
             tick_generation: HashMap::new(),
             next_instance: 0,
             callouts: 0,
@@ -205,9 +204,18 @@ impl<'a> Replay<'a> {
         if matches!(event, Event::Arrival(_) | Event::Callout { .. }) {
             self.pending += 1;
         }
-        self.seq += 1;
-        self.events.insert(self.seq, event);
-        self.queue.push(Reverse((at_ns, class, self.seq)));
+        if matches!(event, Event::IdleTimeout { .. }) {
+            // Always STREAM_IDLE_TIMEOUT after a clock that never goes back: in order.
+            self.queue.push_in_order(at_ns, class, event);
+        } else {
+            self.queue.push(at_ns, class, event);
+        }
+    }
+
+    /// An idle timeout for a stream that has already ended: nothing to run or wait for.
+    fn is_stale(&self, event: &Event) -> bool {
+        matches!(event, Event::IdleTimeout { instance, worker, context }
+            if !self.envoys[*instance].is_open(*worker, *context))
     }
 
     fn time_ns(record: &TraceRecord) -> u64 {
@@ -219,26 +227,13 @@ impl<'a> Replay<'a> {
     /// The next event and its time: the queue's next in virtual time; in real time, whichever
     /// comes first of the queue's next (when the wall clock reaches it) and an answer.
     fn next_event(&mut self) -> Option<(u64, Event)> {
-        let Some(pace) = &mut self.pace else {
-            let Reverse((at, _, seq)) = self.queue.pop()?;
-            return Some((at, self.events.remove(&seq)?));
-        };
-        // An idle timeout for a stream that has ended is nothing to wait for.
-        while let Some(Reverse((_, _, seq))) = self.queue.peek() {
-            match self.events.get(seq) {
-                Some(Event::IdleTimeout {
-                    instance,
-                    worker,
-                    context,
-                }) if !self.envoys[*instance].is_open(*worker, *context) => {
-                    let seq = *seq;
-                    self.queue.pop();
-                    self.events.remove(&seq);
-                }
-                _ => break,
-            }
+        while self.queue.peek().is_some_and(|(_, e)| self.is_stale(e)) {
+            self.queue.pop();
         }
-        let next_at = self.queue.peek().map(|Reverse((at, _, _))| *at);
+        let Some(pace) = &mut self.pace else {
+            return self.queue.pop();
+        };
+        let next_at = self.queue.peek().map(|(at, _)| at);
         if next_at.is_none() && pace.in_flight == 0 {
             return None;
         }
@@ -266,10 +261,7 @@ impl<'a> Replay<'a> {
                 };
                 Some((now, event))
             }
-            None => {
-                let Reverse((at, _, seq)) = self.queue.pop()?;
-                Some((at, self.events.remove(&seq)?))
-            }
+            None => self.queue.pop(),
         }
     }
 
@@ -444,12 +436,33 @@ impl<'a> Replay<'a> {
         now: u64,
         observer: &mut dyn Observer,
     ) {
-        let mut sent = false;
+        if !outputs.iter().any(|o| matches!(o, Output::Callout { .. })) {
+            self.apply_outputs(instance, outputs, now, observer);
+            return;
+        }
+        // Callouts are spawned from inside the runtime (outside, each spawn would wake its
+        // driver through a syscall) and put on the wire now, as Envoy does, instead of when
+        // they are due: Redis then works on them while the replay goes on, and their answers
+        // are waiting when the replay reaches them. (Order is kept per key by the dispatcher,
+        // and the server decides at the time each callout carries.)
+        let runtime = self.runtime;
+        runtime.block_on(async {
+            self.apply_outputs(instance, outputs, now, observer);
+            tokio::task::yield_now().await;
+        });
+    }
+
+    fn apply_outputs(
+        &mut self,
+        instance: usize,
+        outputs: Vec<Output>,
+        now: u64,
+        observer: &mut dyn Observer,
+    ) {
         for output in outputs {
             match output {
                 Output::Callout { worker, callout } => {
                     self.callouts += 1;
-                    sent = true;
                     let token = callout.token;
                     let handle = self.dispatcher.dispatch(callout, Some((now / 1000) as i64));
                     match (&mut self.pace, self.clock) {
@@ -518,13 +531,6 @@ impl<'a> Replay<'a> {
                     observer.completed(instance, done, record);
                 }
             }
-        }
-        if sent {
-            // Put the callouts on the wire now, as Envoy does, instead of when they are due:
-            // Redis then works on them while the replay goes on, and their answers are
-            // waiting when the replay reaches them. (Order is kept per key by the dispatcher,
-            // and the server decides at the time each callout carries.)
-            self.runtime.block_on(tokio::task::yield_now());
         }
     }
 }
