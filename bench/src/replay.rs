@@ -101,16 +101,32 @@ pub struct RateRow {
     pub callouts: u64,
     /// Requests denied (429).
     pub denied: u64,
-    /// Wall time of sluice's replay.
-    pub wall: Duration,
+    /// Wall time of each of sluice's replays, fastest first.
+    pub walls: Vec<Duration>,
     /// Wall time of the no-op filter's replay of the same trace.
     pub noop_wall: Duration,
 }
 
 impl RateRow {
-    /// sluice's requests per second.
+    fn rate_of(&self, wall: Duration) -> f64 {
+        self.requests as f64 / wall.as_secs_f64().max(1e-9)
+    }
+
+    /// The median replay's wall time.
+    pub fn median_wall(&self) -> Duration {
+        self.walls[self.walls.len() / 2]
+    }
+
+    /// sluice's requests per second, in the median replay.
     pub fn rate(&self) -> f64 {
-        self.requests as f64 / self.wall.as_secs_f64().max(1e-9)
+        self.rate_of(self.median_wall())
+    }
+
+    /// sluice's requests per second, in the slowest and the fastest replay.
+    pub fn rate_range(&self) -> (f64, f64) {
+        let slowest = self.walls.last().copied().unwrap_or_default();
+        let fastest = self.walls.first().copied().unwrap_or_default();
+        (self.rate_of(slowest), self.rate_of(fastest))
     }
 
     /// The no-op filter's requests per second.
@@ -119,19 +135,32 @@ impl RateRow {
     }
 }
 
-/// Replays `workload` with the example policy, then with the no-op filter.
-pub fn rate(modules: &Modules, workload: &Workload) -> anyhow::Result<RateRow> {
-    let sluice = replay(
-        &setup(&modules.sluice, EXAMPLE_POLICY, None)?,
-        &workload.trace,
-    )?;
+/// Replays `workload` with the example policy `runs` times (each against a fresh Redis: the
+/// rate on a shared machine varies from run to run, and the median says more than any one),
+/// then once with the no-op filter.
+pub fn rate(modules: &Modules, workload: &Workload, runs: usize) -> anyhow::Result<RateRow> {
+    let setup_sluice = setup(&modules.sluice, EXAMPLE_POLICY, None)?;
+    let mut sluice = replay(&setup_sluice, &workload.trace)?;
+    let mut walls = vec![sluice.stats.wall];
+    for _ in 1..runs {
+        let again = replay(&setup_sluice, &workload.trace)?;
+        anyhow::ensure!(
+            again.stats.callouts == sluice.stats.callouts,
+            "two replays of one trace made {} and {} callouts",
+            sluice.stats.callouts,
+            again.stats.callouts
+        );
+        walls.push(again.stats.wall);
+        sluice = again;
+    }
+    walls.sort();
     let noop = replay(&setup(&modules.noop, "{}", None)?, &workload.trace)?;
     Ok(RateRow {
         name: workload.name.clone(),
         requests: sluice.stats.requests,
         callouts: sluice.stats.callouts,
         denied: sluice.report.responses.get(&429).copied().unwrap_or(0),
-        wall: sluice.stats.wall,
+        walls,
         noop_wall: noop.stats.wall,
     })
 }
@@ -228,7 +257,11 @@ pub fn deny_cache(modules: &Modules, workload: &Workload) -> anyhow::Result<Vec<
         .map(|on| {
             runtime.block_on(reset_stats(&mut c))?;
             let outcome = replay(
-                &setup(&modules.sluice, &attack_policy(on), Some(redis.url()))?,
+                &setup(
+                    &modules.sluice,
+                    &attack_policy(on),
+                    Some(redis.unix_url().unwrap_or_else(|| redis.url())),
+                )?,
                 &workload.trace,
             )?;
             let (evalsha, redis_commands) = runtime.block_on(commands(&mut c))?;

@@ -27,7 +27,8 @@ pub struct Services {
 
 impl Services {
     /// Uses `server` if given (it must run with `--replay-time`); otherwise starts one in this
-    /// process, against `redis` if given, else against a redis-server started on a free port.
+    /// process, against `redis` if given, else against a redis-server started here (reached
+    /// through its Unix socket).
     pub fn start(
         runtime: &tokio::runtime::Runtime,
         redis: Option<String>,
@@ -48,7 +49,10 @@ impl Services {
             None => {
                 let started = RedisServer::start()
                     .context("starting redis-server (install it, or pass --redis URL)")?;
-                let url = started.url();
+                // Its Unix socket: the server is in this process, on this machine, and a
+                // callout's round trip to Redis then skips the loopback TCP stack (measured:
+                // about 1.2 times the replay rate).
+                let url = started.unix_url().unwrap_or_else(|| started.url());
                 (Some(started), url)
             }
         };
