@@ -10,6 +10,7 @@
 //! made them, however the connections race. Callouts on other keys run side by side.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -174,17 +175,28 @@ struct CheckKeys<'a> {
     checks: Vec<CheckKey<'a>>,
 }
 
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, Hash)]
 struct CheckKey<'a> {
     rule: &'a str,
     key: &'a str,
+}
+
+impl CheckKey<'_> {
+    /// Which callouts must wait for each other: two checks of one limit key always hash the
+    /// same, and two keys that happen to collide only make a callout wait when it need not.
+    fn ordering_hash(&self) -> u64 {
+        let mut hasher = std::hash::DefaultHasher::new();
+        self.hash(&mut hasher);
+        hasher.finish()
+    }
 }
 
 /// Sends callouts concurrently, but those that share a limit key in the order they were made.
 pub struct Dispatcher {
     transport: Arc<Transport>,
     runtime: tokio::runtime::Handle,
-    last_by_key: HashMap<String, Done>,
+    /// By [`CheckKey::ordering_hash`].
+    last_by_key: HashMap<u64, Done>,
     last_unparsed: Option<Done>,
     dispatched: u64,
 }
@@ -207,14 +219,9 @@ impl Dispatcher {
         callout: OutgoingCallout,
         replay_time_us: Option<i64>,
     ) -> JoinHandle<Delivered> {
-        let keys: Option<Vec<String>> = serde_json::from_slice::<CheckKeys<'_>>(&callout.body)
+        let keys: Option<Vec<u64>> = serde_json::from_slice::<CheckKeys<'_>>(&callout.body)
             .ok()
-            .map(|r| {
-                r.checks
-                    .iter()
-                    .map(|c| format!("{}:{}", c.rule, c.key))
-                    .collect()
-            });
+            .map(|r| r.checks.iter().map(CheckKey::ordering_hash).collect());
         let (done_tx, done_rx) = oneshot::channel::<()>();
         let done = done_rx.shared();
         let mut waits: Vec<Done> = self.last_unparsed.iter().cloned().collect();

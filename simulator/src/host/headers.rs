@@ -17,7 +17,11 @@ pub struct HeaderMap {
 }
 
 fn lower(name: &[u8]) -> String {
-    String::from_utf8_lossy(name).to_ascii_lowercase()
+    match std::str::from_utf8(name) {
+        // The common case, names already in lower case: one copy.
+        Ok(name) if !name.bytes().any(|b| b.is_ascii_uppercase()) => name.to_owned(),
+        _ => String::from_utf8_lossy(name).to_ascii_lowercase(),
+    }
 }
 
 impl HeaderMap {
@@ -35,10 +39,11 @@ impl HeaderMap {
 
     /// The first value of `name`.
     pub fn get(&self, name: &str) -> Option<&[u8]> {
-        let name = name.to_ascii_lowercase();
+        // Names are stored in lower case: comparing without case is comparing with `name`
+        // lower-cased.
         self.pairs
             .iter()
-            .find(|(k, _)| *k == name)
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_slice())
     }
 
@@ -153,7 +158,7 @@ fn get_value(
 ) -> HostResult {
     let key = or_status!(memory::read(&mut caller, key_ptr, key_len));
     let value = match readable(caller.data_mut(), map) {
-        Ok(headers) => match headers.get(&lower(&key)) {
+        Ok(headers) => match headers.get(&String::from_utf8_lossy(&key)) {
             Some(v) => v.to_vec(),
             None => return status(Status::NotFound),
         },
