@@ -8,6 +8,8 @@
 //! The filter does the shared-data reads and compare-and-swap writes; this module is the pure
 //! part: slot names, encoding, and which of two entries to keep.
 
+use std::hash::Hasher;
+
 use sha2::{Digest, Sha256};
 
 use crate::key::{LimitKey, RuleName};
@@ -33,9 +35,15 @@ pub fn entry_id(rule: &RuleName, key: &LimitKey) -> String {
 /// The shared-data key of the slot `id` maps to, among `slots`, for the configuration whose
 /// fingerprint is `fingerprint` (so that two configurations never read each other's entries).
 pub fn slot_key(fingerprint: &str, id: &str, slots: u32) -> String {
-    let digest = Sha256::digest(id.as_bytes());
-    let hash = u32::from_le_bytes([digest[0], digest[1], digest[2], digest[3]]);
-    format!("sluice.{fingerprint}.deny.{}", hash % slots.max(1))
+    // FNV-1a: every worker's VM must pick the same slot for an id, so the hash is fixed (no
+    // random seed); it runs on every request, so it is a cheap one. A client choosing keys that
+    // collide only evicts its own entries, which costs callouts, never a wrong answer.
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(id.as_bytes());
+    format!(
+        "sluice.{fingerprint}.deny.{}",
+        hasher.finish() % u64::from(slots.max(1))
+    )
 }
 
 /// A short, stable fingerprint of a configuration's bytes.

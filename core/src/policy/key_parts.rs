@@ -1,5 +1,7 @@
 //! What a rule's key is built from.
 
+use std::cell::OnceCell;
+
 use super::raw::{RawKeyPart, RawKeySource};
 use super::request::HttpRequest;
 use super::{PolicyError, field};
@@ -35,17 +37,16 @@ pub enum KeyPart {
 }
 
 impl KeyPart {
-    /// This part's value for `request`, or `None` when the request lacks it.
-    fn value(&self, request: &HttpRequest, trusted_hops: u32) -> Option<Vec<u8>> {
+    /// This part's value for the request, or `None` when the request lacks it.
+    fn value(&self, source: &KeySource<'_>) -> Option<Vec<u8>> {
+        let request = source.request;
         let or_default = |found: Option<&[u8]>, default: &Option<String>| {
             found
                 .map(<[u8]>::to_vec)
                 .or_else(|| default.as_ref().map(|d| d.clone().into_bytes()))
         };
         match self {
-            KeyPart::ClientIp => request
-                .client_ip(trusted_hops)
-                .map(|ip| ip.to_string().into_bytes()),
+            KeyPart::ClientIp => source.client_ip().map(|ip| ip.as_bytes().to_vec()),
             KeyPart::Path => Some(request.path().to_vec()),
             KeyPart::Method => Some(request.method().to_vec()),
             KeyPart::Host => Some(request.host()),
@@ -103,12 +104,38 @@ impl KeyPart {
     }
 }
 
-/// The key for `request` from `parts`, or `None` when a part is missing (the rule then does not
+/// One request, as the keys of every rule read it: its client address is worked out (parsed
+/// and put in canonical form) once, however many rules key on it.
+pub struct KeySource<'a> {
+    request: &'a HttpRequest,
+    trusted_hops: u32,
+    client_ip: OnceCell<Option<String>>,
+}
+
+impl<'a> KeySource<'a> {
+    /// `request`, behind `trusted_hops` proxies that append to `x-forwarded-for`.
+    pub fn new(request: &'a HttpRequest, trusted_hops: u32) -> KeySource<'a> {
+        KeySource {
+            request,
+            trusted_hops,
+            client_ip: OnceCell::new(),
+        }
+    }
+
+    fn client_ip(&self) -> Option<&str> {
+        self.client_ip
+            .get_or_init(|| {
+                self.request
+                    .client_ip(self.trusted_hops)
+                    .map(|ip| ip.to_string())
+            })
+            .as_deref()
+    }
+}
+
+/// The key for the request from `parts`, or `None` when a part is missing (the rule then does not
 /// apply).
-pub fn build_key(parts: &[KeyPart], request: &HttpRequest, trusted_hops: u32) -> Option<LimitKey> {
-    let values: Option<Vec<Vec<u8>>> = parts
-        .iter()
-        .map(|p| p.value(request, trusted_hops))
-        .collect();
+pub fn build_key(parts: &[KeyPart], source: &KeySource<'_>) -> Option<LimitKey> {
+    let values: Option<Vec<Vec<u8>>> = parts.iter().map(|p| p.value(source)).collect();
     Some(LimitKey::from_parts(values?.iter().map(Vec::as_slice)))
 }

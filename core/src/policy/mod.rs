@@ -34,7 +34,7 @@ mod request;
 use std::collections::HashSet;
 use std::fmt;
 
-pub use key_parts::{KeyPart, build_key};
+pub use key_parts::{KeyPart, KeySource, build_key};
 pub use matcher::{HeaderMatch, RequestMatch, StringMatch};
 pub use request::HttpRequest;
 
@@ -279,12 +279,13 @@ impl Policy {
     /// The checks `request` needs, one per rule that matches it and can build its key, in rule
     /// order. An empty list means no callout.
     pub fn checks_for(&self, request: &HttpRequest) -> Vec<PlannedCheck> {
+        let source = KeySource::new(request, self.trusted_hops);
         self.rules
             .iter()
             .enumerate()
             .filter(|(_, rule)| rule.matcher.matches(request))
             .filter_map(|(i, rule)| {
-                let key = build_key(&rule.key, request, self.trusted_hops)?;
+                let key = build_key(&rule.key, &source)?;
                 Some(PlannedCheck {
                     rule: i,
                     check: Check {
