@@ -60,7 +60,7 @@ impl Engine {
         let results = if calls.len() > 1 && self.store.runs_batches() {
             // One round trip, and the whole request decided atomically.
             self.store
-                .run_batch(&BatchCall::new(&calls))
+                .run_batch(&BatchCall::new(calls))
                 .await
                 .inspect_err(|e| self.metrics.redis_error(e))?
         } else {

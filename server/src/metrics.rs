@@ -1,5 +1,7 @@
 //! The server's Prometheus metrics, served at `/metrics`.
 
+use std::collections::HashMap;
+use std::sync::RwLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -22,10 +24,16 @@ struct KindLabels {
     kind: &'static str,
 }
 
+/// One rule's decision counters, by outcome name, as the family holds them.
+type RuleCounters = Vec<(&'static str, Counter)>;
+
 /// Every metric the server keeps.
 pub struct Metrics {
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
+    /// The `decisions` counters already looked up, by rule: counting one is then a read lock
+    /// and an increment, with no label set to build.
+    decision_counters: RwLock<HashMap<String, RuleCounters>>,
     decision_seconds: Histogram,
     redis_errors: Family<KindLabels, Counter>,
     bad_requests: Counter,
@@ -62,6 +70,7 @@ impl Default for Metrics {
         Metrics {
             registry,
             decisions,
+            decision_counters: RwLock::default(),
             decision_seconds,
             redis_errors,
             bad_requests,
@@ -72,12 +81,35 @@ impl Default for Metrics {
 impl Metrics {
     /// Counts one check's outcome.
     pub fn decision(&self, rule: &str, outcome: &'static str) {
-        self.decisions
+        // A poisoned lock only means a panic elsewhere mid-insert; the map is still sound.
+        let counters = self
+            .decision_counters
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some((_, counter)) = counters
+            .get(rule)
+            .and_then(|by_outcome| by_outcome.iter().find(|(o, _)| *o == outcome))
+        {
+            counter.inc();
+            return;
+        }
+        drop(counters);
+        let counter = self
+            .decisions
             .get_or_create(&DecisionLabels {
                 rule: rule.to_owned(),
                 outcome,
             })
-            .inc();
+            .clone();
+        counter.inc();
+        let mut counters = self
+            .decision_counters
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let by_outcome = counters.entry(rule.to_owned()).or_default();
+        if !by_outcome.iter().any(|(o, _)| *o == outcome) {
+            by_outcome.push((outcome, counter));
+        }
     }
 
     /// Records how long a request took.

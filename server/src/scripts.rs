@@ -162,15 +162,17 @@ pub struct BatchCall {
 
 impl BatchCall {
     /// A batch of `(call, shadow)`, in order.
-    pub fn new(calls: &[(ScriptCall, bool)]) -> BatchCall {
-        let mut args = vec![calls.len().to_string()];
+    pub fn new(calls: Vec<(ScriptCall, bool)>) -> BatchCall {
+        let mut args =
+            Vec::with_capacity(1 + calls.iter().map(|(c, _)| 3 + c.args.len()).sum::<usize>());
+        args.push(calls.len().to_string());
         let mut keys = Vec::with_capacity(calls.len());
         for (call, shadow) in calls {
             args.push((call.algorithm.ordinal() + 1).to_string());
-            args.push(if *shadow { "1" } else { "0" }.to_owned());
+            args.push(if shadow { "1" } else { "0" }.to_owned());
             args.push(call.args.len().to_string());
-            args.extend(call.args.iter().cloned());
-            keys.push(call.key.clone());
+            args.extend(call.args);
+            keys.push(call.key);
         }
         BatchCall { keys, args }
     }

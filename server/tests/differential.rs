@@ -204,7 +204,7 @@ fn the_batch_script_matches_the_models_check_by_check() {
                         )
                     })
                     .collect();
-                let batch = BatchCall::new(&calls);
+                let batch = BatchCall::new(calls);
                 let script = runtime
                     .block_on(store.run_batch(&batch))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
