@@ -26,7 +26,7 @@ pub mod store;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::serve::{Listener, ListenerExt};
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -49,19 +49,6 @@ pub async fn serve(
     let listener = listener.tap_io(|stream| {
         let _ = stream.set_nodelay(true);
     });
-    serve_on(config, listener, shutdown).await
-}
-
-/// [`serve`] on any listener.
-pub async fn serve_on<L>(
-    config: ServerConfig,
-    listener: L,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()>
-where
-    L: Listener,
-    L::Addr: std::fmt::Debug,
-{
     let state = app_state(&config);
     let (stopping_tx, stopping_rx) = oneshot::channel::<()>();
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
