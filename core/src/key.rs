@@ -14,7 +14,7 @@
 //! let rule = RuleName::new("per-tenant").unwrap();
 //! assert_eq!(
 //!     sluice_core::key::redis_key("sluice", &rule, &key, sluice_core::limit::Algorithm::Gcra),
-//!     "sluice:{per-tenant:tenant%7Ba%7D:/api%3Av1}:gcra",
+//!     "sluice:{per-tenant:tenant%7Ba%7D:/api%3Av1}:gc",
 //! );
 //! ```
 
@@ -187,11 +187,12 @@ impl fmt::Display for LimitKey {
 }
 
 /// The Redis key holding a rule's state for one limit key:
-/// `<prefix>:{<rule>:<key>}:<algorithm>`. Everything a script touches for one check shares the
-/// hash tag, so it lives on one Redis Cluster node; the algorithm's name keeps a rule that
-/// changes algorithm from reading state of another shape.
+/// `<prefix>:{<rule>:<key>}:<layout>`. Everything a script touches for one check shares the
+/// hash tag, so it lives on one Redis Cluster node; the layout code
+/// ([`Algorithm::storage_code`]) keeps a rule that changes algorithm, or a server that changes
+/// how an algorithm stores its state, from reading state of another shape.
 pub fn redis_key(prefix: &str, rule: &RuleName, key: &LimitKey, algorithm: Algorithm) -> String {
-    format!("{prefix}:{{{rule}:{key}}}:{algorithm}")
+    format!("{prefix}:{{{rule}:{key}}}:{}", algorithm.storage_code())
 }
 
 #[cfg(test)]

@@ -27,6 +27,10 @@ pub const MAX_AMOUNT: u64 = 1_000_000_000;
 pub const MAX_LOG_ENTRIES: u64 = 100_000;
 /// The longest window, period or wait: 30 days.
 pub const MAX_DURATION_MS: u64 = 30 * 86_400_000;
+/// The longest a bucket may take to fill from empty (`burst × per / rate`): 3650 days. With
+/// denials counted a bucket's arrival time runs up to two fills ahead, and every arrival time
+/// must stay below 2^53 µs (the year 2255), where the scripts' doubles count exactly.
+pub const MAX_FILL_MS: u64 = 3650 * 86_400_000;
 
 /// The six algorithms, by the name used in configuration and on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -65,6 +69,21 @@ impl Algorithm {
             Algorithm::TokenBucket => "token_bucket",
             Algorithm::LeakyBucket => "leaky_bucket",
             Algorithm::Gcra => "gcra",
+        }
+    }
+
+    /// The short code that ends its Redis keys ([`crate::key::redis_key`]). It names the
+    /// algorithm and the layout of its stored value; a new layout gets a new code, so that a
+    /// server never reads state another version wrote in another shape. (sluice 0.1 stored
+    /// hashes under the algorithms' full names.)
+    pub const fn storage_code(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fw",
+            Algorithm::SlidingLog => "sl",
+            Algorithm::SlidingWindow => "sw",
+            Algorithm::TokenBucket => "tb",
+            Algorithm::LeakyBucket => "lb",
+            Algorithm::Gcra => "gc",
         }
     }
 
@@ -131,9 +150,11 @@ impl BucketLimit {
     pub fn burst(&self) -> u64 {
         self.burst
     }
-    /// Microseconds to restore one unit; fractional when `per` is not a multiple of `rate`.
-    pub fn interval_us(&self) -> f64 {
-        self.per.as_micros() as f64 / self.rate as f64
+    /// Milliseconds a bucket takes to fill from empty, `burst × per / rate`, rounded up.
+    pub fn fill_ms(&self) -> u64 {
+        let ms = (u128::from(self.burst) * u128::from(self.per.as_millis()))
+            .div_ceil(u128::from(self.rate));
+        u64::try_from(ms).unwrap_or(u64::MAX)
     }
 }
 
@@ -334,6 +355,14 @@ pub enum LimitError {
         /// What was given.
         value: Millis,
     },
+    /// A bucket that would take longer than [`MAX_FILL_MS`] to fill.
+    #[error(
+        "`burst` x `per` / `rate` (the time the bucket takes to fill) must be at most 3650d, not {fill_days} days"
+    )]
+    FillTooLong {
+        /// `burst × per / rate` in whole days, rounded up.
+        fill_days: u64,
+    },
     /// `mode` is neither `meter` nor `shaping`.
     #[error("`mode` must be `meter` or `shaping`, not `{0}`")]
     UnknownMode(String),
@@ -403,11 +432,17 @@ impl TryFrom<RawLimit> for Limit {
             })
         };
         let bucket = || -> Result<BucketLimit, LimitError> {
-            Ok(BucketLimit {
+            let bucket = BucketLimit {
                 rate: amount("rate", raw.rate.unwrap_or_default(), MAX_AMOUNT)?,
                 per: duration("per", raw.per.unwrap_or(Millis::MIN))?,
                 burst: amount("burst", raw.burst.unwrap_or_default(), MAX_AMOUNT)?,
-            })
+            };
+            if bucket.fill_ms() > MAX_FILL_MS {
+                return Err(LimitError::FillTooLong {
+                    fill_days: bucket.fill_ms().div_ceil(86_400_000),
+                });
+            }
+            Ok(bucket)
         };
         Ok(match algorithm {
             Algorithm::FixedWindow => Limit::FixedWindow(window(MAX_AMOUNT)?),
@@ -558,6 +593,10 @@ mod tests {
             (
                 r#"{"algorithm":"token_bucket","rate":-1,"per":"1s","burst":1}"#,
                 "invalid value: integer `-1`",
+            ),
+            (
+                r#"{"algorithm":"gcra","rate":1,"per":"1d","burst":3651}"#,
+                "must be at most 3650d, not 3651 days",
             ),
         ];
         for (json, expected) in cases {

@@ -23,7 +23,8 @@ pub enum RuleOutcome {
     ShadowDenied,
     /// Denied from the local deny cache, without a callout.
     CachedDeny,
-    /// An earlier rule denied the request, so this one only looked and consumed nothing.
+    /// Another rule denied the request, so this one, which would have admitted it, consumed
+    /// nothing.
     Skipped,
     /// The service did not answer; the failure mode decided.
     Failed,
@@ -51,23 +52,21 @@ fn is_zero(v: &u64) -> bool {
 pub type DecisionRecord = Vec<RuleRecord>;
 
 /// What each check of one request came to, given the server's verdicts in check order and
-/// whether each check is a shadow one. This is the protocol's rule (see [`crate::wire`]): once
-/// an enforced check denies, the checks after it were only asked, so they are [`Skipped`].
+/// whether each check is a shadow one. This is the protocol's rule (see
+/// [`crate::algorithm::decide_all`]): a request that an enforced check denies consumes nothing,
+/// so the checks that would have admitted it are [`Skipped`].
 ///
 /// [`Skipped`]: RuleOutcome::Skipped
 pub fn outcomes(checks: impl IntoIterator<Item = (bool, bool)>) -> Vec<RuleOutcome> {
-    let mut denied = false;
+    let checks: Vec<(bool, bool)> = checks.into_iter().collect();
+    let denied = checks.iter().any(|&(shadow, allowed)| !shadow && !allowed);
     checks
         .into_iter()
-        .map(|(shadow, allowed)| {
-            let outcome = match (denied, allowed, shadow) {
-                (true, _, _) => RuleOutcome::Skipped,
-                (false, true, _) => RuleOutcome::Allowed,
-                (false, false, true) => RuleOutcome::ShadowDenied,
-                (false, false, false) => RuleOutcome::Denied,
-            };
-            denied |= outcome == RuleOutcome::Denied;
-            outcome
+        .map(|(shadow, allowed)| match (allowed, shadow) {
+            (true, _) if denied => RuleOutcome::Skipped,
+            (true, _) => RuleOutcome::Allowed,
+            (false, true) => RuleOutcome::ShadowDenied,
+            (false, false) => RuleOutcome::Denied,
         })
         .collect()
 }
@@ -101,16 +100,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn checks_after_an_enforced_denial_are_skipped() {
+    fn every_admitting_check_of_a_denied_request_is_skipped() {
         use RuleOutcome::*;
         let got = outcomes([
             (false, true),
             (true, false),
             (false, false),
             (false, true),
-            (true, false),
+            (true, true),
+            (false, false),
         ]);
-        assert_eq!(got, [Allowed, ShadowDenied, Denied, Skipped, Skipped]);
+        assert_eq!(
+            got,
+            [Skipped, ShadowDenied, Denied, Skipped, Skipped, Denied]
+        );
+        let got = outcomes([(false, true), (true, false), (true, true)]);
+        assert_eq!(got, [Allowed, ShadowDenied, Allowed]);
     }
 
     #[test]

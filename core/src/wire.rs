@@ -16,8 +16,10 @@
 //! 503 {"error": "redis: ..."}
 //! ```
 //!
-//! Checks are decided in order. Once an enforced (non-shadow) check denies, the request is
-//! denied, and the checks after it only look (cost 0): a denied request consumes nothing more.
+//! The checks are decided together, all or nothing ([`crate::algorithm::decide_all`]): when an
+//! enforced (non-shadow) check denies, the request is denied and consumes nothing from any
+//! rule; the checks that would have admitted it answer as asked at cost 0. Each check names
+//! its own rule and key: a request naming one twice is refused.
 //!
 //! Time comes from Redis. A server started in replay mode also accepts the time from the
 //! [`REPLAY_TIME_HEADER`] header (microseconds since the epoch); any other server refuses a
@@ -135,6 +137,15 @@ impl DecideRequest {
                     check.cost
                 )));
             }
+            if let Some(first) = self.checks[..i]
+                .iter()
+                .position(|c| c.rule == check.rule && c.key == check.key)
+            {
+                return Err(WireError(format!(
+                    "checks[{i}]: rule `{}` with key `{}` is already checks[{first}]",
+                    check.rule, check.key
+                )));
+            }
         }
         Ok(())
     }
@@ -212,6 +223,10 @@ mod tests {
         );
         assert!(
             err(&format!(r#"{{"checks":[{CHECK}],"extra":1}}"#)).contains("unknown field `extra`")
+        );
+        assert_eq!(
+            err(&format!(r#"{{"checks":[{CHECK},{CHECK}]}}"#)),
+            "checks[1]: rule `r` with key `k` is already checks[0]"
         );
     }
 }

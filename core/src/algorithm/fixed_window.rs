@@ -5,7 +5,7 @@
 //!   A stored index at or after the caller's is kept (late callers count into the newest
 //!   window); an older one is a window that is over, and counts as zero.
 //! - Admit when `count + cost <= limit`; then `count += cost`. A denied request adds its cost
-//!   only with `count_denied`.
+//!   only with `count_denied`, up to a count of `2 x limit`.
 //! - `remaining = limit - count`; `reset` is the end of the window (when `count > 0`);
 //!   `retry_after` of a denial is the end of the window, when the count starts again at zero.
 //! - The key expires at the end of its window.
@@ -14,7 +14,8 @@
 //! length that straddles a boundary (`limit` at the end of one window, `limit` at the start of
 //! the next).
 
-use super::{Outcome, Request, Update, ceil_ms, ttl_ms};
+use super::exact::{ceil_ms, ttl_ms};
+use super::{Outcome, Request, Update};
 use crate::limit::WindowLimit;
 use crate::verdict::Verdict;
 
@@ -35,7 +36,7 @@ pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outco
         Some(s) if s.window >= req.now_us.div_euclid(window_us) => (s.window, s.count),
         _ => (req.now_us.div_euclid(window_us), 0),
     };
-    let to_window_end = ((index + 1) * window_us - req.now_us) as f64;
+    let to_window_end = i128::from(index + 1) * i128::from(window_us) - i128::from(req.now_us);
     let reset_ms = |count: u64| if count > 0 { ceil_ms(to_window_end) } else { 0 };
 
     if req.cost > cap {
@@ -45,8 +46,10 @@ pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outco
         };
     }
     let allowed = count + req.cost <= cap;
-    let new_count = if allowed || req.count_denied {
+    let new_count = if allowed {
         count + req.cost
+    } else if req.count_denied {
+        count.max((count + req.cost).min(2 * cap))
     } else {
         count
     };

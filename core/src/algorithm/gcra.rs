@@ -1,16 +1,11 @@
 //! GCRA, the generic cell rate algorithm: one stored time, the theoretical arrival time (TAT).
 //!
-//! Semantics (the contract `lua/gcra.lua` meets, with a string key holding the TAT):
-//! - `interval = per / rate` (microseconds per unit, fractional if need be) and
-//!   `tolerance = interval x burst`. An absent key has `tat = now`.
-//! - `excess = max(tat - now, 0)` is how far the key runs ahead of schedule; the request's
-//!   `new_excess = excess + interval x cost`. Admit when `new_excess <= tolerance` (within
-//!   [`TIME_EPSILON_US`]); then `tat = now + new_excess`. A late caller sees a larger excess:
-//!   lagging clocks can only be denied more.
-//! - A cost above `burst` can never conform: denied, `retry_after` none.
-//! - `retry_after` of a denial is `new_excess - tolerance`; `reset` (the key's time to live) is
-//!   the excess after the decision; `remaining = floor((tolerance - excess) / interval)`.
-//! - With `count_denied` a denial moves the TAT too, up to `now + 2 x tolerance`.
+//! Semantics (the contract `lua/gcra.lua` meets, with a string key holding the TAT): see
+//! [`super::schedule`], which GCRA *is*: `interval = per / rate`, `tolerance = interval ×
+//! burst`; a request conforms when `max(TAT − now, 0) + interval × cost ≤ tolerance`, and
+//! then moves the TAT by `interval × cost`. A cost above `burst` can never conform: denied,
+//! `retry_after` none. With `count_denied` a denial moves the TAT too, up to `now + 2 ×
+//! tolerance`.
 //!
 //! This is redis-cell's `CL.THROTTLE key max_burst count period quantity` with
 //! `max_burst = burst - 1`, `count = rate`, `period = per`, `quantity = cost`: redis-cell's
@@ -19,67 +14,22 @@
 //!
 //! Bound: `burst + rate x T` in any interval `T`.
 
-use super::{Outcome, Request, TIME_EPSILON_US, Update, ceil_ms, floor_units, ttl_ms};
+use super::schedule;
+use super::{Outcome, Request};
 use crate::limit::BucketLimit;
-use crate::verdict::Verdict;
 
 /// The theoretical arrival time.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct State {
-    /// Microseconds since the epoch; fractional when `interval` is.
-    pub tat: f64,
-}
+pub type State = schedule::Tat;
 
 /// Decides one request; see the module documentation.
 pub fn decide(limit: &BucketLimit, state: Option<&State>, req: Request) -> Outcome<State> {
-    let interval = limit.interval_us();
-    let tolerance = interval * limit.burst() as f64;
-    let now = req.now_us as f64;
-    let tat = state.map_or(now, |s| s.tat);
-    let excess = (tat - now).max(0.0);
-    let remaining = |excess: f64| floor_units((tolerance - excess) / interval);
-
-    if req.cost > limit.burst() {
-        let verdict = Verdict::impossible(limit.burst(), remaining(excess), ceil_ms(excess));
-        return Outcome {
-            verdict,
-            update: Update::Keep,
-        };
-    }
-    let new_excess = excess + interval * req.cost as f64;
-    let allowed = new_excess <= tolerance + TIME_EPSILON_US;
-    let kept_excess = if allowed {
-        new_excess
-    } else if req.count_denied {
-        new_excess.min(2.0 * tolerance)
-    } else {
-        excess
-    };
-    let retry_after_us = if allowed { 0.0 } else { new_excess - tolerance };
-    let verdict = Verdict {
-        allowed,
-        limit: limit.burst(),
-        remaining: remaining(kept_excess),
-        reset_ms: ceil_ms(kept_excess),
-        retry_after_ms: Some(ceil_ms(retry_after_us)),
-        delay_ms: 0,
-    };
-    let update = if req.cost == 0 || !(allowed || req.count_denied) {
-        Update::Keep
-    } else {
-        Update::Write {
-            state: State {
-                tat: now + kept_excess,
-            },
-            ttl_ms: ttl_ms(kept_excess),
-        }
-    };
-    Outcome { verdict, update }
+    schedule::decide(limit, None, state, req)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Update;
     use crate::limit::Limit;
 
     fn gcra(rate: u64, per: &str, burst: u64) -> BucketLimit {
@@ -144,6 +94,39 @@ mod tests {
             if let Update::Write { state: s, .. } = out.update {
                 state = Some(s);
             }
+        }
+    }
+
+    #[test]
+    fn remaining_is_exact_at_real_epoch_times() {
+        // 49 per second, burst 4, two requests at one instant: exactly 2 remain. With the TAT
+        // in an f64 near 1.7e15 us the floor landed on 1 at a few percent of the instants.
+        let l = gcra(49, "1s", 4);
+        for i in 0..10_000i64 {
+            let now_us = 1_763_700_000_000_000 + i * 7_919;
+            let first = decide(
+                &l,
+                None,
+                Request {
+                    now_us,
+                    cost: 1,
+                    count_denied: false,
+                },
+            );
+            let Update::Write { state, .. } = first.update else {
+                panic!("an admitted request writes")
+            };
+            let second = decide(
+                &l,
+                Some(&state),
+                Request {
+                    now_us,
+                    cost: 1,
+                    count_denied: false,
+                },
+            );
+            assert_eq!(second.verdict.remaining, 2, "at {now_us}");
+            assert_eq!(second.verdict.reset_ms, 41, "2 x 20408.16 us, rounded up");
         }
     }
 }

@@ -1,10 +1,12 @@
 //! Leaky bucket: a level that drains at `rate` per `per` from a bucket of size `burst`.
 //!
-//! Semantics (the contract `lua/leaky_bucket.lua` meets, with a hash `{level, ts}`):
-//! - An absent key is an empty bucket. On each call `level = max(0, level - elapsed * rate /
-//!   per)` with `elapsed = max(0, now - ts)`, and `ts = max(ts, now)`.
-//! - Meter: admit when `level + cost <= burst` (within [`AMOUNT_EPSILON`]); then
-//!   `level += cost`. `retry_after` of a denial is when the level has drained to `burst - cost`.
+//! Semantics (the contract `lua/leaky_bucket.lua` meets, with a string key holding one time):
+//! - An absent key is an empty bucket. The bucket is kept as the time it will be empty (its
+//!   theoretical arrival time, see [`super::schedule`]): `level = (empty_at − now) × rate /
+//!   per`, never below 0. A caller whose clock lags sees the level of its own time, higher
+//!   than a caller on time sees.
+//! - Meter: admit when `level + cost <= burst`; then `level += cost`. `retry_after` of a
+//!   denial is when the level has drained to `burst - cost`.
 //! - Shaping: the water already in the bucket is queued ahead of the request, so it must wait
 //!   `level * per / rate` before it leaves; admit when it fits (`level + cost <= burst`) and
 //!   that wait is at most `max_wait`, and answer the wait as `delay_ms` (the filter holds the
@@ -14,99 +16,33 @@
 //! - `remaining = floor(burst - level)`; `reset` is when the bucket is empty (the key expires
 //!   then: an absent key is an empty bucket).
 //!
+//! As a meter it makes the same decisions as [`super::token_bucket`] and [`super::gcra`].
+//!
 //! Bound: `burst + rate x T` admitted in any interval `T`; in shaping mode requests *leave* at
 //! `rate`.
 
-use super::{AMOUNT_EPSILON, Outcome, Request, Update, ceil_ms, floor_units, ttl_ms};
+use super::schedule;
+use super::{Outcome, Request};
 use crate::limit::{LeakMode, LeakyLimit};
-use crate::verdict::Verdict;
 
-/// The bucket.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct State {
-    /// Water in the bucket at `ts`, in cost units.
-    pub level: f64,
-    /// The time of the last drain, microseconds.
-    pub ts: i64,
-}
+/// The time the bucket is empty.
+pub type State = schedule::Tat;
 
 /// Decides one request; see the module documentation.
 pub fn decide(limit: &LeakyLimit, state: Option<&State>, req: Request) -> Outcome<State> {
-    let bucket = limit.bucket();
-    let burst = bucket.burst() as f64;
-    let rate = bucket.rate() as f64;
-    let per = bucket.per().as_micros() as f64;
-    let (level, ts) = state.map_or((0.0, req.now_us), |s| (s.level, s.ts));
-    let elapsed = (req.now_us - ts).max(0) as f64;
-    let level = (level - elapsed * rate / per).max(0.0);
-    let ts = ts.max(req.now_us);
-    let drain_time = |level: f64| level * per / rate;
-
-    if req.cost > bucket.burst() {
-        let verdict = Verdict::impossible(
-            bucket.burst(),
-            floor_units(burst - level),
-            ceil_ms(drain_time(level)),
-        );
-        return Outcome {
-            verdict,
-            update: Update::Keep,
-        };
-    }
-    let cost = req.cost as f64;
-    let fits = level + cost <= burst + AMOUNT_EPSILON;
-    let wait_us = drain_time(level);
-    let (allowed, delay_us) = match limit.mode() {
-        LeakMode::Meter => (fits, 0.0),
-        LeakMode::Shaping { max_wait } => {
-            let allowed = fits && wait_us <= max_wait.as_micros() as f64;
-            (allowed, if allowed { wait_us } else { 0.0 })
-        }
+    let max_wait = match limit.mode() {
+        LeakMode::Meter => None,
+        LeakMode::Shaping { max_wait } => Some(max_wait),
     };
-    let new_level = if allowed {
-        level + cost
-    } else if req.count_denied {
-        (level + cost).min(2.0 * burst)
-    } else {
-        level
-    };
-    let retry_after_us = if allowed {
-        0.0
-    } else {
-        let target = match limit.mode() {
-            LeakMode::Meter => burst - cost,
-            LeakMode::Shaping { max_wait } => {
-                (burst - cost).min(max_wait.as_micros() as f64 * rate / per)
-            }
-        };
-        drain_time(new_level - target)
-    };
-    let verdict = Verdict {
-        allowed,
-        limit: bucket.burst(),
-        remaining: floor_units(burst - new_level),
-        reset_ms: ceil_ms(drain_time(new_level)),
-        retry_after_ms: Some(ceil_ms(retry_after_us)),
-        delay_ms: ceil_ms(delay_us),
-    };
-    let update = if req.cost == 0 || !(allowed || req.count_denied) {
-        Update::Keep
-    } else {
-        Update::Write {
-            state: State {
-                level: new_level,
-                ts,
-            },
-            ttl_ms: ttl_ms(drain_time(new_level)),
-        }
-    };
-    Outcome { verdict, update }
+    schedule::decide(limit.bucket(), max_wait, state, req)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Update;
     use crate::limit::Limit;
+    use crate::verdict::Verdict;
 
     fn leaky(extra: &str) -> LeakyLimit {
         let json =

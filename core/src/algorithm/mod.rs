@@ -3,13 +3,15 @@
 //! Each model is a function of a limit, the key's stored state (if any) and one request; it
 //! returns the [`Verdict`] and what to store. The models read no clock and own no storage: the
 //! caller passes `now` and applies the [`Update`] atomically. The Lua scripts in `lua/` compute
-//! the very same numbers in Redis, with the same floating-point operations in the same order, so
-//! that a test can hold the two against each other field by field.
+//! the very same numbers in Redis, so that a test can hold the two against each other field by
+//! field. Both are exact: every number an answer carries is the floor or ceiling of the exact
+//! rational value, whatever the epoch (see [`exact`]).
 //!
 //! Rules every algorithm follows:
-//! - Time is in microseconds. A caller whose clock lags the key's latest time is treated as
-//!   arriving at that latest time: late callers never see a fresher state than the key has, so
-//!   concurrent callers with skewed clocks cannot over-admit.
+//! - Time is in microseconds. A caller whose clock lags the key's latest time never sees a
+//!   fresher state than the key has (windows count it into the newest window, the log raises
+//!   its `now` to the newest entry, buckets decide it at its own time against the stored
+//!   arrival time), so concurrent callers with skewed clocks cannot over-admit.
 //! - `cost` 0 asks without consuming and never writes.
 //! - A cost above the limit's capacity is denied with `retry_after_ms: None` and consumes
 //!   nothing, whatever `count_denied` says.
@@ -17,22 +19,20 @@
 //!   the debt bounded so that state stays small (documented per algorithm).
 //! - Every write carries a time to live after which an absent key means the same as the state.
 
+mod all_or_nothing;
+pub mod exact;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod schedule;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
 
+pub use all_or_nothing::{CheckInput, decide_all};
+
 use crate::limit::Limit;
 use crate::verdict::Verdict;
-
-/// Tolerance, in cost units, when comparing fractional levels, tokens or estimates: float
-/// rounding must never deny what exact arithmetic would admit.
-pub const AMOUNT_EPSILON: f64 = 1e-9;
-
-/// Tolerance when comparing GCRA arrival times: times are exact to the microsecond only.
-pub const TIME_EPSILON_US: f64 = 1.0;
 
 /// One request against one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,25 +125,4 @@ impl Limit {
             Gcra => gcra,
         }
     }
-}
-
-/// Microseconds to whole milliseconds, rounded up: a client told to wait must not come back
-/// early. The Lua prelude's `ceil_ms` is the same function.
-pub fn ceil_ms(us: f64) -> u64 {
-    if us <= 0.0 {
-        0
-    } else {
-        (us / 1000.0).ceil() as u64
-    }
-}
-
-/// A key's time to live: [`ceil_ms`], at least 1 ms.
-pub(crate) fn ttl_ms(us: f64) -> u64 {
-    ceil_ms(us).max(1)
-}
-
-/// Largest whole number not above `x`, never negative (reported `remaining`).
-pub(crate) fn floor_units(x: f64) -> u64 {
-    let floored = (x + AMOUNT_EPSILON).floor();
-    if floored <= 0.0 { 0 } else { floored as u64 }
 }

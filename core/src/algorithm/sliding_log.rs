@@ -16,7 +16,8 @@
 //!
 //! Bound: exactly `limit` in any interval of `window`.
 
-use super::{Outcome, Request, Update, ceil_ms, ttl_ms};
+use super::exact::{ceil_ms, ttl_ms};
+use super::{Outcome, Request, Update};
 use crate::limit::WindowLimit;
 use crate::verdict::Verdict;
 
@@ -42,7 +43,7 @@ pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outco
     let until_newest_leaves = |entries: &[i64]| {
         entries
             .last()
-            .map_or(0.0, |&t| (t + window_us - now) as f64)
+            .map_or(0, |&t| i128::from(t + window_us - now))
     };
 
     if req.cost > cap {
@@ -74,7 +75,7 @@ pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outco
     } else {
         // The k-th oldest entry must leave for `cost` more to fit; k <= held since cost <= cap.
         let k = (held + req.cost - cap) as usize;
-        ceil_ms((entries[k - 1] + window_us - now) as f64)
+        ceil_ms(i128::from(entries[k - 1] + window_us - now))
     };
     let verdict = Verdict {
         allowed,
@@ -90,7 +91,7 @@ pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outco
     }
 }
 
-fn write_if(changed: bool, entries: Vec<i64>, lifetime: impl Fn(&[i64]) -> f64) -> Update<State> {
+fn write_if(changed: bool, entries: Vec<i64>, lifetime: impl Fn(&[i64]) -> i128) -> Update<State> {
     if !changed {
         return Update::Keep;
     }

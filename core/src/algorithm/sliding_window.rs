@@ -1,14 +1,14 @@
 //! Sliding window: the current and the previous window's counters, the previous one weighted by
 //! how much of it still overlaps the sliding window (the estimate Cloudflare published).
 //!
-//! Semantics (the contract `lua/sliding_window.lua` meets, with a hash `{w, cur, prev}`):
+//! Semantics (the contract `lua/sliding_window.lua` meets, with a string `<w>:<cur>:<prev>`):
 //! - The window of time `t` is `floor(t / window)`. A stored window at or after the caller's is
 //!   kept (late callers count into the newest window); the next one rolls `cur` into `prev`;
 //!   any later one starts from zero.
 //! - `elapsed = max(0, now - window_start)`, `weight = (window - elapsed) / window`,
-//!   `estimate = prev * weight + cur`.
-//! - Admit when `estimate + cost <= limit` (within [`AMOUNT_EPSILON`]); then `cur += cost`.
-//!   A denied request adds its cost only with `count_denied`.
+//!   `estimate = prev * weight + cur`, a rational number, compared exactly.
+//! - Admit when `estimate + cost <= limit`; then `cur += cost`. A denied request adds its cost
+//!   only with `count_denied`, up to a current count of `2 x limit`.
 //! - `remaining = floor(limit - estimate)` after the decision. `retry_after` of a denial is
 //!   when the previous window's weight has decayed enough (or, if the current count alone is
 //!   too high, the point in the next window where it has); `reset` is when both counters have
@@ -17,7 +17,8 @@
 //! Bound: an estimate, about `limit` per window when traffic is even; never more than the
 //! fixed window's `2 x limit` in any interval of one window.
 
-use super::{AMOUNT_EPSILON, Outcome, Request, Update, ceil_ms, floor_units, ttl_ms};
+use super::exact::{ceil_div_nonneg, ceil_ms, ttl_ms};
+use super::{Outcome, Request, Update};
 use crate::limit::WindowLimit;
 use crate::verdict::Verdict;
 
@@ -34,34 +35,39 @@ pub struct State {
 
 /// Decides one request; see the module documentation.
 pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outcome<State> {
-    let w = limit.window().as_micros();
+    let window_us = limit.window().as_micros();
     let cap = limit.limit();
-    let now = req.now_us;
-    let index = now.div_euclid(w);
-    let (index, current, previous) = match state {
-        Some(s) if index <= s.window => (s.window, s.current, s.previous),
-        Some(s) if index == s.window + 1 => (index, 0, s.current),
-        _ => (index, 0, 0),
+    let (index, current, previous) = {
+        let index = req.now_us.div_euclid(window_us);
+        match state {
+            Some(s) if index <= s.window => (s.window, s.current, s.previous),
+            Some(s) if index == s.window + 1 => (index, 0, s.current),
+            _ => (index, 0, 0),
+        }
     };
-    let wf = w as f64;
-    let elapsed = (now - index * w).max(0) as f64;
-    let weight = (wf - elapsed) / wf;
-    let prev = previous as f64;
-    let estimate = |cur: u64| prev * weight + cur as f64;
+    let w = i128::from(window_us);
+    let now = i128::from(req.now_us);
+    let start = i128::from(index) * w;
+    let elapsed = (now - start).max(0);
+    // The previous window's weighted count, rounded up: `estimate + x <= limit` holds exactly
+    // when `weighed + cur + x <= limit` for whole `x`, and `floor(limit - estimate)` is
+    // `limit - weighed - cur`.
+    let weighed = ceil_div_nonneg(i128::from(previous) * (w - elapsed), w);
+    let to_next_window = start + w - now;
     let reset_us = |cur: u64| {
         if cur > 0 {
-            ((index + 2) * w - now) as f64
+            to_next_window + w
         } else if previous > 0 {
-            ((index + 1) * w - now) as f64
+            to_next_window
         } else {
-            0.0
+            0
         }
     };
 
     if req.cost > cap {
         let verdict = Verdict::impossible(
             cap,
-            floor_units(cap as f64 - estimate(current)),
+            cap.saturating_sub(weighed + current),
             ceil_ms(reset_us(current)),
         );
         return Outcome {
@@ -69,39 +75,41 @@ pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outco
             update: Update::Keep,
         };
     }
-    let allowed = estimate(current) + req.cost as f64 <= cap as f64 + AMOUNT_EPSILON;
-    let new_current = if allowed || req.count_denied {
+    let allowed = weighed + current + req.cost <= cap;
+    let new_current = if allowed {
         current + req.cost
+    } else if req.count_denied {
+        current.max((current + req.cost).min(2 * cap))
     } else {
         current
     };
-    let retry_after_us = if allowed {
-        0.0
+    let retry_after_ms = if allowed {
+        0
     } else {
-        let cost = req.cost as f64;
-        let cur = new_current as f64;
-        let room = cap as f64 - cur - cost;
-        let at = if room >= 0.0 && previous > 0 {
-            // Within this window, once prev's weight has fallen to `room`.
-            (index * w) as f64 + (wf - room * wf / prev)
+        let cost = i128::from(req.cost);
+        let cur = i128::from(new_current);
+        let prev = i128::from(previous);
+        let room = i128::from(cap) - cur - cost;
+        if room >= 0 && previous > 0 {
+            // Within this window, once `prev x (w - e) / w <= room`: at `e = w - room x w /
+            // prev`, which is `to_next_window - room x w / prev` from now.
+            ceil_div_nonneg(to_next_window * prev - room * w, prev * 1000)
+        } else if new_current == 0 {
+            ceil_ms(to_next_window)
         } else {
-            // In the next window `cur` becomes the previous count.
-            let room = cap as f64 - cost;
-            let next_start = ((index + 1) * w) as f64;
-            if new_current == 0 {
-                next_start
-            } else {
-                next_start + (wf - room * wf / cur).max(0.0)
-            }
-        };
-        (at - now as f64).max(0.0)
+            // In the next window `cur` is the previous count: `cur x (w - e) / w + cost <=
+            // limit` from `e = w - (limit - cost) x w / cur` on.
+            let room = i128::from(cap) - cost;
+            let into_next = (w * cur - room * w).max(0);
+            ceil_div_nonneg(to_next_window * cur + into_next, cur * 1000)
+        }
     };
     let verdict = Verdict {
         allowed,
         limit: cap,
-        remaining: floor_units(cap as f64 - estimate(new_current)),
+        remaining: cap.saturating_sub(weighed + new_current),
         reset_ms: ceil_ms(reset_us(new_current)),
-        retry_after_ms: Some(ceil_ms(retry_after_us)),
+        retry_after_ms: Some(retry_after_ms),
         delay_ms: 0,
     };
     let update = if new_current == current {
@@ -113,7 +121,7 @@ pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outco
                 current: new_current,
                 previous,
             },
-            ttl_ms: ttl_ms(((index + 2) * w - now) as f64),
+            ttl_ms: ttl_ms(to_next_window + w),
         }
     };
     Outcome { verdict, update }
