@@ -1,19 +1,16 @@
--- fixed_window: one counter per window, in a hash {w = window index, n = count}.
--- ARGV[4] limit, ARGV[5] window (us). Contract: core/src/algorithm/fixed_window.rs.
+-- fixed_window: one counter per window, the string "<window index>:<count>".
+-- p: limit, window (us). Contract: core/src/algorithm/fixed_window.rs.
 
-local cap = tonumber(ARGV[4])
-local window = tonumber(ARGV[5])
-local now = now_us()
-
-local index = math.floor(now / window)
+local cap, window = p[1], p[2]
+local index = floor_div(now, window)
 local count = 0
-local stored = redis.call('HMGET', key, 'w', 'n')
-if stored[1] then
-  local w = tonumber(stored[1])
+local found, w, n = read_fields(key, '^(%d+):(%d+)$', '<window>:<count>')
+if found then
+  w = tonumber(w)
   -- A lagging caller counts into the newest window; an older window is over.
   if w >= index then
     index = w
-    count = tonumber(stored[2])
+    count = tonumber(n)
   end
 end
 
@@ -31,12 +28,13 @@ end
 
 local allowed = count + cost <= cap
 local new_count = count
-if allowed or count_denied then
+if allowed then
   new_count = count + cost
+elseif count_denied then
+  new_count = math.max(count, math.min(count + cost, 2 * cap))
 end
-if new_count ~= count then
-  redis.call('HSET', key, 'w', index, 'n', new_count)
-  redis.call('PEXPIRE', key, ttl_ms(to_window_end))
+if commit and new_count ~= count then
+  redis.call('SET', key, string.format('%d:%d', index, new_count), 'PX', ttl_ms(to_window_end))
 end
 
 local retry = 0

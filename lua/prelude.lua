@@ -1,34 +1,117 @@
 -- sluice prelude: constants and pure helpers shared by every limit script. sluice-server
--- composes each script as prelude + frame + one algorithm file, and the batch script as
--- prelude + each algorithm file wrapped in a frame + batch.lua (server/src/scripts.rs), so
--- that each algorithm file is that algorithm and nothing else.
+-- composes each algorithm's script as prelude + schedule.lua + that algorithm's file wrapped
+-- as the function `run` + single.lua, and the batch script as prelude + schedule.lua + every
+-- algorithm's file wrapped + batch.lua (server/src/scripts.rs), so that each algorithm file is
+-- that algorithm and nothing else.
 --
--- Every algorithm returns {allowed (0|1), limit, remaining, reset_ms, retry_after_ms,
--- delay_ms}, with retry_after_ms = -1 for a request that can never pass. The arithmetic
--- mirrors the reference models in core/src/algorithm/, operation for operation, so that the
--- two agree to the last bit.
+-- An algorithm's file is the body of a function (key, now, cost, count_denied, commit, p),
+-- `p` its parameters as numbers, returning {allowed (0|1), limit, remaining, reset_ms,
+-- retry_after_ms, delay_ms}, with retry_after_ms = -1 for a request that can never pass. With
+-- `commit` false it only asks: it decides the same way and writes nothing.
+--
+-- Exact arithmetic. Lua's numbers are doubles, exact for integers below 2^53 (9.0e15). Times
+-- are microseconds (1.8e15 today), and every answer is the floor or the ceiling of a rational
+-- number, so the scripts never take one of a rounded value: they compute with integers below
+-- 2^53, times relative to `now` wherever a floor or a ceiling is taken, fractions of a
+-- microsecond as whole numerators, and `muldivmod` where a product could pass 2^53. The
+-- results equal those of the models in core/src/algorithm/ to the unit.
 
-local AMOUNT_EPSILON = 1e-9
 -- A replay's clock is virtual while expiry runs on Redis' own clock: a key must not vanish
 -- (in real time) while the replay still needs it, so replayed keys live at least an hour.
 local REPLAY_MIN_TTL_MS = 3600000
-local TIME_EPSILON_US = 1.0
 local NEVER = -1
+local TWO_52 = 4503599627370496
+-- Dekker's splitter, 2^27 + 1: splits a double into two halves whose products are exact.
+local SPLITTER = 134217729
 
--- Microseconds to whole milliseconds, rounded up: a client must not come back early.
+-- Whether the time came from the caller (replay mode); set by clock().
+local replay = false
+
+-- The time of this call in microseconds: the caller's in replay mode (`arg` not empty),
+-- otherwise Redis' own, read once per call.
+local function clock(arg)
+  replay = arg ~= ''
+  if replay then
+    return tonumber(arg)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- a * b as p + e, exactly: p the rounded product, e what the rounding lost (Dekker).
+local function two_product(a, b)
+  local p = a * b
+  local t = SPLITTER * a
+  local ah = t - (t - a)
+  local al = a - ah
+  t = SPLITTER * b
+  local bh = t - (t - b)
+  local bl = b - bh
+  return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+end
+
+-- floor(a * b / c) and the remainder, exactly, for whole a, b >= 0 below 2^53 and
+-- 0 < c < 2^50, when the quotient is below 2^53. Past 2^52 the product is rounded; the
+-- remainder is then recovered from the exact products a * b and q * c.
+local function muldivmod(a, b, c)
+  local p = a * b
+  local q = math.floor(p / c)
+  local r
+  if p < TWO_52 then
+    r = p - q * c
+  else
+    local _, e = two_product(a, b)
+    local qc, qe = two_product(q, c)
+    r = (p - qc) + (e - qe)
+  end
+  while r < 0 do
+    q = q - 1
+    r = r + c
+  end
+  while r >= c do
+    q = q + 1
+    r = r - c
+  end
+  return q, r
+end
+
+-- floor(a / c) for whole a >= 0 below 2^53 and 0 < c < 2^50.
+local function floor_div(a, c)
+  local q = muldivmod(a, 1, c)
+  return q
+end
+
+-- Microseconds to whole milliseconds, rounded up (a client must not come back early); 0 for
+-- a time that is not in the future.
 local function ceil_ms(us)
   if us <= 0 then
     return 0
   end
-  return math.ceil(us / 1000)
+  local q, r = muldivmod(us, 1, 1000)
+  if r > 0 then
+    return q + 1
+  end
+  return q
 end
 
-local function floor_units(x)
-  local f = math.floor(x + AMOUNT_EPSILON)
-  if f <= 0 then
+-- ceil_ms of `us` microseconds plus a fraction of one (`frac` > 0 ticks of it).
+local function ceil_ms_frac(us, frac)
+  if frac == 0 then
+    return ceil_ms(us)
+  end
+  if us < 0 then
     return 0
   end
-  return f
+  return floor_div(us, 1000) + 1
+end
+
+-- A key's time to live in milliseconds for a state that matters `us` (and `frac` ticks) more.
+local function ttl_ms(us, frac)
+  local ms = ceil_ms_frac(us, frac or 0)
+  if replay then
+    return math.max(REPLAY_MIN_TTL_MS, ms)
+  end
+  return math.max(1, ms)
 end
 
 local function flag(b)
@@ -36,4 +119,18 @@ local function flag(b)
     return 1
   end
   return 0
+end
+
+-- The string at `key` split by `pattern` (up to three captures), after `true`; `false` for an
+-- absent key. A value of another shape than the algorithm writes is an error: never guess.
+local function read_fields(key, pattern, shape)
+  local stored = redis.call('GET', key)
+  if not stored then
+    return false
+  end
+  local a, b, c = string.match(stored, pattern)
+  if not a then
+    error({err = 'ERR sluice: key ' .. key .. ' holds "' .. stored .. '", not ' .. shape})
+  end
+  return true, a, b, c
 end

@@ -1,71 +1,82 @@
--- sliding_window: the current and previous window's counters, in a hash {w, cur, prev}.
--- ARGV[4] limit, ARGV[5] window (us). Contract: core/src/algorithm/sliding_window.rs.
+-- sliding_window: the current and previous window's counters, the string
+-- "<window index>:<current>:<previous>".
+-- p: limit, window (us). Contract: core/src/algorithm/sliding_window.rs.
 
-local cap = tonumber(ARGV[4])
-local w = tonumber(ARGV[5])
-local now = now_us()
-
-local index = math.floor(now / w)
+local cap, w = p[1], p[2]
+local index = floor_div(now, w)
 local current = 0
 local previous = 0
-local stored = redis.call('HMGET', key, 'w', 'cur', 'prev')
-if stored[1] then
-  local sw = tonumber(stored[1])
+local found, sw, cur, prev = read_fields(key, '^(%d+):(%d+):(%d+)$',
+  '<window>:<current>:<previous>')
+if found then
+  sw = tonumber(sw)
   if index <= sw then
     index = sw
-    current = tonumber(stored[2])
-    previous = tonumber(stored[3])
+    current = tonumber(cur)
+    previous = tonumber(prev)
   elseif index == sw + 1 then
-    previous = tonumber(stored[2])
+    previous = tonumber(cur)
   end
 end
 
-local elapsed = math.max(0, now - index * w)
-local weight = (w - elapsed) / w
-local function estimate(cur)
-  return previous * weight + cur
+local start = index * w
+local elapsed = math.max(0, now - start)
+-- The previous window's weighted count, previous x (w - elapsed) / w, rounded up: the
+-- estimate plus a whole x is within the limit exactly when weighed + current + x is.
+local weighed, rest = muldivmod(previous, w - elapsed, w)
+if rest > 0 then
+  weighed = weighed + 1
 end
-local function reset_us(cur)
+local to_next_window = start + w - now
+local function reset_ms(cur)
   if cur > 0 then
-    return (index + 2) * w - now
+    return ceil_ms(to_next_window + w)
   elseif previous > 0 then
-    return (index + 1) * w - now
+    return ceil_ms(to_next_window)
   end
   return 0
 end
 
 if cost > cap then
-  return {0, cap, floor_units(cap - estimate(current)), ceil_ms(reset_us(current)), NEVER, 0}
+  return {0, cap, math.max(0, cap - weighed - current), reset_ms(current), NEVER, 0}
 end
 
-local allowed = estimate(current) + cost <= cap + AMOUNT_EPSILON
+local allowed = weighed + current + cost <= cap
 local new_current = current
-if allowed or count_denied then
+if allowed then
   new_current = current + cost
+elseif count_denied then
+  new_current = math.max(current, math.min(current + cost, 2 * cap))
 end
 
-local retry_us = 0
-if not allowed then
-  local cur = new_current
-  local room = cap - cur - cost
-  local at
-  if room >= 0 and previous > 0 then
-    at = index * w + (w - room * w / previous)
-  else
-    room = cap - cost
-    local next_start = (index + 1) * w
-    if new_current == 0 then
-      at = next_start
-    else
-      at = next_start + math.max(0, w - room * w / cur)
-    end
+-- `base` minus `n / d` microseconds, as milliseconds rounded up (0 if not positive).
+local function ceil_ms_minus(base, n, d)
+  local q, r = muldivmod(n, w, d)
+  if r == 0 then
+    return ceil_ms(base - q)
   end
-  retry_us = math.max(0, at - now)
+  return ceil_ms_frac(base - q - 1, d - r)
 end
 
-if new_current ~= current then
-  redis.call('HSET', key, 'w', index, 'cur', new_current, 'prev', previous)
-  redis.call('PEXPIRE', key, ttl_ms((index + 2) * w - now))
+local retry = 0
+if not allowed then
+  local room = cap - new_current - cost
+  if room >= 0 and previous > 0 then
+    -- Within this window, once previous x (w - e) / w <= room.
+    retry = ceil_ms_minus(to_next_window, room, previous)
+  elseif new_current == 0 then
+    retry = ceil_ms(to_next_window)
+  elseif cap - cost >= new_current then
+    -- In the next window new_current is the previous count, and leaves room at once.
+    retry = ceil_ms(to_next_window)
+  else
+    -- ... or once new_current x (w - e) / w <= limit - cost.
+    retry = ceil_ms_minus(to_next_window + w, cap - cost, new_current)
+  end
 end
-return {flag(allowed), cap, floor_units(cap - estimate(new_current)), ceil_ms(reset_us(new_current)),
-  ceil_ms(retry_us), 0}
+
+if commit and new_current ~= current then
+  redis.call('SET', key, string.format('%d:%d:%d', index, new_current, previous),
+    'PX', ttl_ms(to_next_window + w))
+end
+return {flag(allowed), cap, math.max(0, cap - weighed - new_current), reset_ms(new_current), retry, 0}

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use redis::aio::MultiplexedConnection;
+use sluice_core::key::{LimitKey, RuleName, redis_key};
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::RedisServer;
 use sluice_server::scripts::ScriptCall;
@@ -15,13 +16,13 @@ async fn decide(
     c: &mut MultiplexedConnection,
     limit: &Limit,
     key: &str,
-    now: i64,
+    now: Option<i64>,
     cost: u64,
 ) -> anyhow::Result<()> {
-    let call = ScriptCall::new(limit, key.to_owned(), Some(now), cost, false);
+    let call = ScriptCall::new(limit, key.to_owned(), now, cost, false);
     let mut invocation = call.script().prepare_invoke();
     invocation.key(&call.key);
-    for arg in &call.args {
+    for arg in &call.args() {
         invocation.arg(arg);
     }
     let _: Vec<i64> = invocation.invoke_async(c).await?;
@@ -62,10 +63,12 @@ pub(crate) async fn command_calls(
 }
 
 /// Redis commands run per decision (the EVALSHA and every `redis.call` inside the script),
-/// averaged over 1,000 decisions on 100 keys.
+/// averaged over 1,000 decisions on 100 keys, at replay times or (`replay` false) on Redis'
+/// own clock, when the script also reads `TIME`.
 async fn commands_per_decision(
     c: &mut MultiplexedConnection,
     limit: &Limit,
+    replay: bool,
 ) -> anyhow::Result<f64> {
     let total = |calls: BTreeMap<String, u64>| -> u64 {
         calls
@@ -80,8 +83,8 @@ async fn commands_per_decision(
         decide(
             c,
             limit,
-            &format!("count:{}:{}", limit.algorithm(), i % 100),
-            NOW + i * 10_000,
+            &format!("count:{replay}:{}:{}", limit.algorithm(), i % 100),
+            replay.then_some(NOW + i * 10_000),
             1,
         )
         .await?;
@@ -92,12 +95,12 @@ async fn commands_per_decision(
 
 fn state_of(algorithm: Algorithm) -> &'static str {
     match algorithm {
-        Algorithm::FixedWindow => "hash {w, n}",
+        Algorithm::FixedWindow => "string `<window>:<count>`",
         Algorithm::SlidingLog => "sorted set, a member per admitted unit",
-        Algorithm::SlidingWindow => "hash {w, cur, prev}",
-        Algorithm::TokenBucket => "hash {tokens, ts}",
-        Algorithm::LeakyBucket => "hash {level, ts}",
-        Algorithm::Gcra => "string (the TAT)",
+        Algorithm::SlidingWindow => "string `<window>:<current>:<previous>`",
+        Algorithm::TokenBucket => "integer `<us>` or string `<us>:<ticks>` (full again at)",
+        Algorithm::LeakyBucket => "integer `<us>` or string `<us>:<ticks>` (empty at)",
+        Algorithm::Gcra => "integer `<us>` or string `<us>:<ticks>` (the TAT)",
     }
 }
 
@@ -115,19 +118,22 @@ pub async fn run() -> anyhow::Result<String> {
         .unwrap_or("?")
         .trim()
         .to_owned();
-    // A realistic key: prefix, hash tag with rule and client address, algorithm.
-    let key = |a: Algorithm| format!("sluice:{{per-client:203.0.113.77}}:{a}");
+    // A realistic key: prefix, hash tag with rule and client address, layout code.
+    let rule = RuleName::new("per-client")?;
+    let client = LimitKey::from_parts([b"203.0.113.77".as_slice()]);
+    let key = |a: Algorithm| redis_key("sluice", &rule, &client, a);
     writeln!(
         out,
-        "Redis {version}; `MEMORY USAGE <key> SAMPLES 0` for the key `sluice:{{per-client:203.0.113.77}}:<algorithm>` \
+        "Redis {version}; `MEMORY USAGE <key> SAMPLES 0` for the key `sluice:{{per-client:203.0.113.77}}:<code>` \
          after 5 decisions; Redis commands per decision from `INFO commandstats` over 1,000 decisions \
-         (the `EVALSHA` and each `redis.call` inside the script).\n"
+         (the `EVALSHA` and each `redis.call` inside the script), with the time given (replay) and \
+         read from Redis (`TIME`, as in production).\n"
     )?;
     writeln!(
         out,
-        "| algorithm | state | bytes per key | Redis commands per decision |"
+        "| algorithm | state | bytes per key | Redis commands per decision, replay | on Redis time |"
     )?;
-    writeln!(out, "|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|")?;
     for algorithm in Algorithm::ALL {
         let limit: Limit = serde_json::from_str(&match algorithm {
             Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog => {
@@ -136,9 +142,10 @@ pub async fn run() -> anyhow::Result<String> {
             _ => format!(r#"{{"algorithm":"{algorithm}","rate":100,"per":"1s","burst":1000}}"#),
         })?;
         for step in 0..5 {
-            decide(&mut c, &limit, &key(algorithm), NOW + step * 1000, 1).await?;
+            decide(&mut c, &limit, &key(algorithm), Some(NOW + step * 1000), 1).await?;
         }
-        let per_decision = commands_per_decision(&mut c, &limit).await?;
+        let replayed = commands_per_decision(&mut c, &limit, true).await?;
+        let live = commands_per_decision(&mut c, &limit, false).await?;
         let bytes = usage(&mut c, &key(algorithm)).await?;
         let bytes = if algorithm == Algorithm::SlidingLog {
             format!("{bytes} (5 entries; see below)")
@@ -147,10 +154,37 @@ pub async fn run() -> anyhow::Result<String> {
         };
         writeln!(
             out,
-            "| {algorithm} | {} | {bytes} | {per_decision:.1} |",
+            "| {algorithm} | {} | {bytes} | {replayed:.1} | {live:.1} |",
             state_of(algorithm)
         )?;
     }
+    // The buckets above refill every 10 ms, a whole number of microseconds, so their time is
+    // stored as an integer. At 49 a second a unit takes 20408.16 us: the leftover ticks make the
+    // value a string.
+    let fractional: Limit =
+        serde_json::from_str(r#"{"algorithm":"gcra","rate":49,"per":"1s","burst":1000}"#)?;
+    let fractional_key = format!("{}:49", key(Algorithm::Gcra));
+    for step in 0..5 {
+        decide(
+            &mut c,
+            &fractional,
+            &fractional_key,
+            Some(NOW + step * 1000),
+            1,
+        )
+        .await?;
+    }
+    let bytes = usage(&mut c, &fractional_key).await?;
+    let value: String = redis::cmd("GET")
+        .arg(&fractional_key)
+        .query_async(&mut c)
+        .await?;
+    writeln!(
+        out,
+        "\nThe buckets above refill every 10 ms, a whole number of microseconds, and store their time as an integer. \
+         When `per / rate` is not a whole number of microseconds the leftover ticks are stored too \
+         (gcra at 49 a second: `{value}`): {bytes} bytes per key."
+    )?;
 
     writeln!(
         out,
@@ -165,7 +199,7 @@ pub async fn run() -> anyhow::Result<String> {
     for target in [1u64, 16, 64, 128, 129, 256, 1000, 10_000, 100_000] {
         while entries < target {
             let batch = (target - entries).min(1000);
-            decide(&mut c, &limit, &log_key, NOW + entries as i64, batch).await?;
+            decide(&mut c, &limit, &log_key, Some(NOW + entries as i64), batch).await?;
             entries += batch;
         }
         let bytes = usage(&mut c, &log_key).await?;

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use sluice_core::limit::Algorithm;
+use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::{RedisServer, free_port};
-use sluice_server::scripts::SCRIPTS;
+use sluice_server::scripts::{SCRIPTS, ScriptCall};
 
 use crate::load::{self, Measured};
 
@@ -84,6 +84,14 @@ fn redis_benchmark(
     requests: u64,
 ) -> anyhow::Result<(f64, f64, f64)> {
     let sha = SCRIPTS.get(Algorithm::Gcra).get_hash().to_owned();
+    // The very call sluice-server makes for one check (Redis' own time), on keys that
+    // redis-benchmark draws from the same keyspace.
+    let limit: Limit = serde_json::from_str(LIMIT)?;
+    let key = format!(
+        "sluice:{{bench0:client-__rand_int__}}:{}",
+        Algorithm::Gcra.storage_code()
+    );
+    let call = ScriptCall::new(&limit, key.clone(), None, 1, false);
     let output = Command::new("redis-benchmark")
         .args([
             "-h",
@@ -100,18 +108,8 @@ fn redis_benchmark(
             &KEYSPACE.to_string(),
             "--csv",
         ])
-        .args([
-            "EVALSHA",
-            &sha,
-            "1",
-            "sluice:{bench0:client-__rand_int__}:gcra",
-            "",
-            "1",
-            "0",
-            "1000000",
-            "1000000",
-            "1000000",
-        ])
+        .args(["EVALSHA", &sha, "1", &key])
+        .args(call.args())
         .stdin(Stdio::null())
         .output()
         .context("running redis-benchmark (apt-get install redis-tools)")?;

@@ -1,7 +1,22 @@
-//! Deciding one request: its checks, in order, each one script call.
+//! Deciding one request: every check, all or nothing.
+//!
+//! A request that an enforced check denies consumes nothing from any rule (the contract:
+//! [`sluice_core::algorithm::decide_all`]). With one Redis (standalone or behind Sentinel) the
+//! batch script decides the whole request atomically. On a Redis Cluster a request's keys live
+//! on several nodes, so no script sees them all: the engine decides in two phases, [`probe`]
+//! (ask every enforced check but the last, consuming nothing) and [`settle`] (consume, or
+//! decide the denial). Between the two, another request may take the last units of a key the
+//! probe found room in. The request is then denied in the second phase, but the checks that
+//! phase already consumed stay consumed: at most the request's cost on each of its other
+//! rules, once per such race. `docs/algorithms.md` states the bound; the engine counts each
+//! race in `sluice_split_decision_races_total`.
+//!
+//! [`probe`]: Engine::probe
+//! [`settle`]: Engine::settle
 
 use std::sync::Arc;
 
+use futures::future::try_join_all;
 use sluice_core::key::redis_key;
 use sluice_core::record;
 use sluice_core::verdict::Verdict;
@@ -16,6 +31,25 @@ pub struct Engine {
     store: Arc<Store>,
     key_prefix: String,
     metrics: Arc<Metrics>,
+}
+
+/// A Cluster decision after its first phase: what each enforced check but the last answered
+/// when asked. [`Engine::settle`] finishes it.
+#[derive(Debug)]
+pub struct Probe {
+    /// Each check's call and whether it is a shadow check.
+    calls: Vec<(ScriptCall, bool)>,
+    /// The answers of the checks that were asked.
+    asked: Vec<Option<Verdict>>,
+    /// The last enforced check, which is not asked: it consumes first in the second phase.
+    last_enforced: Option<usize>,
+}
+
+impl Probe {
+    /// Whether an enforced check already denied the request.
+    pub fn blocked(&self) -> bool {
+        self.asked.iter().flatten().any(|v| !v.allowed)
+    }
 }
 
 impl Engine {
@@ -33,15 +67,44 @@ impl Engine {
         &self.store
     }
 
-    /// Decides every check of `request`, in order. Once an enforced check is denied, the
-    /// request is denied, and the checks after it are asked at cost 0: a denied request
-    /// consumes nothing more. `now_us` is the replay time, when the server accepts one.
+    /// Decides every check of `request`, all or nothing. `now_us` is the replay time, when the
+    /// server accepts one.
     pub async fn decide(
         &self,
         request: &DecideRequest,
         now_us: Option<i64>,
     ) -> Result<DecideResponse, StoreError> {
-        let calls: Vec<(ScriptCall, bool)> = request
+        let calls = self.calls(request, now_us);
+        let results = async {
+            match calls.len() {
+                1 => Ok(vec![self.store.run(&calls[0].0).await?]),
+                _ if self.store.runs_batches() => {
+                    self.store.run_batch(&BatchCall::new(now_us, calls)).await
+                }
+                _ => {
+                    let probe = self.probe(calls).await?;
+                    self.settle(probe).await
+                }
+            }
+        }
+        .await
+        .inspect_err(|e| self.metrics.redis_error(e))?;
+        let outcomes = record::outcomes(
+            request
+                .checks
+                .iter()
+                .zip(&results)
+                .map(|(c, v)| (c.shadow, v.allowed)),
+        );
+        for (check, outcome) in request.checks.iter().zip(outcomes) {
+            self.metrics.decision(check.rule.as_str(), outcome.name());
+        }
+        Ok(DecideResponse { results })
+    }
+
+    /// Each check's script call, consuming, with whether it is a shadow check.
+    pub fn calls(&self, request: &DecideRequest, now_us: Option<i64>) -> Vec<(ScriptCall, bool)> {
+        request
             .checks
             .iter()
             .map(|check| {
@@ -56,41 +119,79 @@ impl Engine {
                     check.shadow,
                 )
             })
-            .collect();
-        let results = if calls.len() > 1 && self.store.runs_batches() {
-            // One round trip, and the whole request decided atomically.
-            self.store
-                .run_batch(&BatchCall::new(calls))
-                .await
-                .inspect_err(|e| self.metrics.redis_error(e))?
-        } else {
-            // Check by check (on a Cluster each key may live on another node).
-            let mut results: Vec<Verdict> = Vec::with_capacity(calls.len());
-            let mut denied = false;
-            for (mut call, shadow) in calls {
-                if denied {
-                    call = call.looking();
+            .collect()
+    }
+
+    /// The first phase of a decision across Cluster nodes: asks every enforced check but the
+    /// last whether it admits, all at once, consuming nothing.
+    pub async fn probe(&self, calls: Vec<(ScriptCall, bool)>) -> Result<Probe, StoreError> {
+        let last_enforced = calls.iter().rposition(|(_, shadow)| !shadow);
+        let asking = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (call, shadow))| async move {
+                if *shadow || Some(i) == last_enforced {
+                    Ok(None)
+                } else {
+                    self.store.run(&call.asking()).await.map(Some)
                 }
-                let verdict = self
-                    .store
-                    .run(&call)
-                    .await
-                    .inspect_err(|e| self.metrics.redis_error(e))?;
-                denied |= !verdict.allowed && !shadow;
-                results.push(verdict);
-            }
-            results
-        };
-        let outcomes = record::outcomes(
-            request
-                .checks
-                .iter()
-                .zip(&results)
-                .map(|(c, v)| (c.shadow, v.allowed)),
-        );
-        for (check, outcome) in request.checks.iter().zip(outcomes) {
-            self.metrics.decision(check.rule.as_str(), outcome.name());
+            });
+        let asked = try_join_all(asking).await?;
+        Ok(Probe {
+            calls,
+            asked,
+            last_enforced,
+        })
+    }
+
+    /// The second phase: when no enforced check denied, the last enforced check consumes, and
+    /// if it admits, every other check does, all at once. When one denied, each check that
+    /// denies is decided as a denial and each that admits is asked at cost 0.
+    pub async fn settle(&self, probe: Probe) -> Result<Vec<Verdict>, StoreError> {
+        let mut blocked = probe.blocked();
+        let Probe {
+            calls,
+            asked,
+            last_enforced,
+        } = probe;
+        let mut settled: Vec<Option<Verdict>> = vec![None; calls.len()];
+        if let Some(last) = last_enforced
+            && !blocked
+        {
+            let verdict = self.store.run(&calls[last].0).await?;
+            blocked = !verdict.allowed;
+            settled[last] = Some(verdict);
         }
-        Ok(DecideResponse { results })
+        let pending =
+            calls
+                .iter()
+                .zip(&asked)
+                .zip(&settled)
+                .map(|((call, asked), settled)| async move {
+                    if let Some(verdict) = settled {
+                        return Ok(*verdict);
+                    }
+                    let (call, _) = call;
+                    if !blocked {
+                        return self.store.run(call).await;
+                    }
+                    let answer = match asked {
+                        Some(verdict) => *verdict,
+                        None => self.store.run(&call.asking()).await?,
+                    };
+                    let cost = if answer.allowed { 0 } else { call.cost };
+                    self.store.run(&call.at_cost(cost)).await
+                });
+        let verdicts = try_join_all(pending).await?;
+        let denied_now = calls
+            .iter()
+            .zip(&verdicts)
+            .any(|((_, shadow), v)| !shadow && !v.allowed);
+        if !blocked && denied_now {
+            // Another request took a key's last units between the phases; the checks that
+            // admitted in this phase have consumed.
+            self.metrics.split_decision_race();
+        }
+        Ok(verdicts)
     }
 }

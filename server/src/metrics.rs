@@ -37,6 +37,7 @@ pub struct Metrics {
     decision_seconds: Histogram,
     redis_errors: Family<KindLabels, Counter>,
     bad_requests: Counter,
+    split_decision_races: Counter,
 }
 
 impl Default for Metrics {
@@ -67,8 +68,17 @@ impl Default for Metrics {
             "Requests refused with 4xx",
             bad_requests.clone(),
         );
+        let split_decision_races = Counter::default();
+        registry.register(
+            "split_decision_races",
+            "Cluster decisions denied in their second phase although the first found room: \
+             another request took the last units in between, and the request's other checks \
+             consumed (see docs/algorithms.md)",
+            split_decision_races.clone(),
+        );
         Metrics {
             registry,
+            split_decision_races,
             decisions,
             decision_counters: RwLock::default(),
             decision_seconds,
@@ -122,6 +132,11 @@ impl Metrics {
         self.redis_errors
             .get_or_create(&KindLabels { kind: error.kind() })
             .inc();
+    }
+
+    /// Counts a Cluster decision whose second phase found a key taken since the first.
+    pub fn split_decision_race(&self) {
+        self.split_decision_races.inc();
     }
 
     /// Counts a refused request.

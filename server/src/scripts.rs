@@ -1,20 +1,23 @@
 //! The Lua scripts, the only code sluice ever runs in Redis.
 //!
-//! Each algorithm's script is `lua/prelude.lua`, `lua/frame.lua` and that algorithm's file,
-//! compiled in, with its SHA computed once. The batch script decides every check of a request
-//! in one call: the prelude, each algorithm's file wrapped in the frame as a function, and
-//! `lua/batch.lua`. This module alone knows the scripts' arguments and replies: [`ScriptCall`]
-//! and [`BatchCall`] turn checks into `KEYS`/`ARGV`, and [`decode_reply`] turns six numbers
-//! back into a [`Verdict`], refusing anything else.
+//! Each algorithm's script is `lua/prelude.lua`, `lua/schedule.lua`, that algorithm's file
+//! wrapped as the function `run`, and `lua/single.lua`, compiled in, with its SHA computed
+//! once. The batch script decides every check of a request in one call, all or nothing: the
+//! prelude, the schedule, every algorithm's file wrapped as a function, and `lua/batch.lua`.
+//! This module alone knows the scripts' arguments and replies: [`ScriptCall`] and
+//! [`BatchCall`] turn checks into `KEYS`/`ARGV`, and [`decode_reply`] turns six numbers back
+//! into a [`Verdict`], refusing anything else.
 
 use std::sync::LazyLock;
 
 use redis::Script;
+use sluice_core::algorithm::exact::Ticks;
 use sluice_core::limit::{Algorithm, LeakMode, Limit};
 use sluice_core::verdict::Verdict;
 
 const PRELUDE: &str = include_str!("../../lua/prelude.lua");
-const FRAME: &str = include_str!("../../lua/frame.lua");
+const SCHEDULE: &str = include_str!("../../lua/schedule.lua");
+const SINGLE: &str = include_str!("../../lua/single.lua");
 const BATCH: &str = include_str!("../../lua/batch.lua");
 
 /// Each algorithm's file, in `Algorithm::ALL` order (the batch script numbers them from 1).
@@ -42,6 +45,11 @@ const ALGORITHM_FILES: [(Algorithm, &str); 6] = [
     (Algorithm::Gcra, include_str!("../../lua/gcra.lua")),
 ];
 
+/// An algorithm's file as a function of one check (see `lua/prelude.lua`).
+fn wrapped(body: &str) -> String {
+    format!("function(key, now, cost, count_denied, commit, p)\n{body}\nend")
+}
+
 /// Every algorithm's script, and the batch script.
 pub struct Scripts {
     /// By [`Algorithm::ordinal`].
@@ -53,13 +61,19 @@ pub struct Scripts {
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let singles = ALGORITHM_FILES
         .iter()
-        .map(|(_, body)| Script::new(&format!("{PRELUDE}\n{FRAME}\n{body}")))
+        .map(|(_, body)| {
+            Script::new(&format!(
+                "{PRELUDE}\n{SCHEDULE}\nlocal run = {}\n{SINGLE}",
+                wrapped(body)
+            ))
+        })
         .collect();
-    let mut batch = format!("{PRELUDE}\nlocal ALGORITHMS = {{}}\n");
+    let mut batch = format!("{PRELUDE}\n{SCHEDULE}\nlocal ALGORITHMS = {{}}\n");
     for (algorithm, body) in ALGORITHM_FILES {
         batch.push_str(&format!(
-            "-- {algorithm}\nALGORITHMS[{}] = function(KEYS, ARGV)\n{FRAME}\n{body}\nend\n",
-            algorithm.ordinal() + 1
+            "-- {algorithm}\nALGORITHMS[{}] = {}\n",
+            algorithm.ordinal() + 1,
+            wrapped(body)
         ));
     }
     batch.push_str(BATCH);
@@ -86,20 +100,51 @@ impl Scripts {
     }
 }
 
-/// One script invocation: the key and the arguments.
+/// A limit's parameters as its script takes them (`p` in `lua/prelude.lua`): a window's limit
+/// and length in microseconds; a bucket's interval and microsecond in ticks ([`Ticks`]), its
+/// burst, and the shaping wait in microseconds.
+pub fn script_params(limit: &Limit) -> Vec<u64> {
+    match limit {
+        Limit::FixedWindow(w) | Limit::SlidingLog(w) | Limit::SlidingWindow(w) => {
+            vec![w.limit(), w.window().as_micros().unsigned_abs()]
+        }
+        Limit::TokenBucket(b) | Limit::Gcra(b) => {
+            let t = Ticks::of(b);
+            vec![t.per_unit, t.per_us, b.burst()]
+        }
+        Limit::LeakyBucket(l) => {
+            let t = Ticks::of(l.bucket());
+            let mut params = vec![t.per_unit, t.per_us, l.bucket().burst()];
+            if let LeakMode::Shaping { max_wait } = l.mode() {
+                params.push(max_wait.as_micros().unsigned_abs());
+            }
+            params
+        }
+    }
+}
+
+/// One check's call: the key, what is asked, and whether to consume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScriptCall {
     /// The algorithm, which picks the script.
     pub algorithm: Algorithm,
     /// `KEYS[1]`.
     pub key: String,
-    /// `ARGV`.
-    pub args: Vec<String>,
+    /// The replay time, or `None` for Redis' own.
+    pub now_us: Option<i64>,
+    /// Units asked for.
+    pub cost: u64,
+    /// Whether a denial consumes too.
+    pub count_denied: bool,
+    /// Whether to consume (`false`: only ask, writing nothing).
+    pub commit: bool,
+    /// [`script_params`].
+    pub params: Vec<u64>,
 }
 
 impl ScriptCall {
-    /// The call deciding `cost` units of `limit` for `redis_key`, at `now_us` when replaying
-    /// (otherwise the script reads Redis `TIME`).
+    /// The call deciding (and consuming) `cost` units of `limit` for `redis_key`, at `now_us`
+    /// when replaying (otherwise the script reads Redis `TIME`).
     pub fn new(
         limit: &Limit,
         redis_key: String,
@@ -107,51 +152,56 @@ impl ScriptCall {
         cost: u64,
         count_denied: bool,
     ) -> ScriptCall {
-        let mut args = vec![
-            now_us.map(|t| t.to_string()).unwrap_or_default(),
-            cost.to_string(),
-            if count_denied { "1" } else { "0" }.to_owned(),
-        ];
-        match limit {
-            Limit::FixedWindow(w) | Limit::SlidingLog(w) | Limit::SlidingWindow(w) => {
-                args.push(w.limit().to_string());
-                args.push(w.window().as_micros().to_string());
-            }
-            Limit::TokenBucket(b) | Limit::Gcra(b) => {
-                args.push(b.rate().to_string());
-                args.push(b.per().as_micros().to_string());
-                args.push(b.burst().to_string());
-            }
-            Limit::LeakyBucket(l) => {
-                args.push(l.bucket().rate().to_string());
-                args.push(l.bucket().per().as_micros().to_string());
-                args.push(l.bucket().burst().to_string());
-                if let LeakMode::Shaping { max_wait } = l.mode() {
-                    args.push(max_wait.as_micros().to_string());
-                }
-            }
-        }
         ScriptCall {
             algorithm: limit.algorithm(),
             key: redis_key,
-            args,
+            now_us,
+            cost,
+            count_denied,
+            commit: true,
+            params: script_params(limit),
         }
+    }
+
+    /// The same call, only asking: it decides the same way and writes nothing.
+    pub fn asking(&self) -> ScriptCall {
+        ScriptCall {
+            commit: false,
+            ..self.clone()
+        }
+    }
+
+    /// The same call at another cost.
+    pub fn at_cost(&self, cost: u64) -> ScriptCall {
+        ScriptCall {
+            cost,
+            ..self.clone()
+        }
+    }
+
+    /// `ARGV` of the algorithm's script (see `lua/single.lua`).
+    pub fn args(&self) -> Vec<String> {
+        let mut args = Vec::with_capacity(4 + self.params.len());
+        args.push(self.now_us.map(|t| t.to_string()).unwrap_or_default());
+        args.push(self.cost.to_string());
+        args.push(flag(self.count_denied).to_owned());
+        args.push(flag(self.commit).to_owned());
+        args.extend(self.params.iter().map(u64::to_string));
+        args
     }
 
     /// The script to run.
     pub fn script(&self) -> &'static Script {
         SCRIPTS.get(self.algorithm)
     }
-
-    /// The same call at cost 0: it only looks (the request was denied by an earlier check).
-    pub fn looking(mut self) -> ScriptCall {
-        self.args[1] = "0".to_owned();
-        self
-    }
 }
 
-/// Several checks decided by one call of the batch script, in order: once an enforced check is
-/// denied, the checks after it only look (cost 0).
+fn flag(b: bool) -> &'static str {
+    if b { "1" } else { "0" }
+}
+
+/// Every check of one request, decided by one call of the batch script, all or nothing (see
+/// `lua/batch.lua`). Keys must be distinct.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchCall {
     /// `KEYS`: each check's key.
@@ -161,17 +211,21 @@ pub struct BatchCall {
 }
 
 impl BatchCall {
-    /// A batch of `(call, shadow)`, in order.
-    pub fn new(calls: Vec<(ScriptCall, bool)>) -> BatchCall {
+    /// A batch of `(call, shadow)`, in order, at `now_us` when replaying. Each call's own time
+    /// and `commit` are not used: the batch reads the time once and decides what to consume.
+    pub fn new(now_us: Option<i64>, calls: Vec<(ScriptCall, bool)>) -> BatchCall {
         let mut args =
-            Vec::with_capacity(1 + calls.iter().map(|(c, _)| 3 + c.args.len()).sum::<usize>());
+            Vec::with_capacity(2 + calls.iter().map(|(c, _)| 5 + c.params.len()).sum::<usize>());
+        args.push(now_us.map(|t| t.to_string()).unwrap_or_default());
         args.push(calls.len().to_string());
         let mut keys = Vec::with_capacity(calls.len());
         for (call, shadow) in calls {
             args.push((call.algorithm.ordinal() + 1).to_string());
-            args.push(if shadow { "1" } else { "0" }.to_owned());
-            args.push(call.args.len().to_string());
-            args.extend(call.args);
+            args.push(call.cost.to_string());
+            args.push(flag(call.count_denied).to_owned());
+            args.push(flag(shadow).to_owned());
+            args.push(call.params.len().to_string());
+            args.extend(call.params.iter().map(u64::to_string));
             keys.push(call.key);
         }
         BatchCall { keys, args }
@@ -247,15 +301,47 @@ mod tests {
     }
 
     #[test]
-    fn arguments_follow_the_prelude_contract() {
+    fn arguments_follow_the_single_script_contract() {
         let limit: Limit = serde_json::from_str(
             r#"{"algorithm":"leaky_bucket","rate":5,"per":"2s","burst":7,"mode":"shaping","max_wait":"250ms"}"#,
         )
         .unwrap();
+        // 5 per 2 s: 400000 us per unit, one tick per microsecond.
         let call = ScriptCall::new(&limit, "k".into(), Some(42), 3, true);
-        assert_eq!(call.args, ["42", "3", "1", "5", "2000000", "7", "250000"]);
-        let call = ScriptCall::new(&limit, "k".into(), None, 1, false);
-        assert_eq!(call.args[..3], ["", "1", "0"]);
+        assert_eq!(
+            call.args(),
+            ["42", "3", "1", "1", "400000", "1", "7", "250000"]
+        );
+        let call = ScriptCall::new(&limit, "k".into(), None, 1, false).asking();
+        assert_eq!(call.args()[..4], ["", "1", "0", "0"]);
+    }
+
+    #[test]
+    fn arguments_follow_the_batch_script_contract() {
+        let window: Limit =
+            serde_json::from_str(r#"{"algorithm":"fixed_window","limit":5,"window":"1m"}"#)
+                .unwrap();
+        let gcra: Limit =
+            serde_json::from_str(r#"{"algorithm":"gcra","rate":49,"per":"1s","burst":4}"#).unwrap();
+        let batch = BatchCall::new(
+            Some(7),
+            vec![
+                (
+                    ScriptCall::new(&window, "a".into(), Some(7), 1, false),
+                    false,
+                ),
+                (ScriptCall::new(&gcra, "b".into(), Some(7), 2, true), true),
+            ],
+        );
+        assert_eq!(batch.keys, ["a", "b"]);
+        assert_eq!(
+            batch.args,
+            [
+                "7", "2", // time, checks
+                "1", "1", "0", "0", "2", "5", "60000000", // fixed_window
+                "6", "2", "1", "1", "3", "1000000", "49", "4", // gcra
+            ]
+        );
     }
 
     #[test]

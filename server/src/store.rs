@@ -262,7 +262,7 @@ impl Store {
     /// Runs one script call, loading the script if Redis does not have it.
     pub async fn run(self: &Arc<Self>, call: &ScriptCall) -> Result<Verdict, StoreError> {
         let reply = self
-            .invoke(call.script(), std::slice::from_ref(&call.key), &call.args)
+            .invoke(call.script(), std::slice::from_ref(&call.key), &call.args())
             .await?;
         Ok(decode_reply(reply)?)
     }

@@ -37,7 +37,7 @@ async fn connections(redis: &RedisServer, n: usize) -> Vec<MultiplexedConnection
 async fn invoke(connection: &mut MultiplexedConnection, call: &ScriptCall) -> Verdict {
     let mut invocation = call.script().prepare_invoke();
     invocation.key(&call.key);
-    for arg in &call.args {
+    for arg in &call.args() {
         invocation.arg(arg);
     }
     let reply: Vec<i64> = invocation.invoke_async(connection).await.unwrap();
@@ -240,6 +240,38 @@ async fn a_cost_above_capacity_is_denied_for_good_and_consumes_nothing() {
                 "{algorithm}: an impossible request writes no state"
             );
         }
+    }
+}
+
+#[tokio::test]
+async fn a_key_holding_a_value_of_another_shape_is_an_error_that_names_it() {
+    let redis = RedisServer::start().unwrap();
+    let store =
+        common::connected_store(sluice_server::store::Topology::Standalone(redis.url())).await;
+    let mut c = connections(&redis, 1).await.pop().unwrap();
+    for algorithm in Algorithm::ALL
+        .into_iter()
+        .filter(|a| *a != Algorithm::SlidingLog)
+    {
+        let key = format!("foreign:{algorithm}");
+        let _: () = c.set(&key, "not-sluice").await.unwrap();
+        let error = store
+            .run(&ScriptCall::new(
+                &hundred(algorithm),
+                key.clone(),
+                None,
+                1,
+                false,
+            ))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!(r#"key {key} holds "not-sluice""#)),
+            "{algorithm}: {error}"
+        );
+        let value: String = c.get(&key).await.unwrap();
+        assert_eq!(value, "not-sluice", "{algorithm}: left as it was");
     }
 }
 

@@ -1,5 +1,5 @@
 //! sluice-server over HTTP, against a real redis-server: validation, auth, replay mode, HTTP/2,
-//! health, metrics, and the order of checks in one request.
+//! health, metrics, and the outcomes of the checks of one request.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
 
@@ -219,7 +219,7 @@ async fn health_readiness_and_metrics() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn once_an_enforced_check_denies_the_checks_after_it_consume_nothing() {
+async fn a_denied_request_counts_each_check_by_its_outcome() {
     let redis = RedisServer::start().unwrap();
     let server = server(Topology::Standalone(redis.url()), |_| {}).await;
     let http = Http::http1();
@@ -233,7 +233,8 @@ async fn once_an_enforced_check_denies_the_checks_after_it_consume_nothing() {
         let answer = http.decide(&server.url(), &body, &[]).await.json();
         remaining.push(answer["results"][2]["remaining"].as_u64().unwrap());
     }
-    // The first request passes per-ip and consumes per-route; the three denied ones only look.
+    // The first request passes per-ip and consumes per-route; the three denied by per-ip
+    // consume nothing from per-route (skipped), and the shadow rule would have denied them.
     assert_eq!(remaining, [99, 99, 99, 99]);
     let metrics = http.get(&format!("{}/metrics", server.url())).await.body;
     assert!(

@@ -234,7 +234,7 @@ async fn behind_sentinel_the_server_follows_a_failover() {
     assert_eq!(last, 200, "the server did not follow the failover");
     let written = sentinel
         .replica
-        .cli(&["EXISTS", "sluice:{r:after-failover}:fixed_window"])
+        .cli(&["EXISTS", "sluice:{r:after-failover}:fw"])
         .unwrap();
     assert_eq!(
         written.trim(),

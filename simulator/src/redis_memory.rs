@@ -1,6 +1,6 @@
 //! What the limit keys cost Redis: `MEMORY USAGE` of every key a replay left, by rule.
 //!
-//! Keys are `<prefix>:{<rule>:<key>}:<algorithm>` ([`sluice_core::key::redis_key`]), so one
+//! Keys are `<prefix>:{<rule>:<key>}:<layout>` ([`sluice_core::key::redis_key`]), so one
 //! `SCAN` of the prefix finds them all and the rule is read back from each name.
 
 use std::collections::BTreeMap;
@@ -76,7 +76,7 @@ mod tests {
 
     #[test]
     fn the_rule_is_read_back_from_the_key() {
-        assert_eq!(rule_of("p:{per-ip:10.0.0.1}:gcra", "p"), Some("per-ip"));
-        assert_eq!(rule_of("other:{per-ip:x}:gcra", "p"), None);
+        assert_eq!(rule_of("p:{per-ip:10.0.0.1}:gc", "p"), Some("per-ip"));
+        assert_eq!(rule_of("other:{per-ip:x}:gc", "p"), None);
     }
 }

@@ -43,19 +43,24 @@ fn two_rules_per_ip_and_per_route_are_decided_in_one_callout() {
         record,
         r#"[{"rule":"per-ip","key":"192.0.2.1","outcome":"allowed"},{"rule":"per-route","key":"GET:/orders","outcome":"allowed"}]"#
     );
-    // The sixth request passes per-ip (its client's third) but the route is spent.
-    assert!(
-        decision_record(&done[5])
-            .unwrap()
-            .contains(r#""rule":"per-route","key":"GET:/orders","outcome":"denied""#)
+    // The sixth request would pass per-ip (its client's third) but the route is spent: denied,
+    // and per-ip consumes nothing (skipped), so that client still has its third request.
+    assert_eq!(
+        decision_record(&done[5]).unwrap(),
+        r#"[{"rule":"per-ip","key":"192.0.2.2","outcome":"skipped"},{"rule":"per-route","key":"GET:/orders","outcome":"denied"}]"#
     );
-    // The seventh is denied by per-ip first, so the route only looks.
+    // The seventh is over both limits: both deny.
     assert_eq!(
         decision_record(&done[6]).unwrap(),
-        r#"[{"rule":"per-ip","key":"192.0.2.1","outcome":"denied"},{"rule":"per-route","key":"GET:/orders","outcome":"skipped"}]"#
+        r#"[{"rule":"per-ip","key":"192.0.2.1","outcome":"denied"},{"rule":"per-route","key":"GET:/orders","outcome":"denied"}]"#
     );
-    assert_eq!(stat(&run, "sluice.rule.per-ip.denied"), 2);
-    assert_eq!(stat(&run, "sluice.rule.per-route.denied"), 1);
+    // The eighth is the second client's third again: per-ip would admit, the route denies.
+    assert_eq!(
+        decision_record(&done[7]).unwrap(),
+        r#"[{"rule":"per-ip","key":"192.0.2.2","outcome":"skipped"},{"rule":"per-route","key":"GET:/orders","outcome":"denied"}]"#
+    );
+    assert_eq!(stat(&run, "sluice.rule.per-ip.denied"), 1);
+    assert_eq!(stat(&run, "sluice.rule.per-route.denied"), 3);
 }
 
 #[test]

@@ -1,0 +1,107 @@
+-- sluice schedule: virtual scheduling, the one computation behind gcra, token_bucket and
+-- leaky_bucket (contract and explanation: core/src/algorithm/schedule.rs). The key holds one
+-- time, the theoretical arrival time, as "<us>:<ticks>", or "<us>" when no ticks are left
+-- over (Redis then keeps it as an integer, 32 bytes smaller).
+--
+-- Times are counted in ticks of 1/R microsecond, so that an interval (per / rate) is a whole
+-- P ticks: P and R are the limit's parameters reduced by their gcd, computed by sluice-server.
+-- A time is a pair (microseconds, ticks) with 0 <= ticks < R; the pair functions below keep
+-- both parts exact.
+
+local function pair_add(a, af, b, bf, R)
+  local f = af + bf
+  if f >= R then
+    return a + b + 1, f - R
+  end
+  return a + b, f
+end
+
+local function pair_sub(a, af, b, bf, R)
+  local f = af - bf
+  if f < 0 then
+    return a - b - 1, f + R
+  end
+  return a - b, f
+end
+
+local function pair_lt(a, af, b, bf)
+  return a < b or (a == b and af < bf)
+end
+
+-- Whole units of P ticks in the pair, floored; 0 if negative.
+local function pair_units(a, af, P, R)
+  if a < 0 then
+    return 0
+  end
+  local q, r = muldivmod(a, R, P)
+  return q + floor_div(r + af, P)
+end
+
+-- `units` intervals as a pair.
+local function intervals(units, P, R)
+  return muldivmod(units, P, R)
+end
+
+local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_wait)
+  local ex, exf = 0, 0
+  local found, us, ticks = read_fields(key, '^(%d+):?(%d*)$', '<us>[:<ticks>]')
+  if found then
+    us = tonumber(us)
+    ticks = math.min(tonumber(ticks) or 0, R - 1)
+    if pair_lt(now, 0, us, ticks) then
+      ex, exf = us - now, ticks
+    end
+  end
+  local tol, tolf = intervals(burst, P, R)
+
+  local function remaining(e, ef)
+    local left, leftf = pair_sub(tol, tolf, e, ef, R)
+    return pair_units(left, leftf, P, R)
+  end
+
+  if cost > burst then
+    return {0, burst, remaining(ex, exf), ceil_ms_frac(ex, exf), NEVER, 0}
+  end
+  local c, cf = intervals(cost, P, R)
+  local new, newf = pair_add(ex, exf, c, cf, R)
+  local fits = not pair_lt(tol, tolf, new, newf)
+  -- due: the most excess this request may find and still pass
+  local due, duef = pair_sub(tol, tolf, c, cf, R)
+  local allowed = fits
+  if max_wait then
+    allowed = fits and not pair_lt(max_wait, 0, ex, exf)
+    if pair_lt(max_wait, 0, due, duef) then
+      due, duef = max_wait, 0
+    end
+  end
+
+  local kept, keptf = ex, exf
+  if allowed then
+    kept, keptf = new, newf
+  elseif count_denied then
+    local cap, capf = pair_add(tol, tolf, tol, tolf, R)
+    if pair_lt(cap, capf, new, newf) then
+      new, newf = cap, capf
+    end
+    if pair_lt(kept, keptf, new, newf) then
+      kept, keptf = new, newf
+    end
+  end
+
+  local retry = 0
+  if not allowed then
+    retry = ceil_ms_frac(pair_sub(kept, keptf, due, duef, R))
+  end
+  local delay = 0
+  if allowed and max_wait then
+    delay = ceil_ms_frac(ex, exf)
+  end
+  if commit and pair_lt(ex, exf, kept, keptf) then
+    local tat = string.format('%d', now + kept)
+    if keptf > 0 then
+      tat = string.format('%d:%d', now + kept, keptf)
+    end
+    redis.call('SET', key, tat, 'PX', ttl_ms(kept, keptf))
+  end
+  return {flag(allowed), burst, remaining(kept, keptf), ceil_ms_frac(kept, keptf), retry, delay}
+end
