@@ -5,6 +5,7 @@
 //!   the same contract, and tests hold the two against each other on a real Redis.
 //! - [`key`]: rule names, escaped limit keys, and the Redis keys they make.
 //! - [`wire`]: protocol v1 between the filter and sluice-server.
+//! - [`lease`]: lease mode, units handed to an Envoy ahead of need, and the bound it keeps.
 //! - [`policy`]: the filter's configuration, parsed once into types that cannot hold a bad value,
 //!   and the matching and key building that turn a request into checks.
 //!
@@ -34,6 +35,7 @@ pub mod decision;
 pub mod deny_cache;
 pub mod duration;
 pub mod key;
+pub mod lease;
 pub mod limit;
 pub mod policy;
 pub mod record;

@@ -42,10 +42,17 @@ pub struct RuleRecord {
     /// Milliseconds the request was held (shaping).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub delay_ms: u64,
+    /// Decided inside Envoy from a lease, with no callout for this rule.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub local: bool,
 }
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The whole record: one line per rule that matched.
@@ -126,18 +133,20 @@ mod tests {
                 key: "1.2.3.4".into(),
                 outcome: RuleOutcome::Denied,
                 delay_ms: 0,
+                local: false,
             },
             RuleRecord {
                 rule: "shape".into(),
                 key: "k".into(),
                 outcome: RuleOutcome::Allowed,
                 delay_ms: 40,
+                local: true,
             },
         ];
         let bytes = encode(&record);
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),
-            r#"[{"rule":"per-ip","key":"1.2.3.4","outcome":"denied"},{"rule":"shape","key":"k","outcome":"allowed","delay_ms":40}]"#
+            r#"[{"rule":"per-ip","key":"1.2.3.4","outcome":"denied"},{"rule":"shape","key":"k","outcome":"allowed","delay_ms":40,"local":true}]"#
         );
         assert_eq!(decode(&bytes).unwrap(), record);
     }

@@ -21,6 +21,21 @@
 //! rule; the checks that would have admitted it answer as asked at cost 0. Each check names
 //! its own rule and key: a request naming one twice is refused.
 //!
+//! Leases ([`crate::lease`]) have their own endpoint: one `POST /v1/lease` carries every ask of
+//! one holder (an Envoy), each for one rule and key.
+//!
+//! ```text
+//! POST /v1/lease
+//! {"holder": "envoy-7f9c:17637000012345",
+//!  "asks": [{"rule": "per-tenant", "key": "acme",
+//!            "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000},
+//!            "terms": {"max_units": 100, "max_outstanding": 500, "ttl": "1s"},
+//!            "want": 80, "held": 12, "returning": 0}]}
+//!
+//! 200 {"grants": [{"granted": 80, "lease_ms": 1000, "empty_for_ms": 0,
+//!                  "limit": 1000, "remaining": 377}]}
+//! ```
+//!
 //! Time comes from Redis. A server started in replay mode also accepts the time from the
 //! [`REPLAY_TIME_HEADER`] header (microseconds since the epoch); any other server refuses a
 //! request that carries it.
@@ -28,15 +43,22 @@
 use serde::{Deserialize, Serialize};
 
 use crate::key::{LimitKey, RuleName};
-use crate::limit::{Limit, MAX_AMOUNT};
+use crate::lease::{LeaseTerms, MAX_LEASE_TTL_MS};
+use crate::limit::{LeakMode, Limit, MAX_AMOUNT};
 use crate::verdict::Verdict;
 
 /// The path of the decision endpoint.
 pub const DECIDE_PATH: &str = "/v1/decide";
 /// The header a replaying host sets to the virtual time, in microseconds since the epoch.
 pub const REPLAY_TIME_HEADER: &str = "x-sluice-replay-time-us";
+/// The path of the lease endpoint.
+pub const LEASE_PATH: &str = "/v1/lease";
 /// The most checks one request may carry.
 pub const MAX_CHECKS: usize = 16;
+/// The most asks one lease call may carry.
+pub const MAX_ASKS: usize = 64;
+/// The longest holder name.
+pub const MAX_HOLDER_LEN: usize = 128;
 /// The largest request body the server reads.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
@@ -100,22 +122,7 @@ pub struct WireError(pub String);
 impl DecideRequest {
     /// Parses and validates a request body; the error names the field and the reason.
     pub fn from_json(body: &[u8]) -> Result<DecideRequest, WireError> {
-        // Most bodies are fine: parse them plainly, and track the path only to explain an error.
-        if let Ok(request) = serde_json::from_slice::<DecideRequest>(body) {
-            request.validate()?;
-            return Ok(request);
-        }
-        let mut de = serde_json::Deserializer::from_slice(body);
-        let request: DecideRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            if path == "." || path == "?" {
-                WireError(format!("body: {inner}"))
-            } else {
-                WireError(format!("{path}: {inner}"))
-            }
-        })?;
-        de.end().map_err(|e| WireError(format!("body: {e}")))?;
+        let request: DecideRequest = parse_with_path(body)?;
         request.validate()?;
         Ok(request)
     }
@@ -163,6 +170,182 @@ impl DecideRequest {
         }
         Ok(response)
     }
+}
+
+/// Every lease ask of one holder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    /// Who holds the leases: one Envoy, named the same by all its workers; 1 to 128 of
+    /// `A-Z a-z 0-9 _ . : -`.
+    pub holder: String,
+    /// The asks, one per rule and key.
+    pub asks: Vec<LeaseAsk>,
+}
+
+/// One rule and key's ask: report what is held, give back what is not needed, ask for more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseAsk {
+    /// The rule.
+    pub rule: RuleName,
+    /// The escaped key within that rule.
+    pub key: LimitKey,
+    /// The rule's limit.
+    pub limit: Limit,
+    /// The caps the server enforces.
+    pub terms: LeaseTerms,
+    /// Units wanted now (0: only report, give back, or keep the lease alive).
+    #[serde(default)]
+    pub want: u64,
+    /// Units the holder still holds, unspent (not counting `returning`).
+    #[serde(default)]
+    pub held: u64,
+    /// Units the holder gives back: it will never spend them.
+    #[serde(default)]
+    pub returning: u64,
+}
+
+/// The answers, one per ask, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseResponse {
+    /// `grants[i]` answers `asks[i]`.
+    pub grants: Vec<LeaseGrant>,
+}
+
+/// What the server gave one ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseGrant {
+    /// New units for the holder (from units given back by holders first, then from the
+    /// algorithm).
+    pub granted: u64,
+    /// The holder's whole lease on the key (old units and new) ends this long after the call.
+    pub lease_ms: u64,
+    /// When nothing was granted because the algorithm admits nothing now: how long until it
+    /// admits a unit. 0 otherwise (granted, or held back by a cap: ask per request).
+    #[serde(default)]
+    pub empty_for_ms: u64,
+    /// The limit's capacity.
+    pub limit: u64,
+    /// What the algorithm had left after the grant.
+    pub remaining: u64,
+}
+
+fn is_holder(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_HOLDER_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+}
+
+/// Why a lease's terms or limit cannot be leased; `None` when they can.
+pub fn lease_refusal(limit: &Limit, terms: &LeaseTerms) -> Option<String> {
+    if let Limit::LeakyBucket(l) = limit
+        && matches!(l.mode(), LeakMode::Shaping { .. })
+    {
+        return Some(
+            "a shaping leaky bucket cannot be leased: each request needs its own delay".into(),
+        );
+    }
+    if terms.max_units == 0 || terms.max_units > terms.max_outstanding {
+        return Some(format!(
+            "`max_units` must be between 1 and `max_outstanding` ({}), not {}",
+            terms.max_outstanding, terms.max_units
+        ));
+    }
+    if terms.max_outstanding > MAX_AMOUNT {
+        return Some(format!(
+            "`max_outstanding` must be at most {MAX_AMOUNT}, not {}",
+            terms.max_outstanding
+        ));
+    }
+    if terms.ttl.as_millis() > MAX_LEASE_TTL_MS {
+        return Some(format!("`ttl` must be at most 1m, not {}", terms.ttl));
+    }
+    None
+}
+
+impl LeaseRequest {
+    /// Parses and validates a request body; the error names the field and the reason.
+    pub fn from_json(body: &[u8]) -> Result<LeaseRequest, WireError> {
+        let request: LeaseRequest = parse_with_path(body)?;
+        if !is_holder(&request.holder) {
+            return Err(WireError(format!(
+                "holder: `{}` is not a holder name: use 1 to 128 of A-Z a-z 0-9 _ . : -",
+                request.holder
+            )));
+        }
+        if request.asks.is_empty() || request.asks.len() > MAX_ASKS {
+            return Err(WireError(format!(
+                "asks: must hold 1 to {MAX_ASKS} asks, not {}",
+                request.asks.len()
+            )));
+        }
+        for (i, ask) in request.asks.iter().enumerate() {
+            if let Some(reason) = lease_refusal(&ask.limit, &ask.terms) {
+                return Err(WireError(format!("asks[{i}]: {reason}")));
+            }
+            for (field, value) in [
+                ("want", ask.want),
+                ("held", ask.held),
+                ("returning", ask.returning),
+            ] {
+                if value > ask.terms.max_units {
+                    return Err(WireError(format!(
+                        "asks[{i}].{field}: must be at most terms.max_units ({}), not {value}",
+                        ask.terms.max_units
+                    )));
+                }
+            }
+            if let Some(first) = request.asks[..i]
+                .iter()
+                .position(|a| a.rule == ask.rule && a.key == ask.key)
+            {
+                return Err(WireError(format!(
+                    "asks[{i}]: rule `{}` with key `{}` is already asks[{first}]",
+                    ask.rule, ask.key
+                )));
+            }
+        }
+        Ok(request)
+    }
+
+    /// Parses the response to this request, checking that it answers every ask.
+    pub fn parse_response(&self, body: &[u8]) -> Result<LeaseResponse, WireError> {
+        let response: LeaseResponse =
+            serde_json::from_slice(body).map_err(|e| WireError(format!("response body: {e}")))?;
+        if response.grants.len() != self.asks.len() {
+            return Err(WireError(format!(
+                "response body: {} grants for {} asks",
+                response.grants.len(),
+                self.asks.len()
+            )));
+        }
+        Ok(response)
+    }
+}
+
+/// Deserializes `body`, naming the field of an error by its path.
+fn parse_with_path<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
+    // Most bodies are fine: parse them plainly, and track the path only to explain an error.
+    if let Ok(value) = serde_json::from_slice::<T>(body) {
+        return Ok(value);
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || path == "?" {
+            WireError(format!("body: {inner}"))
+        } else {
+            WireError(format!("{path}: {inner}"))
+        }
+    })?;
+    de.end().map_err(|e| WireError(format!("body: {e}")))?;
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -228,5 +411,54 @@ mod tests {
             err(&format!(r#"{{"checks":[{CHECK},{CHECK}]}}"#)),
             "checks[1]: rule `r` with key `k` is already checks[0]"
         );
+    }
+
+    const ASK: &str = r#"{"rule":"r","key":"k","limit":{"algorithm":"gcra","rate":10,"per":"1s","burst":10},"terms":{"max_units":5,"max_outstanding":8,"ttl":"1s"},"want":5}"#;
+
+    fn lease_err(body: &str) -> String {
+        LeaseRequest::from_json(body.as_bytes()).unwrap_err().0
+    }
+
+    #[test]
+    fn lease_requests_are_validated_field_by_field() {
+        let ok = LeaseRequest::from_json(
+            format!(r#"{{"holder":"envoy-1:42","asks":[{ASK}]}}"#).as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            (ok.asks[0].want, ok.asks[0].held, ok.asks[0].returning),
+            (5, 0, 0)
+        );
+        assert!(lease_err(&format!(r#"{{"holder":"a b","asks":[{ASK}]}}"#)).starts_with("holder:"));
+        assert!(lease_err(r#"{"holder":"h","asks":[]}"#).starts_with("asks: must hold 1 to 64"));
+        assert_eq!(
+            lease_err(&format!(
+                r#"{{"holder":"h","asks":[{}]}}"#,
+                ASK.replace(r#""want":5"#, r#""want":6"#)
+            )),
+            "asks[0].want: must be at most terms.max_units (5), not 6"
+        );
+        assert!(
+            lease_err(&format!(
+                r#"{{"holder":"h","asks":[{}]}}"#,
+                ASK.replace(r#""max_units":5"#, r#""max_units":9"#)
+            ))
+            .starts_with("asks[0]: `max_units` must be between 1 and `max_outstanding` (8)")
+        );
+        let shaping = ASK
+            .replace(
+                r#""burst":10}"#,
+                r#""burst":10,"mode":"shaping","max_wait":"1s"}"#,
+            )
+            .replace("gcra", "leaky_bucket");
+        assert!(
+            lease_err(&format!(r#"{{"holder":"h","asks":[{shaping}]}}"#))
+                .contains("shaping leaky bucket cannot be leased")
+        );
+        assert_eq!(
+            lease_err(&format!(r#"{{"holder":"h","asks":[{ASK},{ASK}]}}"#)),
+            "asks[1]: rule `r` with key `k` is already asks[0]"
+        );
+        assert!(lease_err(r#"{"holder":"h","asks":[{"rule":"r"}]}"#).starts_with("asks[0]"));
     }
 }

@@ -20,10 +20,10 @@ use futures::future::try_join_all;
 use sluice_core::key::redis_key;
 use sluice_core::record;
 use sluice_core::verdict::Verdict;
-use sluice_core::wire::{DecideRequest, DecideResponse};
+use sluice_core::wire::{DecideRequest, DecideResponse, LeaseRequest, LeaseResponse};
 
 use crate::metrics::Metrics;
-use crate::scripts::{BatchCall, ScriptCall};
+use crate::scripts::{BatchCall, LeaseCall, ScriptCall};
 use crate::store::{Store, StoreError};
 
 /// Decides requests against the store.
@@ -100,6 +100,40 @@ impl Engine {
             self.metrics.decision(check.rule.as_str(), outcome.name());
         }
         Ok(DecideResponse { results })
+    }
+
+    /// Grants the asks of one lease request (see [`sluice_core::lease`]): in one call of the
+    /// lease script on one Redis, one call per key on a Cluster (each ask touches one key and
+    /// its ledger, which share a hash tag, so each call is atomic).
+    pub async fn lease(
+        &self,
+        request: &LeaseRequest,
+        now_us: Option<i64>,
+    ) -> Result<LeaseResponse, StoreError> {
+        let state_key = |ask: &sluice_core::wire::LeaseAsk| {
+            redis_key(&self.key_prefix, &ask.rule, &ask.key, ask.limit.algorithm())
+        };
+        let grants = if self.store.runs_batches() {
+            let call = LeaseCall::new(
+                now_us,
+                &request.holder,
+                request.asks.iter().map(|ask| (ask, state_key(ask))),
+            );
+            self.store.run_lease(&call).await
+        } else {
+            let calls = request.asks.iter().map(|ask| {
+                let call = LeaseCall::new(now_us, &request.holder, [(ask, state_key(ask))]);
+                async move { self.store.run_lease(&call).await }
+            });
+            try_join_all(calls)
+                .await
+                .map(|grants| grants.into_iter().flatten().collect())
+        }
+        .inspect_err(|e| self.metrics.redis_error(e))?;
+        for (ask, grant) in request.asks.iter().zip(&grants) {
+            self.metrics.lease(ask, grant);
+        }
+        Ok(LeaseResponse { grants })
     }
 
     /// Each check's script call, consuming, with whether it is a shadow check.

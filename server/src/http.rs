@@ -1,16 +1,18 @@
-//! The HTTP surface: `/v1/decide`, `/healthz`, `/readyz`, `/metrics`.
+//! The HTTP surface: `/v1/decide`, `/v1/lease`, `/healthz`, `/readyz`, `/metrics`.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
 use axum::body::Body;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sluice_core::wire::{
-    DECIDE_PATH, DecideRequest, ErrorBody, MAX_BODY_BYTES, REPLAY_TIME_HEADER,
+    DECIDE_PATH, DecideRequest, ErrorBody, LEASE_PATH, LeaseRequest, MAX_BODY_BYTES,
+    REPLAY_TIME_HEADER, WireError,
 };
 
 use crate::engine::Engine;
@@ -32,6 +34,7 @@ pub struct AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(DECIDE_PATH, post(decide))
+        .route(LEASE_PATH, post(lease))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -43,33 +46,45 @@ fn error(status: StatusCode, message: String) -> Response {
     (status, axum::Json(ErrorBody { error: message })).into_response()
 }
 
-async fn decide(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let started = Instant::now();
-    let Ok(body) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+/// A call's body and replay time, once its size, token and time header are checked; or the
+/// refusal.
+async fn admit(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Bytes, Option<i64>), Response> {
+    let refuse = |status: StatusCode, message: String| {
         state.metrics.bad_request();
-        return error(
+        error(status, message)
+    };
+    let Ok(body) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return Err(refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("body: larger than {MAX_BODY_BYTES} bytes, or cut short"),
-        );
+        ));
     };
-    if let Err(refusal) = authorize(&state, &headers) {
-        state.metrics.bad_request();
-        return error(StatusCode::UNAUTHORIZED, refusal.to_owned());
+    if let Err(refusal) = authorize(state, headers) {
+        return Err(refuse(StatusCode::UNAUTHORIZED, refusal.to_owned()));
     }
-    let now_us = match replay_time(&state, &headers) {
-        Ok(now) => now,
-        Err(message) => {
-            state.metrics.bad_request();
-            return error(StatusCode::BAD_REQUEST, message);
-        }
+    let now_us = replay_time(state, headers).map_err(|m| refuse(StatusCode::BAD_REQUEST, m))?;
+    Ok((body, now_us))
+}
+
+fn bad_request(state: &AppState, e: &WireError) -> Response {
+    state.metrics.bad_request();
+    tracing::debug!(error = %e, "bad request");
+    error(StatusCode::BAD_REQUEST, e.to_string())
+}
+
+async fn decide(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let (body, now_us) = match admit(&state, &headers, body).await {
+        Ok(admitted) => admitted,
+        Err(refusal) => return refusal,
     };
     let request = match DecideRequest::from_json(&body) {
         Ok(request) => request,
-        Err(e) => {
-            state.metrics.bad_request();
-            tracing::debug!(error = %e, "bad request");
-            return error(StatusCode::BAD_REQUEST, e.to_string());
-        }
+        Err(e) => return bad_request(&state, &e),
     };
     match state.engine.decide(&request, now_us).await {
         Ok(response) => {
@@ -78,6 +93,24 @@ async fn decide(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
         }
         Err(e) => {
             tracing::warn!(error = %e, "decision failed");
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    }
+}
+
+async fn lease(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let (body, now_us) = match admit(&state, &headers, body).await {
+        Ok(admitted) => admitted,
+        Err(refusal) => return refusal,
+    };
+    let request = match LeaseRequest::from_json(&body) {
+        Ok(request) => request,
+        Err(e) => return bad_request(&state, &e),
+    };
+    match state.engine.lease(&request, now_us).await {
+        Ok(response) => axum::Json(response).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "lease failed");
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
         }
     }

@@ -11,6 +11,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use sluice_core::wire::{LeaseAsk, LeaseGrant};
+
 use crate::store::StoreError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -21,6 +23,12 @@ struct DecisionLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    rule: String,
     kind: &'static str,
 }
 
@@ -38,6 +46,8 @@ pub struct Metrics {
     redis_errors: Family<KindLabels, Counter>,
     bad_requests: Counter,
     split_decision_races: Counter,
+    lease_answers: Family<LeaseLabels, Counter>,
+    lease_units: Family<LeaseLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -76,9 +86,25 @@ impl Default for Metrics {
              consumed (see docs/algorithms.md)",
             split_decision_races.clone(),
         );
+        let lease_answers = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "lease_answers",
+            "Lease asks answered, by rule and kind (granted: some units; empty: the algorithm \
+             admits nothing now; capped: held back by max_units or max_outstanding; report: \
+             nothing asked)",
+            lease_answers.clone(),
+        );
+        let lease_units = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "lease_units",
+            "Units leased to Envoys and given back by them, by rule and kind (granted, returned)",
+            lease_units.clone(),
+        );
         Metrics {
             registry,
             split_decision_races,
+            lease_answers,
+            lease_units,
             decisions,
             decision_counters: RwLock::default(),
             decision_seconds,
@@ -137,6 +163,34 @@ impl Metrics {
     /// Counts a Cluster decision whose second phase found a key taken since the first.
     pub fn split_decision_race(&self) {
         self.split_decision_races.inc();
+    }
+
+    /// Counts one lease ask and what it was granted.
+    pub fn lease(&self, ask: &LeaseAsk, grant: &LeaseGrant) {
+        let kind = if grant.granted > 0 {
+            "granted"
+        } else if ask.want == 0 {
+            "report"
+        } else if grant.empty_for_ms > 0 {
+            "empty"
+        } else {
+            "capped"
+        };
+        let labels = |kind: &'static str| LeaseLabels {
+            rule: ask.rule.as_str().to_owned(),
+            kind,
+        };
+        self.lease_answers.get_or_create(&labels(kind)).inc();
+        if grant.granted > 0 {
+            self.lease_units
+                .get_or_create(&labels("granted"))
+                .inc_by(grant.granted);
+        }
+        if ask.returning > 0 {
+            self.lease_units
+                .get_or_create(&labels("returned"))
+                .inc_by(ask.returning);
+        }
     }
 
     /// Counts a refused request.

@@ -14,11 +14,13 @@ use redis::Script;
 use sluice_core::algorithm::exact::Ticks;
 use sluice_core::limit::{Algorithm, LeakMode, Limit};
 use sluice_core::verdict::Verdict;
+use sluice_core::wire::{LeaseAsk, LeaseGrant};
 
 const PRELUDE: &str = include_str!("../../lua/prelude.lua");
 const SCHEDULE: &str = include_str!("../../lua/schedule.lua");
 const SINGLE: &str = include_str!("../../lua/single.lua");
 const BATCH: &str = include_str!("../../lua/batch.lua");
+const LEASE: &str = include_str!("../../lua/lease.lua");
 
 /// Each algorithm's file, in `Algorithm::ALL` order (the batch script numbers them from 1).
 const ALGORITHM_FILES: [(Algorithm, &str); 6] = [
@@ -50,11 +52,12 @@ fn wrapped(body: &str) -> String {
     format!("function(key, now, cost, count_denied, commit, p)\n{body}\nend")
 }
 
-/// Every algorithm's script, and the batch script.
+/// Every algorithm's script, the batch script and the lease script.
 pub struct Scripts {
     /// By [`Algorithm::ordinal`].
     singles: Vec<Script>,
     batch: Script,
+    lease: Script,
 }
 
 /// The scripts, composed once per process.
@@ -68,18 +71,19 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
             ))
         })
         .collect();
-    let mut batch = format!("{PRELUDE}\n{SCHEDULE}\nlocal ALGORITHMS = {{}}\n");
+    // Every algorithm as ALGORITHMS[n], for the scripts that decide several keys.
+    let mut all = format!("{PRELUDE}\n{SCHEDULE}\nlocal ALGORITHMS = {{}}\n");
     for (algorithm, body) in ALGORITHM_FILES {
-        batch.push_str(&format!(
+        all.push_str(&format!(
             "-- {algorithm}\nALGORITHMS[{}] = {}\n",
             algorithm.ordinal() + 1,
             wrapped(body)
         ));
     }
-    batch.push_str(BATCH);
     Scripts {
         singles,
-        batch: Script::new(&batch),
+        batch: Script::new(&format!("{all}{BATCH}")),
+        lease: Script::new(&format!("{all}{LEASE}")),
     }
 });
 
@@ -92,6 +96,11 @@ impl Scripts {
     /// The batch script.
     pub fn batch(&self) -> &Script {
         &self.batch
+    }
+
+    /// The lease script.
+    pub fn lease(&self) -> &Script {
+        &self.lease
     }
 
     /// Every script with its algorithm.
@@ -248,10 +257,94 @@ impl BatchCall {
     }
 }
 
+/// Lease asks of one holder, granted by one call of the lease script (see `lua/lease.lua`).
+/// On a Redis Cluster a call holds the asks of one key only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseCall {
+    /// `KEYS`: each ask's state key and ledger key.
+    pub keys: Vec<String>,
+    /// `ARGV`.
+    pub args: Vec<String>,
+}
+
+/// The ledger of a key's leases, beside its state (one hash tag).
+pub fn ledger_key(state_key: &str) -> String {
+    format!("{state_key}:lease")
+}
+
+impl LeaseCall {
+    /// The call for `asks` (each with its state key) of `holder`, at `now_us` when replaying.
+    pub fn new<'a>(
+        now_us: Option<i64>,
+        holder: &str,
+        asks: impl IntoIterator<Item = (&'a LeaseAsk, String)>,
+    ) -> LeaseCall {
+        let mut call = LeaseCall {
+            keys: Vec::new(),
+            args: vec![
+                now_us.map(|t| t.to_string()).unwrap_or_default(),
+                holder.to_owned(),
+                String::new(),
+            ],
+        };
+        let mut count = 0;
+        for (ask, state_key) in asks {
+            let params = script_params(&ask.limit);
+            call.args
+                .push((ask.limit.algorithm().ordinal() + 1).to_string());
+            for number in [
+                ask.want,
+                ask.held,
+                ask.returning,
+                ask.terms.max_units,
+                ask.terms.max_outstanding,
+                ask.terms.ttl.as_micros().unsigned_abs(),
+                params.len() as u64,
+            ] {
+                call.args.push(number.to_string());
+            }
+            call.args.extend(params.iter().map(u64::to_string));
+            call.keys.push(ledger_key(&state_key));
+            call.keys.insert(call.keys.len() - 1, state_key);
+            count += 1;
+        }
+        call.args[2] = count.to_string();
+        call
+    }
+
+    /// The lease script.
+    pub fn script(&self) -> &'static Script {
+        SCRIPTS.lease()
+    }
+
+    /// Splits the script's reply into one grant per ask.
+    pub fn decode(&self, reply: Vec<i64>) -> Result<Vec<LeaseGrant>, BadReply> {
+        if reply.len() != 5 * (self.keys.len() / 2) {
+            return Err(BadReply(reply));
+        }
+        let non_negative = |v: i64| u64::try_from(v).ok();
+        reply
+            .chunks(5)
+            .map(|five| {
+                let grant = (|| {
+                    Some(LeaseGrant {
+                        granted: non_negative(five[0])?,
+                        lease_ms: non_negative(five[1])?,
+                        empty_for_ms: non_negative(five[2])?,
+                        limit: non_negative(five[3])?,
+                        remaining: non_negative(five[4])?,
+                    })
+                })();
+                grant.ok_or_else(|| BadReply(five.to_vec()))
+            })
+            .collect()
+    }
+}
+
 /// A reply that is not what the scripts return.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unexpected script reply {0:?}: expected [allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms]"
+    "unexpected script reply {0:?}: expected [allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms] per check, or [granted, lease_ms, empty_for_ms, limit, remaining] per lease ask"
 )]
 pub struct BadReply(pub Vec<i64>);
 

@@ -18,11 +18,12 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use sluice_core::verdict::Verdict;
+use sluice_core::wire::LeaseGrant;
 use tokio::sync::{Mutex, RwLock};
 
 use redis::Script;
 
-use crate::scripts::{BadReply, BatchCall, ScriptCall, decode_reply};
+use crate::scripts::{BadReply, BatchCall, LeaseCall, ScriptCall, decode_reply};
 
 /// Where Redis is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,6 +266,15 @@ impl Store {
             .invoke(call.script(), std::slice::from_ref(&call.key), &call.args())
             .await?;
         Ok(decode_reply(reply)?)
+    }
+
+    /// Runs lease asks in one call of the lease script.
+    pub async fn run_lease(
+        self: &Arc<Self>,
+        call: &LeaseCall,
+    ) -> Result<Vec<LeaseGrant>, StoreError> {
+        let reply = self.invoke(call.script(), &call.keys, &call.args).await?;
+        Ok(call.decode(reply)?)
     }
 
     /// Runs several checks in one call of the batch script.

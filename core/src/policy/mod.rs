@@ -40,9 +40,10 @@ pub use request::HttpRequest;
 
 use crate::duration::Millis;
 use crate::key::RuleName;
+use crate::lease::{LeaseConfig, LeaseTerms, MAX_LEASE_TTL_MS};
 use crate::limit::{Limit, MAX_AMOUNT};
-use crate::wire::{Check, MAX_CHECKS};
-use raw::{RawDenyCache, RawPolicy, RawResponse, RawRule};
+use crate::wire::{Check, MAX_CHECKS, lease_refusal};
+use raw::{RawDenyCache, RawLease, RawPolicy, RawResponse, RawRule};
 
 /// The callout timeout when none is configured.
 pub const DEFAULT_TIMEOUT: Millis = match Millis::new(100) {
@@ -157,6 +158,8 @@ pub struct Rule {
     pub shadow: bool,
     /// Denials consume too.
     pub count_denied: bool,
+    /// Lease mode, when on.
+    pub lease: Option<LeaseConfig>,
 }
 
 /// The validated configuration.
@@ -342,6 +345,20 @@ impl Rule {
                 format!("must be at most {MAX_AMOUNT}, not {cost}"),
             ));
         }
+        let count_denied = raw.count_denied.unwrap_or(false);
+        let lease = match &raw.lease {
+            None => None,
+            Some(lease) => {
+                let path = field(path, "lease");
+                if count_denied {
+                    return Err(PolicyError::new(
+                        &path,
+                        "cannot go with `count_denied`: denials decided in Envoy are not counted in Redis",
+                    ));
+                }
+                Some(lease_config(&path, lease, &raw.limit, cost)?)
+            }
+        };
         Ok(Rule {
             name,
             matcher: match &raw.matcher {
@@ -352,9 +369,81 @@ impl Rule {
             limit: raw.limit,
             cost,
             shadow: raw.shadow.unwrap_or(false),
-            count_denied: raw.count_denied.unwrap_or(false),
+            count_denied,
+            lease,
         })
     }
+}
+
+/// The longest lease horizon.
+const MAX_HORIZON_MS: u64 = 60_000;
+
+fn share(path: &str, name: &str, value: Option<f64>, default: f64) -> Result<f64, PolicyError> {
+    let value = value.unwrap_or(default);
+    if value > 0.0 && value <= 1.0 {
+        Ok(value)
+    } else {
+        Err(PolicyError::new(
+            &field(path, name),
+            format!("must be a share of the capacity, above 0 and at most 1, not {value}"),
+        ))
+    }
+}
+
+fn lease_config(
+    path: &str,
+    raw: &RawLease,
+    limit: &Limit,
+    cost: u64,
+) -> Result<LeaseConfig, PolicyError> {
+    let horizon = raw.horizon;
+    if horizon.as_millis() > MAX_HORIZON_MS {
+        return Err(PolicyError::new(
+            &field(path, "horizon"),
+            format!("must be at most 1m, not {horizon}"),
+        ));
+    }
+    let max_share = share(path, "max_share", raw.max_share, 0.1)?;
+    let total_share = share(path, "max_total_share", raw.max_total_share, 0.5)?;
+    if total_share < max_share {
+        return Err(PolicyError::new(
+            &field(path, "max_total_share"),
+            format!("must be at least `max_share` ({max_share}), not {total_share}"),
+        ));
+    }
+    let default_ttl = (5 * horizon.as_millis()).clamp(1_000, MAX_LEASE_TTL_MS);
+    let ttl = raw
+        .ttl
+        .unwrap_or(Millis::new(default_ttl).unwrap_or(Millis::MIN));
+    if ttl.as_millis() < 2 * horizon.as_millis() || ttl.as_millis() > MAX_LEASE_TTL_MS {
+        return Err(PolicyError::new(
+            &field(path, "ttl"),
+            format!(
+                "must be between two horizons ({}ms) and 1m, not {ttl}",
+                2 * horizon.as_millis()
+            ),
+        ));
+    }
+    let capacity = limit.capacity();
+    let units = |share: f64| ((capacity as f64 * share).floor() as u64).max(1);
+    let max_units = units(max_share);
+    let terms = LeaseTerms {
+        max_units,
+        max_outstanding: units(total_share).max(max_units),
+        ttl,
+    };
+    if let Some(reason) = lease_refusal(limit, &terms) {
+        return Err(PolicyError::new(path, reason));
+    }
+    if cost > max_units {
+        return Err(PolicyError::new(
+            &field(path, "max_share"),
+            format!(
+                "lets one Envoy hold {max_units} units of {capacity}, less than one request's cost ({cost})"
+            ),
+        ));
+    }
+    Ok(LeaseConfig { horizon, terms })
 }
 
 impl ResponseConfig {

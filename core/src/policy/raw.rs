@@ -111,6 +111,35 @@ pub struct RawRule {
     /// Denied requests consume too (default false).
     #[serde(default)]
     pub count_denied: Option<bool>,
+    /// Lease mode: Envoy decides most of this rule's requests itself, from units leased ahead
+    /// of need (see docs/algorithms.md for the bound it keeps).
+    #[serde(default)]
+    pub lease: Option<RawLease>,
+}
+
+/// A rule's lease settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RawLease {
+    /// How far ahead of need an Envoy asks for units: it asks when its allowance for a key
+    /// holds less than one horizon of that key's local traffic, for two horizons' worth (at
+    /// most 1m).
+    pub horizon: Millis,
+    /// The most units one Envoy may hold for one key, as a share of the limit's capacity
+    /// (`limit` or `burst`); default 0.1.
+    #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(range(min = 0.0, max = 1.0)))]
+    pub max_share: Option<f64>,
+    /// The most units all Envoys together may hold for one key, as a share of the capacity;
+    /// default 0.5. Admissions in any interval stay within the algorithm's bound plus this.
+    #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(range(min = 0.0, max = 1.0)))]
+    pub max_total_share: Option<f64>,
+    /// How long a lease lasts after the Envoy's last call for it; default five horizons, at
+    /// least 1s; at least two horizons, at most 1m.
+    #[serde(default)]
+    pub ttl: Option<Millis>,
 }
 
 /// Conditions that must all hold.

@@ -194,3 +194,69 @@ fn every_matching_rule_becomes_a_check_in_rule_order() {
     assert_eq!(checks[1].check.cost, 3);
     assert_eq!(checks[1].rule, 2);
 }
+
+#[test]
+fn a_lease_derives_its_units_from_the_capacity() {
+    let lease = |extra: &str| {
+        let json = format!(
+            r#"{{"name":"r","key":["client_ip"],"limit":{{"algorithm":"gcra","rate":1000,"per":"1s","burst":2000}}{extra}}}"#
+        );
+        policy(&json)
+    };
+    let p = lease(r#","lease":{"horizon":"200ms"}"#).unwrap();
+    let config = p.rules[0].lease.unwrap();
+    assert_eq!(config.horizon.as_millis(), 200);
+    assert_eq!(
+        (config.terms.max_units, config.terms.max_outstanding),
+        (200, 1000)
+    );
+    assert_eq!(
+        config.terms.ttl.as_millis(),
+        1000,
+        "five horizons, at least 1s"
+    );
+    assert_eq!(config.tick_ms(), 50);
+    let p = lease(r#","lease":{"horizon":"1s","max_share":0.25,"max_total_share":1,"ttl":"4s"}"#)
+        .unwrap();
+    let config = p.rules[0].lease.unwrap();
+    assert_eq!(
+        (config.terms.max_units, config.terms.max_outstanding),
+        (500, 2000)
+    );
+    assert_eq!(config.terms.ttl.as_millis(), 4000);
+    assert!(policy(&rule("r", "")).unwrap().rules[0].lease.is_none());
+}
+
+#[test]
+fn lease_settings_that_cannot_work_are_refused_by_name() {
+    let cases = [
+        (rule("r", r#","lease":{}"#), "rules[0].lease: missing field `horizon`"),
+        (rule("r", r#","lease":{"horizon":"2m"}"#), "rules[0].lease.horizon: must be at most 1m"),
+        (rule("r", r#","lease":{"horizon":"1s","max_share":0}"#), "rules[0].lease.max_share: must be a share"),
+        (rule("r", r#","lease":{"horizon":"1s","max_share":1.5}"#), "rules[0].lease.max_share: must be a share"),
+        (
+            rule("r", r#","lease":{"horizon":"1s","max_share":0.5,"max_total_share":0.2}"#),
+            "rules[0].lease.max_total_share: must be at least `max_share` (0.5)",
+        ),
+        (rule("r", r#","lease":{"horizon":"1s","ttl":"1s"}"#), "rules[0].lease.ttl: must be between two horizons (2000ms)"),
+        (
+            rule("r", r#","count_denied":true,"lease":{"horizon":"1s"}"#),
+            "rules[0].lease: cannot go with `count_denied`",
+        ),
+        (
+            rule("r", r#","cost":5,"lease":{"horizon":"1s"}"#),
+            "rules[0].lease.max_share: lets one Envoy hold 1 units of 10, less than one request's cost (5)",
+        ),
+        (
+            r#"{"name":"r","key":["client_ip"],"limit":{"algorithm":"leaky_bucket","rate":1,"per":"1s","burst":10,"mode":"shaping","max_wait":"1s"},"lease":{"horizon":"1s"}}"#.to_owned(),
+            "rules[0].lease: a shaping leaky bucket cannot be leased",
+        ),
+    ];
+    for (json, expected) in cases {
+        let err = policy(&json).unwrap_err();
+        assert!(
+            err.starts_with(expected),
+            "{json}\n  got:  {err}\n  want: {expected}"
+        );
+    }
+}

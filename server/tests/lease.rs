@@ -1,0 +1,219 @@
+//! Leases on a real redis-server: granted out of the very state a per-request decision uses,
+//! never more than the algorithm admits at that instant, within each holder's and each key's
+//! cap; units given back go to the next grant; a lease ends with its ttl.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Http, server};
+use sluice_core::limit::{Algorithm, Limit};
+use sluice_core::wire::{DecideRequest, LeaseGrant, LeaseRequest};
+use sluice_harness::{RedisCluster, RedisServer};
+use sluice_server::engine::Engine;
+use sluice_server::metrics::Metrics;
+use sluice_server::store::Topology;
+
+const NOW: i64 = 1_763_700_000_000_000;
+
+/// A limit of 20 for each algorithm that can be leased, with refills too slow to matter.
+fn twenty(algorithm: Algorithm) -> String {
+    match algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow => {
+            format!(r#"{{"algorithm":"{algorithm}","limit":20,"window":"1h"}}"#)
+        }
+        _ => format!(r#"{{"algorithm":"{algorithm}","rate":1,"per":"1h","burst":20}}"#),
+    }
+}
+
+struct Keys {
+    engine: Engine,
+    limit: String,
+}
+
+impl Keys {
+    async fn new(topology: Topology, limit: String) -> Keys {
+        let store = common::connected_store(topology).await;
+        Keys {
+            engine: Engine::new(store, "lease".to_owned(), Arc::new(Metrics::default())),
+            limit,
+        }
+    }
+
+    /// One ask of `holder` for key `k` at `now`.
+    async fn ask(
+        &self,
+        holder: &str,
+        now: i64,
+        (want, held, returning): (u64, u64, u64),
+    ) -> LeaseGrant {
+        let body = format!(
+            r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{},"terms":{{"max_units":8,"max_outstanding":12,"ttl":"1s"}},"want":{want},"held":{held},"returning":{returning}}}]}}"#,
+            self.limit
+        );
+        let request = LeaseRequest::from_json(body.as_bytes()).unwrap();
+        self.engine.lease(&request, Some(now)).await.unwrap().grants[0]
+    }
+
+    /// What a per-request decision of `cost` says at `now` (cost 0: only asks).
+    async fn decide(&self, now: i64, cost: u64) -> (bool, u64) {
+        let body = format!(
+            r#"{{"checks":[{{"rule":"r","key":"k","limit":{},"cost":{cost}}}]}}"#,
+            self.limit
+        );
+        let request = DecideRequest::from_json(body.as_bytes()).unwrap();
+        let verdict = self
+            .engine
+            .decide(&request, Some(now))
+            .await
+            .unwrap()
+            .results[0];
+        (verdict.allowed, verdict.remaining)
+    }
+}
+
+async fn leases_come_out_of_the_request_state(topology: Topology) {
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+        Algorithm::Gcra,
+    ] {
+        let keys = Keys::new(topology.clone(), twenty(algorithm)).await;
+        let _: Limit = serde_json::from_str(&keys.limit).unwrap();
+        // Three holders take 8, 4 (the key's cap of 12 outstanding) and nothing.
+        let a = keys.ask("a", NOW, (8, 0, 0)).await;
+        assert_eq!(
+            (a.granted, a.lease_ms, a.remaining),
+            (8, 1000, 12),
+            "{algorithm}"
+        );
+        assert_eq!(
+            keys.decide(NOW, 0).await,
+            (true, 12),
+            "{algorithm}: the same state"
+        );
+        let b = keys.ask("b", NOW, (8, 0, 0)).await;
+        assert_eq!(b.granted, 4, "{algorithm}: capped by max_outstanding");
+        assert_eq!(
+            b.empty_for_ms, 0,
+            "{algorithm}: held back by a cap, not empty"
+        );
+        let c = keys.ask("c", NOW, (8, 0, 0)).await;
+        assert_eq!(c.granted, 0, "{algorithm}");
+        // Per-request decisions take the rest of the algorithm's 20.
+        for _ in 0..8 {
+            assert!(keys.decide(NOW + 1, 1).await.0, "{algorithm}");
+        }
+        assert_eq!(keys.decide(NOW + 2, 1).await, (false, 0), "{algorithm}");
+        // `a` gives back 5 and keeps 3: `c` is given those 5 from the pool, not from the
+        // algorithm, which still admits nothing.
+        let a = keys.ask("a", NOW + 3, (0, 3, 5)).await;
+        assert_eq!(a.granted, 0, "{algorithm}");
+        let c = keys.ask("c", NOW + 4, (8, 0, 0)).await;
+        assert_eq!(c.granted, 5, "{algorithm}: the pool first");
+        assert_eq!(keys.decide(NOW + 5, 1).await, (false, 0), "{algorithm}");
+        // Nothing left anywhere: an empty answer that says when a unit will be admitted.
+        let b = keys.ask("b", NOW + 6, (4, 4, 0)).await;
+        assert_eq!(b.granted, 0, "{algorithm}");
+        assert!(b.empty_for_ms > 0, "{algorithm}: {b:?}");
+        // After the ttl nothing `a`, `b` or `c` held counts any more: the caps are free, and a
+        // grant takes only what the algorithm itself admits.
+        let later = keys.ask("d", NOW + 2_000_000, (8, 0, 0)).await;
+        assert_eq!(
+            later.granted, 0,
+            "{algorithm}: the algorithm has nothing: {later:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_come_out_of_the_state_a_request_uses_within_every_cap() {
+    let redis = RedisServer::start().unwrap();
+    leases_come_out_of_the_request_state(Topology::Standalone(redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_come_out_of_the_state_a_request_uses_within_every_cap_on_a_cluster() {
+    let cluster = RedisCluster::start().unwrap();
+    leases_come_out_of_the_request_state(Topology::Cluster(cluster.urls())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_never_keeps_more_than_the_ledger_says_it_holds() {
+    let redis = RedisServer::start().unwrap();
+    let keys = Keys::new(Topology::Standalone(redis.url()), twenty(Algorithm::Gcra)).await;
+    assert_eq!(keys.ask("a", NOW, (3, 0, 0)).await.granted, 3);
+    // `a` claims to hold 8 and to give back 8: the ledger knows of 3, so the pool gets 3, and
+    // `b`, wanting 8 of a cap of 12, can have 3 from the pool and 9 more... capped by its own
+    // max_units of 8.
+    keys.ask("a", NOW + 1, (0, 8, 8)).await;
+    let b = keys.ask("b", NOW + 2, (8, 0, 0)).await;
+    assert_eq!(b.granted, 8);
+    assert_eq!(
+        b.remaining, 12,
+        "3 of b's 8 came from the pool, 5 from the algorithm (20 - 3 - 5)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_lease_requests_get_400_naming_the_field() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let http = Http::http1();
+    let ask = r#"{"rule":"r","key":"k","limit":{"algorithm":"gcra","rate":1,"per":"1s","burst":5},"terms":{"max_units":2,"max_outstanding":4,"ttl":"1s"}}"#;
+    // The ask with more fields.
+    let ask_with = |extra: &str| format!("{}{extra}}}", &ask[..ask.len() - 1]);
+    for (body, expected) in [
+        (r#"{"holder":"h"}"#.to_owned(), "body: missing field `asks`"),
+        (
+            format!(r#"{{"holder":"no spaces","asks":[{ask}]}}"#),
+            "holder: `no spaces` is not a holder name",
+        ),
+        (
+            format!(
+                r#"{{"holder":"h","asks":[{}]}}"#,
+                ask.replace(r#""ttl":"1s""#, r#""ttl":"2m""#)
+            ),
+            "asks[0]: `ttl` must be at most 1m",
+        ),
+        (
+            format!(r#"{{"holder":"h","asks":[{}]}}"#, ask_with(r#","want":3"#)),
+            "asks[0].want: must be at most terms.max_units (2), not 3",
+        ),
+    ] {
+        let answer = http
+            .send(
+                "POST",
+                &format!("{}/v1/lease", server.url()),
+                &[("content-type", "application/json")],
+                body.clone(),
+            )
+            .await;
+        assert_eq!(answer.status, 400, "{body}: {}", answer.body);
+        let message = answer.json()["error"].as_str().unwrap().to_owned();
+        assert!(
+            message.starts_with(expected),
+            "{body}\n  got:  {message}\n  want: {expected}"
+        );
+    }
+    let ok = http
+        .send(
+            "POST",
+            &format!("{}/v1/lease", server.url()),
+            &[("content-type", "application/json")],
+            format!(r#"{{"holder":"h","asks":[{}]}}"#, ask_with(r#","want":2"#)),
+        )
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(ok.json()["grants"][0]["granted"], 2);
+    let metrics = http.get(&format!("{}/metrics", server.url())).await.body;
+    assert!(
+        metrics.contains(r#"sluice_lease_units_total{rule="r",kind="granted"} 2"#),
+        "{metrics}"
+    );
+}
