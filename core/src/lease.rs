@@ -19,15 +19,17 @@
 //! bound for `T` plus `max_outstanding`.**
 //!
 //! What may be denied that a per-request decision would admit: units stranded at a holder
-//! whose traffic stopped, until it gives them back (at its next tick after one `horizon` of
-//! idleness) or its lease ends; at most `max_units` per holder and key. A holder that stops
+//! whose traffic stopped, until it gives them back as its lease ends (a holder renews the
+//! lease of a key it still uses, and gives back the units of one that went quiet); at most
+//! `max_units` per holder and key, for at most one `ttl`. A holder that stops
 //! without giving back (a crash) strands what it held until the algorithm itself restores it
 //! (its window ends, its bucket refills): the server cannot know how much of it was spent.
 //!
 //! ```
 //! use sluice_core::lease::Allowance;
 //! let mut a = Allowance::new("per-tenant:acme");
-//! a.grant(10, 0, 1_000, 500, 0, 100);
+//! // 10 units granted to an ask sent at 0 ms, for a lease of 500 ms.
+//! a.grant(10, 0, 500, 0, 100, 90);
 //! assert!(a.take(3, 200));
 //! assert_eq!(a.units, 7);
 //! assert!(!a.take(3, 600), "the lease ended at 500 ms");
@@ -229,18 +231,27 @@ impl Allowance {
         }
     }
 
+    /// The units worth holding: two horizons of the key's local traffic, within `max_units`.
+    pub fn target(&self, config: &LeaseConfig) -> u64 {
+        (2 * self.expected()).min(config.terms.max_units)
+    }
+
     /// How many units to ask for at `now_ms`, if it is time to ask: when the key is busy
     /// enough to lease (at least two units a horizon), no ask is in flight, and the allowance
-    /// holds less than one horizon's worth; then enough for two horizons, within `max_units`.
+    /// holds less than half its [`target`](Allowance::target) (one horizon, when `max_units`
+    /// allows two); then up to the target.
     pub fn want(&self, now_ms: u64, config: &LeaseConfig) -> Option<u64> {
-        let need = self.expected();
         let held = if self.leased(now_ms) { self.units } else { 0 };
+        let target = self.target(config);
         let ttl = config.terms.ttl.as_millis();
-        if need < 2 || held >= need || self.is_asking(now_ms, ttl) || now_ms < self.empty_until_ms {
+        if self.expected() < 2
+            || 2 * held >= target
+            || self.is_asking(now_ms, ttl)
+            || now_ms < self.empty_until_ms
+        {
             return None;
         }
-        let want = (2 * need).min(config.terms.max_units).saturating_sub(held);
-        (want > 0).then_some(want)
+        Some(target - held)
     }
 
     /// Applies the server's answer to an ask sent at `asked_at_ms`: `granted` more units, the
@@ -272,14 +283,32 @@ impl Allowance {
         std::mem::take(&mut self.units)
     }
 
-    /// Whether the key has been idle for a horizon while holding units, or its lease ends
-    /// within `margin_ms`: time to give the units back.
-    pub fn should_return(&self, now_ms: u64, horizon: Millis, margin_ms: u64) -> bool {
-        self.units > 0
-            && self.asking_since_ms == 0
-            && (now_ms.saturating_sub(self.last_seen_ms) >= horizon.as_millis()
-                || self.lease_until_ms <= now_ms.saturating_add(margin_ms))
+    /// What to do at `now_ms` with an allowance whose lease ends within `margin_ms`: renew
+    /// it while the key is in use (a request in the last half of the lease), give its units
+    /// back when the key has gone quiet. `None` while the lease has longer to run, an ask is
+    /// in flight, or nothing is held.
+    pub fn lease_ending(&self, now_ms: u64, ttl_ms: u64, margin_ms: u64) -> Option<Ending> {
+        if self.units == 0
+            || self.asking_since_ms != 0
+            || self.lease_until_ms > now_ms.saturating_add(margin_ms)
+        {
+            return None;
+        }
+        if now_ms.saturating_sub(self.last_seen_ms) < ttl_ms / 2 {
+            Some(Ending::Renew)
+        } else {
+            Some(Ending::GiveBack)
+        }
     }
+}
+
+/// What a lease about to end needs ([`Allowance::lease_ending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The key is in use: keep the units, and tell the server so it keeps counting them.
+    Renew,
+    /// The key has gone quiet: give the units back, for any Envoy's next grant.
+    GiveBack,
 }
 
 #[cfg(test)]
@@ -371,19 +400,27 @@ mod tests {
     }
 
     #[test]
-    fn idle_or_ending_allowances_are_given_back() {
+    fn a_lease_about_to_end_is_renewed_while_used_and_given_back_when_quiet() {
         let h = Millis::new(100).unwrap();
         let mut a = Allowance::new("r:k");
         a.grant(5, 0, 1_000, 0, 10, 0);
         a.observe(1, 10, h);
-        assert!(!a.should_return(50, h, 20));
-        assert!(a.should_return(110, h, 20), "idle for a horizon");
-        a.observe(1, 985, h);
-        assert!(
-            a.should_return(985, h, 20),
-            "the lease ends within the margin"
+        assert_eq!(a.lease_ending(500, 1_000, 50), None, "half a lease to run");
+        assert_eq!(
+            a.lease_ending(960, 1_000, 50),
+            Some(Ending::GiveBack),
+            "quiet since 10 ms"
         );
+        a.observe(1, 700, h);
+        assert_eq!(
+            a.lease_ending(960, 1_000, 50),
+            Some(Ending::Renew),
+            "used 260 ms ago"
+        );
+        a.asking_since_ms = 960;
+        assert_eq!(a.lease_ending(970, 1_000, 50), None, "being renewed");
+        a.asking_since_ms = 0;
         assert_eq!(a.take_all(), 5);
-        assert!(!a.should_return(990, h, 20));
+        assert_eq!(a.lease_ending(970, 1_000, 50), None, "nothing held");
     }
 }

@@ -3,30 +3,32 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::rc::Rc;
-use std::time::Duration;
-
-use proxy_wasm::hostcalls;
 
 use crate::ffi;
-
-/// How often held requests are looked at: the precision of shaping.
-pub const TICK: Duration = Duration::from_millis(5);
+use crate::ticker::Ticker;
 
 /// The held requests of one VM: (release time in ms, stream context id).
-#[derive(Default)]
 pub struct Held {
     queue: BTreeSet<(u64, u32)>,
+    ticker: Rc<Ticker>,
 }
 
 /// Shared by the root context and its streams (one VM is one thread).
 pub type SharedHeld = Rc<RefCell<Held>>;
 
 impl Held {
+    /// Nothing held yet; the tick is asked for through `ticker`.
+    pub fn new(ticker: Rc<Ticker>) -> Held {
+        Held {
+            queue: BTreeSet::new(),
+            ticker,
+        }
+    }
+
     /// Holds stream `context_id` until `release_at_ms`, starting the tick if it was idle.
     pub fn hold(&mut self, context_id: u32, release_at_ms: u64) {
         if self.queue.is_empty() {
-            // The tick belongs to the root context whatever the calling context.
-            let _ = hostcalls::set_tick_period(TICK);
+            self.ticker.set_holding(true);
         }
         self.queue.insert((release_at_ms, context_id));
     }
@@ -48,7 +50,7 @@ impl Held {
             }
         }
         if self.queue.is_empty() {
-            let _ = hostcalls::set_tick_period(Duration::ZERO);
+            self.ticker.set_holding(false);
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The root context: configuration, stats, the shaping tick, and a stream context per request.
+//! The root context: configuration, stats, the tick (shaping and leases), lease callouts, and
+//! a stream context per request.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -9,11 +10,15 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType, LogLevel};
 use sluice_core::deny_cache::fingerprint;
 use sluice_core::policy::Policy;
+use sluice_core::wire::{LEASE_PATH, LeaseRequest};
 
+use crate::answer;
 use crate::cache::DenyCache;
 use crate::held::{Held, SharedHeld};
+use crate::lease::Leases;
 use crate::stats::Stats;
 use crate::stream::Stream;
+use crate::ticker::Ticker;
 
 /// What every stream of a configured root context shares.
 pub struct Shared {
@@ -25,21 +30,79 @@ pub struct Shared {
     pub cache: DenyCache,
     /// Streams held for shaping.
     pub held: SharedHeld,
+    /// The leased rules' allowances.
+    pub leases: Leases,
 }
 
 /// The plugin's root context.
-#[derive(Default)]
 pub struct Root {
     shared: Option<Rc<Shared>>,
     held: SharedHeld,
+    ticker: Rc<Ticker>,
+    /// Lease callouts in flight: their requests, to read the answers against.
+    lease_calls: RefCell<Vec<(u32, LeaseRequest)>>,
+}
+
+impl Default for Root {
+    fn default() -> Root {
+        Root::new()
+    }
 }
 
 impl Root {
     /// A root context with no configuration yet.
     pub fn new() -> Root {
+        let ticker = Rc::new(Ticker::default());
         Root {
             shared: None,
-            held: Rc::new(RefCell::new(Held::default())),
+            held: Rc::new(RefCell::new(Held::new(Rc::clone(&ticker)))),
+            ticker,
+            lease_calls: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Sends what the leases' tick has to say, from the root context so that its answer comes
+    /// back here whatever became of the streams that asked.
+    fn send_lease_call(&self, shared: &Shared, now: u64) {
+        let Some((request, sent)) = shared.leases.on_tick(&shared.policy.rules, now) else {
+            return;
+        };
+        let body = match serde_json::to_vec(&request) {
+            Ok(body) => body,
+            Err(_) => {
+                shared.leases.not_sent(sent);
+                return;
+            }
+        };
+        let service = &shared.policy.service;
+        let bearer = service.token.as_ref().map(|t| format!("Bearer {t}"));
+        let mut headers = vec![
+            (":method", "POST"),
+            (":path", LEASE_PATH),
+            (":authority", service.authority.as_str()),
+            ("content-type", "application/json"),
+        ];
+        if let Some(bearer) = &bearer {
+            headers.push(("authorization", bearer.as_str()));
+        }
+        let timeout = std::time::Duration::from_millis(service.timeout.as_millis());
+        match self.dispatch_http_call(&service.cluster, headers, Some(&body), vec![], timeout) {
+            Ok(token) => {
+                shared.stats.lease_call();
+                shared.leases.sent(token, sent);
+                self.lease_calls.borrow_mut().push((token, request));
+            }
+            Err(status) => {
+                let _ = hostcalls::log(
+                    LogLevel::Warn,
+                    &format!(
+                        "sluice: the host refused the lease callout to cluster `{}`: {status:?}",
+                        service.cluster
+                    ),
+                );
+                shared.stats.lease_failure();
+                shared.leases.not_sent(sent);
+            }
         }
     }
 }
@@ -53,7 +116,79 @@ pub fn now_ms(context: &dyn Context) -> u64 {
         .unwrap_or(0)
 }
 
-impl Context for Root {}
+/// This Envoy's name as a lease holder, the same for all its workers: Envoy's node id (or
+/// `envoy`) and the time the first of its VMs took it, kept in shared data under `key`.
+fn holder(context: &dyn Context, key: &str) -> String {
+    if let Ok((Some(bytes), _)) = hostcalls::get_shared_data(key) {
+        return String::from_utf8_lossy(&bytes).into_owned();
+    }
+    let node = hostcalls::get_property(vec!["node", "id"])
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let node: String = String::from_utf8_lossy(&node)
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    let started = context
+        .get_current_time()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let name = format!(
+        "{}:{started:x}",
+        if node.is_empty() { "envoy" } else { &node }
+    );
+    // Workers configure one after another after the canary: the first name written stays.
+    let _ = hostcalls::set_shared_data(key, Some(name.as_bytes()), None);
+    match hostcalls::get_shared_data(key) {
+        Ok((Some(bytes), _)) => String::from_utf8_lossy(&bytes).into_owned(),
+        _ => name,
+    }
+}
+
+impl Context for Root {
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let request = {
+            let mut calls = self.lease_calls.borrow_mut();
+            let Some(at) = calls.iter().position(|(t, _)| *t == token) else {
+                return;
+            };
+            calls.swap_remove(at).1
+        };
+        let answer = answer::read(self, num_headers, body_size).and_then(|body| {
+            request
+                .parse_response(&body)
+                .map(|r| r.grants)
+                .map_err(|e| e.to_string())
+        });
+        if let Err(reason) = &answer {
+            let _ = hostcalls::log(
+                LogLevel::Warn,
+                &format!("sluice: lease call failed: {reason}; leases run on what they hold"),
+            );
+        }
+        shared.leases.answered(token, answer, |rule, grant| {
+            shared.stats.lease_answer(rule, grant);
+        });
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
@@ -63,13 +198,18 @@ impl RootContext for Root {
             .unwrap_or_default();
         match Policy::from_json(&configuration) {
             Ok(policy) => {
+                let fingerprint = fingerprint(&configuration);
                 let stats = Stats::define(policy.rules.iter().map(|r| r.name.as_str()));
-                let cache = DenyCache::new(fingerprint(&configuration), policy.deny_cache_slots);
+                let cache = DenyCache::new(fingerprint.clone(), policy.deny_cache_slots);
+                let holder = holder(self, &format!("sluice.{fingerprint}.holder"));
+                let leases =
+                    Leases::new(fingerprint, holder, &policy.rules, Rc::clone(&self.ticker));
                 self.shared = Some(Rc::new(Shared {
                     policy,
                     stats,
                     cache,
                     held: Rc::clone(&self.held),
+                    leases,
                 }));
                 true
             }
@@ -87,6 +227,9 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         let now = now_ms(self);
         self.held.borrow_mut().release_due(now);
+        if let Some(shared) = self.shared.clone() {
+            self.send_lease_call(&shared, now);
+        }
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {

@@ -1,8 +1,10 @@
-//! One request: its checks, the deny cache, one callout, and what comes of it.
+//! One request: its checks, the deny cache, leases, at most one callout, and what comes of it.
 //!
 //! Headers in, [`Policy::checks_for`] decides which rules apply; a live denial in the deny
-//! cache answers at once; otherwise one callout carries every check, the request pauses, and
-//! the answer (or its absence) decides: resume, hold (shaping), or reply locally.
+//! cache answers at once. Leased rules are decided from their allowances where they hold units
+//! ([`crate::lease`]); every other check goes in one callout, the request pauses, and the answer
+//! (or its absence) decides: resume, hold (shaping), or reply locally. A request denied by any
+//! rule gives back the units it took from allowances: a denied request consumes nothing.
 
 use std::rc::Rc;
 
@@ -16,7 +18,9 @@ use sluice_core::record::{self, DECISION_PROPERTY, RuleOutcome, RuleRecord};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::{DECIDE_PATH, DecideRequest};
 
+use crate::answer;
 use crate::ffi;
+use crate::lease::{Local, Reservation};
 use crate::root::{Shared, now_ms};
 
 /// What to do with the request once decided.
@@ -31,6 +35,11 @@ pub struct Stream {
     id: u32,
     shared: Option<Rc<Shared>>,
     planned: Vec<PlannedCheck>,
+    /// Per planned check, its verdict when decided here from a lease.
+    local: Vec<Option<Verdict>>,
+    /// Units taken from allowances, given back if the request is denied.
+    reservations: Vec<Reservation>,
+    /// The callout's checks (those not decided here).
     request: Option<DecideRequest>,
     /// When the callout left: the server decides at this time or a little later, so
     /// waits it reports count from here and a cached denial never outlives the real one.
@@ -47,6 +56,8 @@ impl Stream {
             id,
             shared,
             planned: Vec::new(),
+            local: Vec::new(),
+            reservations: Vec::new(),
             request: None,
             asked_at_ms: 0,
             response_headers: Vec::new(),
@@ -97,9 +108,66 @@ impl Stream {
             })
     }
 
+    /// Decides the leased checks that their allowances can decide: taken units admit, an
+    /// allowance the server said is empty denies.
+    fn decide_from_leases(&mut self, shared: &Shared, now: u64) {
+        let rules = &shared.policy.rules;
+        self.local = self
+            .planned
+            .iter()
+            .map(|p| {
+                let rule = rules.get(p.rule)?;
+                let config = rule.lease.as_ref()?;
+                match shared.leases.take(p.rule, rule, config, &p.check.key, now) {
+                    Local::Taken {
+                        reservation,
+                        limit,
+                        remaining,
+                    } => {
+                        self.reservations.push(reservation);
+                        Some(Verdict {
+                            allowed: true,
+                            limit,
+                            remaining,
+                            reset_ms: 0,
+                            retry_after_ms: Some(0),
+                            delay_ms: 0,
+                        })
+                    }
+                    Local::Empty {
+                        retry_after_ms,
+                        limit,
+                    } => Some(Verdict {
+                        allowed: false,
+                        limit,
+                        remaining: 0,
+                        reset_ms: retry_after_ms,
+                        retry_after_ms: Some(retry_after_ms),
+                        delay_ms: 0,
+                    }),
+                    Local::NotHeld => None,
+                }
+            })
+            .collect();
+    }
+
+    /// Whether a check decided here denies the request (an enforced one denied).
+    fn denied_here(&self) -> bool {
+        self.planned
+            .iter()
+            .zip(&self.local)
+            .any(|(p, v)| !p.check.shadow && v.is_some_and(|v| !v.allowed))
+    }
+
     fn send_callout(&mut self, policy: &Policy) -> Result<(), String> {
         let request = DecideRequest {
-            checks: self.planned.iter().map(|p| p.check.clone()).collect(),
+            checks: self
+                .planned
+                .iter()
+                .zip(&self.local)
+                .filter(|(_, local)| local.is_none())
+                .map(|(p, _)| p.check.clone())
+                .collect(),
         };
         let body = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
         let service = &policy.service;
@@ -127,26 +195,7 @@ impl Stream {
 
     /// The verdicts in the callout's answer, or why there are none.
     fn read_answer(&self, num_headers: usize, body_size: usize) -> Result<Vec<Verdict>, String> {
-        if num_headers == 0 {
-            // A reset or an oversized answer: Envoy delivers no headers, and reading them fails.
-            return Err("the callout was reset".to_owned());
-        }
-        let status = self
-            .get_http_call_response_header_bytes(":status")
-            .unwrap_or_default();
-        if status != b"200" {
-            let body = self
-                .get_http_call_response_body(0, body_size.min(512))
-                .unwrap_or_default();
-            return Err(format!(
-                "sluice-server answered {}: {}",
-                String::from_utf8_lossy(&status),
-                String::from_utf8_lossy(&body).trim()
-            ));
-        }
-        let body = self
-            .get_http_call_response_body(0, body_size)
-            .unwrap_or_default();
+        let body = answer::read(self, num_headers, body_size)?;
         let request = self.request.as_ref().ok_or("an answer to no callout")?;
         Ok(request
             .parse_response(&body)
@@ -154,53 +203,95 @@ impl Stream {
             .results)
     }
 
+    /// Every check's verdict: those decided here, then the server's for the others, in
+    /// order; `None` for a check no one decided (the request was denied before it was asked).
+    fn all_verdicts(&self, remote: &[Verdict]) -> Vec<Option<Verdict>> {
+        let mut remote = remote.iter();
+        self.local
+            .iter()
+            .map(|local| local.or_else(|| remote.next().copied()))
+            .collect()
+    }
+
     /// Decides from the verdicts and remembers what came of each rule.
-    fn conclude(&mut self, shared: &Shared, verdicts: &[Verdict]) -> Act {
+    fn conclude(&mut self, shared: &Shared, verdicts: &[Option<Verdict>]) -> Act {
         let now = now_ms(self);
         let asked_at = self.asked_at_ms;
-        let outcomes = record::outcomes(
-            self.planned
-                .iter()
-                .zip(verdicts)
-                .map(|(p, v)| (p.check.shadow, v.allowed)),
-        );
+        let decided: Vec<(bool, bool)> = self
+            .planned
+            .iter()
+            .zip(verdicts)
+            .filter_map(|(p, v)| v.map(|v| (p.check.shadow, v.allowed)))
+            .collect();
+        let mut decided_outcomes = record::outcomes(decided).into_iter();
+        let outcomes: Vec<RuleOutcome> = verdicts
+            .iter()
+            .map(|v| match v {
+                Some(_) => decided_outcomes.next().unwrap_or(RuleOutcome::Skipped),
+                None => RuleOutcome::Skipped,
+            })
+            .collect();
         let rule_verdicts: Vec<RuleVerdict<'_>> = self
             .planned
             .iter()
             .zip(verdicts)
-            .map(|(p, v)| RuleVerdict {
-                rule: p.check.rule.as_str(),
-                limit: &p.check.limit,
-                shadow: p.check.shadow,
-                verdict: v,
+            .filter_map(|(p, v)| {
+                Some(RuleVerdict {
+                    rule: p.check.rule.as_str(),
+                    limit: &p.check.limit,
+                    shadow: p.check.shadow,
+                    verdict: v.as_ref()?,
+                })
             })
             .collect();
         let decision = decide(&shared.policy.response, &rule_verdicts);
         let mut records = Vec::with_capacity(self.planned.len());
-        for ((planned, verdict), outcome) in self.planned.iter().zip(verdicts).zip(outcomes) {
-            let delayed = outcome == RuleOutcome::Allowed && verdict.delay_ms > 0;
-            shared.stats.outcome(planned.rule, outcome, delayed);
-            if outcome == RuleOutcome::Denied
-                && let Some(retry_ms) = verdict.retry_after_ms
+        for (((planned, verdict), outcome), local) in self
+            .planned
+            .iter()
+            .zip(verdicts)
+            .zip(&outcomes)
+            .zip(&self.local)
+        {
+            let local = local.is_some();
+            let delay_ms = match verdict {
+                Some(v) if *outcome == RuleOutcome::Allowed => v.delay_ms,
+                _ => 0,
+            };
+            shared
+                .stats
+                .outcome(planned.rule, *outcome, delay_ms > 0, local);
+            if *outcome == RuleOutcome::Denied
+                && !local
+                && let Some(Verdict {
+                    retry_after_ms: Some(retry_ms),
+                    reset_ms,
+                    limit,
+                    ..
+                }) = verdict
             {
                 let entry = Entry {
                     id: entry_id(&planned.check.rule, &planned.check.key),
                     until_ms: asked_at + retry_ms,
-                    reset_at_ms: asked_at + verdict.reset_ms,
-                    limit: verdict.limit,
+                    reset_at_ms: asked_at + reset_ms,
+                    limit: *limit,
                 };
                 shared.cache.remember(&entry, now);
             }
             records.push(RuleRecord {
                 rule: planned.check.rule.to_string(),
                 key: planned.check.key.to_string(),
-                outcome,
-                delay_ms: if delayed { verdict.delay_ms } else { 0 },
+                outcome: *outcome,
+                delay_ms,
+                local,
             });
         }
         ffi::set_filter_state(DECISION_PROPERTY, &record::encode(&records));
         match decision {
-            Decision::Deny(denial) => Act::Reply(denial),
+            Decision::Deny(denial) => {
+                self.give_back(shared, now);
+                Act::Reply(denial)
+            }
             Decision::Allow { delay_ms, headers } => {
                 self.response_headers = headers;
                 if delay_ms > 0 {
@@ -212,30 +303,49 @@ impl Stream {
         }
     }
 
-    /// The service gave no usable answer: count it, record it, apply the failure mode.
+    /// The request is denied: the units it took from allowances go back.
+    fn give_back(&mut self, shared: &Shared, now: u64) {
+        for reservation in self.reservations.drain(..) {
+            shared.leases.give_back(&reservation, now);
+        }
+    }
+
+    /// The service gave no usable answer: count it, record it, apply the failure mode to the
+    /// checks it was asked (those decided here stand).
     fn fail(&mut self, shared: &Shared, reason: &str) -> Act {
         let _ = hostcalls::log(
             LogLevel::Warn,
             &format!("sluice: {reason}; failure mode applies"),
         );
         shared.stats.callout_failure();
+        let admit = shared.policy.failure_mode == FailureMode::Allow;
         let records: Vec<RuleRecord> = self
             .planned
             .iter()
-            .map(|p| {
-                shared.stats.outcome(p.rule, RuleOutcome::Failed, false);
+            .zip(&self.local)
+            .map(|(p, local)| {
+                let (outcome, local) = match local {
+                    Some(_) if admit => (RuleOutcome::Allowed, true),
+                    Some(_) => (RuleOutcome::Skipped, true),
+                    None => (RuleOutcome::Failed, false),
+                };
+                shared.stats.outcome(p.rule, outcome, false, local);
                 RuleRecord {
                     rule: p.check.rule.to_string(),
                     key: p.check.key.to_string(),
-                    outcome: RuleOutcome::Failed,
+                    outcome,
                     delay_ms: 0,
+                    local,
                 }
             })
             .collect();
         ffi::set_filter_state(DECISION_PROPERTY, &record::encode(&records));
-        match shared.policy.failure_mode {
-            FailureMode::Allow => Act::Continue,
-            FailureMode::Deny => Act::Reply(shared.policy.failure_denial()),
+        if admit {
+            Act::Continue
+        } else {
+            let now = now_ms(self);
+            self.give_back(shared, now);
+            Act::Reply(shared.policy.failure_denial())
         }
     }
 
@@ -308,7 +418,10 @@ impl Context for Stream {
             return;
         };
         let act = match self.read_answer(num_headers, body_size) {
-            Ok(verdicts) => self.conclude(&shared, &verdicts),
+            Ok(remote) => {
+                let verdicts = self.all_verdicts(&remote);
+                self.conclude(&shared, &verdicts)
+            }
             Err(reason) => self.fail(&shared, &reason),
         };
         self.act_on_answer(act, &shared);
@@ -337,12 +450,13 @@ impl HttpContext for Stream {
                     } else {
                         RuleOutcome::Skipped
                     };
-                    shared.stats.outcome(p.rule, outcome, false);
+                    shared.stats.outcome(p.rule, outcome, false, false);
                     RuleRecord {
                         rule: p.check.rule.to_string(),
                         key: p.check.key.to_string(),
                         outcome,
                         delay_ms: 0,
+                        local: false,
                     }
                 })
                 .collect();
@@ -350,9 +464,19 @@ impl HttpContext for Stream {
             return self.act_on_headers(Act::Reply(denial), &shared);
         }
         self.asked_at_ms = now;
+        self.decide_from_leases(&shared, now);
+        let all_here = self.local.iter().all(Option::is_some);
+        if all_here || self.denied_here() {
+            let verdicts = self.local.clone();
+            let act = self.conclude(&shared, &verdicts);
+            return self.act_on_headers(act, &shared);
+        }
         match self.send_callout(&shared.policy) {
             Ok(()) => {
-                shared.stats.callout();
+                let remote = self.planned.iter().zip(&self.local);
+                shared
+                    .stats
+                    .callout(remote.filter(|(_, l)| l.is_none()).map(|(p, _)| p.rule));
                 Action::Pause
             }
             Err(reason) => {

@@ -8,7 +8,9 @@
 //! - requests admitted over the exact limit: their key had more than `units` admitted in the
 //!   interval of `period` ending with them;
 //! - requests admitted over the algorithm's own bound for an interval of `period`
-//!   ([`Limit::admission_bound`]): never more than zero for a correct implementation;
+//!   ([`Limit::admission_bound`]), plus, for a leased rule, the units its Envoys may hold
+//!   (`max_outstanding`, see [`sluice_core::lease`]): never more than zero for a correct
+//!   implementation;
 //! - what an exact limiter, offered the very same requests, would have done: the requests the
 //!   rule denied that it would have admitted, and the other way round.
 //!
@@ -52,6 +54,9 @@ pub struct RuleLimit {
     pub cost: u64,
     /// Whether denied requests count.
     pub count_denied: bool,
+    /// For a leased rule, the units all Envoys together may hold for a key, which the bound
+    /// adds to the algorithm's; 0 otherwise.
+    pub lease_allowance: u64,
 }
 
 /// The busiest interval of one key.
@@ -98,8 +103,12 @@ pub struct Accuracy {
     pub admitted: u64,
     /// Admitted requests that took their key over `units` in the `period` ending with them.
     pub over_exact: u64,
-    /// The algorithm's own bound on admissions in any interval of `period`.
+    /// The bound on admissions in any interval of `period`: the algorithm's own, plus
+    /// `lease_allowance`.
     pub bound: u64,
+    /// What leases add to the algorithm's bound (0 for a rule decided per request).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub lease_allowance: u64,
     /// Admitted requests over that bound.
     pub over_bound: u64,
     /// The busiest interval of `period` of any key.
@@ -108,6 +117,10 @@ pub struct Accuracy {
     pub exact: Option<ExactComparison>,
     /// What per-instance limits would have done (with more than one Envoy).
     pub per_instance: Option<PerInstance>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Runs requests through a reference model, one state per key.
@@ -152,7 +165,10 @@ pub fn assess<'a>(
 ) -> Accuracy {
     let (units, period) = rule.limit.nominal_rate();
     let period_us = period.as_micros();
-    let bound = rule.limit.admission_bound(period.as_millis());
+    let bound = rule
+        .limit
+        .admission_bound(period.as_millis())
+        .saturating_add(rule.lease_allowance);
     let mut accuracy = Accuracy {
         units,
         period_ms: period.as_millis(),
@@ -160,6 +176,7 @@ pub fn assess<'a>(
         admitted: 0,
         over_exact: 0,
         bound,
+        lease_allowance: rule.lease_allowance,
         over_bound: 0,
         peak: None,
         exact: rule.limit.exact().map(|_| ExactComparison::default()),
@@ -251,6 +268,7 @@ mod tests {
             limit: serde_json::from_str(json).unwrap(),
             cost: 1,
             count_denied: false,
+            lease_allowance: 0,
         }
     }
 

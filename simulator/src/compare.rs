@@ -2,7 +2,9 @@
 //!
 //! The comparison is one replay of a policy with six shadow rules, one per algorithm, all
 //! keyed the same way: shadow rules decide and count but never deny, so each algorithm sees
-//! exactly the traffic of the trace, through the real filter, server and Redis. The report's
+//! exactly the traffic of the trace, through the real filter, server and Redis. Beside each,
+//! unless leases are off, the same algorithm in lease mode (a seventh to twelfth shadow rule,
+//! named `<algorithm>.leased`), decided in Envoy from units leased ahead of need. The report's
 //! accuracy section then holds each against the exact limit of the rate.
 
 use std::fmt::Write as _;
@@ -74,10 +76,21 @@ fn limit_json(algorithm: Algorithm, nominal: Nominal) -> serde_json::Value {
     }
 }
 
+/// The name of an algorithm's leased twin.
+pub fn leased_name(algorithm: Algorithm) -> String {
+    format!("{}.leased", algorithm.name())
+}
+
 /// The policy of a comparison: one shadow rule per algorithm, each named after it, on every
-/// request, keyed by `key` (the policy language's key parts, e.g. `["client_ip"]`).
-pub fn policy(nominal: Nominal, key: &serde_json::Value, cluster: &str) -> String {
-    let rules: Vec<serde_json::Value> = ALGORITHMS
+/// request, keyed by `key` (the policy language's key parts, e.g. `["client_ip"]`); and, with
+/// `lease_horizon`, each algorithm again in lease mode.
+pub fn policy(
+    nominal: Nominal,
+    key: &serde_json::Value,
+    cluster: &str,
+    lease_horizon: Option<Millis>,
+) -> String {
+    let mut rules: Vec<serde_json::Value> = ALGORITHMS
         .iter()
         .map(|&a| {
             serde_json::json!({
@@ -88,7 +101,29 @@ pub fn policy(nominal: Nominal, key: &serde_json::Value, cluster: &str) -> Strin
             })
         })
         .collect();
+    if let Some(horizon) = lease_horizon {
+        rules.extend(ALGORITHMS.iter().map(|&a| {
+            serde_json::json!({
+                "name": leased_name(a),
+                "key": key,
+                "limit": limit_json(a, nominal),
+                "shadow": true,
+                // Half the capacity per Envoy, all of it in total: what a small nominal rate
+                // needs for a lease to hold more than a unit or two.
+                "lease": {"horizon": horizon.to_string(), "max_share": 0.5, "max_total_share": 1.0},
+            })
+        }));
+    }
     serde_json::json!({"cluster": cluster, "timeout": "1s", "rules": rules}).to_string()
+}
+
+/// The same algorithm in lease mode.
+#[derive(Debug, Clone, Serialize)]
+pub struct Leased {
+    /// Its accuracy (its bound includes what its Envoys may hold).
+    pub accuracy: Accuracy,
+    /// Callouts per 1,000 requests.
+    pub callouts_per_thousand: Option<f64>,
 }
 
 /// One algorithm's line.
@@ -99,6 +134,11 @@ pub struct Row {
     /// Its accuracy.
     #[serde(flatten)]
     pub accuracy: Accuracy,
+    /// Callouts per 1,000 requests.
+    pub callouts_per_thousand: Option<f64>,
+    /// The same in lease mode, when compared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leased: Option<Leased>,
 }
 
 /// The busiest moment of the fixed window, seen by every algorithm.
@@ -132,9 +172,21 @@ impl Comparison {
             .iter()
             .filter_map(|a| {
                 let rule = report.rules.iter().find(|r| r.rule == a.name())?;
+                let leased = report
+                    .rules
+                    .iter()
+                    .find(|r| r.rule == leased_name(*a))
+                    .and_then(|r| {
+                        Some(Leased {
+                            accuracy: r.accuracy.clone()?,
+                            callouts_per_thousand: r.callouts_per_thousand(),
+                        })
+                    });
                 Some(Row {
                     algorithm: a.name().to_owned(),
                     accuracy: rule.accuracy.clone()?,
+                    callouts_per_thousand: rule.callouts_per_thousand(),
+                    leased,
                 })
             })
             .collect();
@@ -181,7 +233,7 @@ impl Comparison {
     }
 
     /// The table's columns.
-    const COLUMNS: [&'static str; 8] = [
+    const COLUMNS: [&'static str; 13] = [
         "algorithm",
         "admitted",
         "over exact",
@@ -190,16 +242,22 @@ impl Comparison {
         "over bound",
         "denied, exact admits",
         "admitted, exact denies",
+        "callouts/1k",
+        "leased: admitted",
+        "over bound",
+        "denied, exact admits",
+        "callouts/1k",
     ];
 
     /// The table's rows, with the algorithm's name as `name` gives it.
     fn rows(&self, name: impl Fn(&str) -> String) -> Vec<Vec<String>> {
+        let per_thousand = |c: Option<f64>| c.map_or_else(|| "?".to_owned(), |c| format!("{c:.1}"));
         self.rows
             .iter()
             .map(|r| {
                 let a = &r.accuracy;
                 let e = a.exact.clone().unwrap_or_default();
-                vec![
+                let mut row = vec![
                     name(&r.algorithm),
                     text::thousands(a.admitted),
                     text::thousands(a.over_exact),
@@ -208,7 +266,21 @@ impl Comparison {
                     text::thousands(a.over_bound),
                     text::thousands(e.denied_but_exact_admits),
                     text::thousands(e.admitted_but_exact_denies),
-                ]
+                    per_thousand(r.callouts_per_thousand),
+                ];
+                match &r.leased {
+                    Some(l) => {
+                        let le = l.accuracy.exact.clone().unwrap_or_default();
+                        row.extend([
+                            text::thousands(l.accuracy.admitted),
+                            text::thousands(l.accuracy.over_bound),
+                            text::thousands(le.denied_but_exact_admits),
+                            per_thousand(l.callouts_per_thousand),
+                        ]);
+                    }
+                    None => row.extend(["-", "-", "-", "-"].map(str::to_owned)),
+                }
+                row
             })
             .collect()
     }
@@ -218,7 +290,7 @@ impl Comparison {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "every algorithm at {}, each offered every request (shadow rules), against the exact limit",
+            "every algorithm at {}, each offered every request (shadow rules), against the exact limit;\n(leased: the same algorithm decided in Envoy from leased units, its bound the algorithm's plus what its Envoys may hold)",
             self.nominal
         );
         text::table(&Self::COLUMNS, &self.rows(str::to_owned), 1, &mut out);
@@ -305,10 +377,12 @@ mod tests {
             "10/1s".parse().unwrap(),
             &serde_json::json!(["client_ip"]),
             "sluice",
+            Some("200ms".parse().unwrap()),
         );
         let parsed = sluice_core::policy::Policy::from_json(json.as_bytes()).unwrap();
-        assert_eq!(parsed.rules.len(), 6);
+        assert_eq!(parsed.rules.len(), 12);
         assert!(parsed.rules.iter().all(|r| r.shadow));
+        assert_eq!(parsed.rules.iter().filter(|r| r.lease.is_some()).count(), 6);
         for rule in &parsed.rules {
             assert_eq!(rule.limit.nominal_rate().0, 10, "{}", rule.name.as_str());
         }

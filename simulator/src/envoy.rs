@@ -64,6 +64,8 @@ pub struct EnvoyConfig {
     pub failure_policy: FailurePolicy,
     /// Echo module logs at this level and above to stderr.
     pub log_echo: Option<Level>,
+    /// Its node id (the `node.id` property), which names it, among others, as a lease holder.
+    pub node_id: String,
 }
 
 impl EnvoyConfig {
@@ -82,6 +84,7 @@ impl EnvoyConfig {
             clusters: clusters.into_iter().collect(),
             failure_policy: FailurePolicy::FailClosed,
             log_echo: None,
+            node_id: "envoy".to_owned(),
         }
     }
 }
@@ -213,6 +216,7 @@ impl Envoy {
             root_id: config.root_id.clone(),
             vm_configuration: config.vm_configuration.clone(),
             plugin_configuration: config.plugin_configuration.clone(),
+            node_id: config.node_id.clone(),
         };
         let new_vm = |worker: usize| -> Result<Vm, StartError> {
             let state = HostState::new(

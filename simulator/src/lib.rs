@@ -117,11 +117,12 @@ impl Simulation {
     /// Starts the Envoys of `topology` at `now_ns` (the canary first, then each worker).
     pub fn envoys(&self, topology: &Topology, now_ns: u64) -> Result<Vec<Envoy>, StartError> {
         (0..topology.instances.max(1))
-            .map(|_| {
+            .map(|i| {
                 let mut config =
                     EnvoyConfig::new(self.configuration.clone(), [self.cluster.clone()]);
                 config.workers = topology.workers.max(1);
                 config.failure_policy = topology.failure_policy;
+                config.node_id = format!("envoy-{i}");
                 Envoy::start(&self.plugin, config, now_ns)
             })
             .collect()

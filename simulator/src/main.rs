@@ -128,6 +128,12 @@ struct CompareArgs {
     /// What one limit counts, as the policy's key parts in JSON.
     #[arg(long, default_value = r#"["client_ip"]"#)]
     key: String,
+    /// The lease horizon of each algorithm's leased twin (the lease columns).
+    #[arg(long, default_value = "200ms")]
+    lease_horizon: Millis,
+    /// Leave out the leased twins.
+    #[arg(long)]
+    no_lease: bool,
     #[command(flatten)]
     trace: TraceArgs,
     /// Spread the requests of each timestamp step over the step. By default they are spread
@@ -353,7 +359,8 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
 fn compare(args: &CompareArgs) -> anyhow::Result<()> {
     let key: serde_json::Value = serde_json::from_str(&args.key)
         .with_context(|| format!("--key {}: not JSON, e.g. [\"client_ip\"]", args.key))?;
-    let policy = compare::policy(args.rate, &key, "sluice");
+    let horizon = (!args.no_lease).then_some(args.lease_horizon);
+    let policy = compare::policy(args.rate, &key, "sluice", horizon);
     let trace = load_trace(&args.trace, args.spread)?;
     let setup = setup(
         &args.run,

@@ -4,7 +4,10 @@
 use anyhow::Context;
 use sluice_core::policy::Policy;
 
-use crate::envoy::Completed;
+use std::collections::BTreeMap;
+
+use crate::envoy::{Completed, Envoy};
+use crate::host::metrics::MetricValue;
 use crate::launch::Services;
 use crate::replay::{Clock, Observer, RunStats};
 use crate::report::{self, Inputs, Recorder, Report, RunInfo};
@@ -119,6 +122,7 @@ pub fn run(
         open_at_end: run.stats.open_at_end,
         vm_failures,
     };
+    let stats = filter_stats(&run.envoys);
     let mut report = Report::build(
         &recording.recorder,
         Inputs {
@@ -127,6 +131,7 @@ pub fn run(
             policy: policy.as_ref(),
             top: setup.top,
             clients: &run.clients,
+            stats: &stats,
         },
     );
     let memory = match services.limit_keys() {
@@ -142,4 +147,18 @@ pub fn run(
         recorder: recording.recorder,
         stats: run.stats,
     })
+}
+
+/// The filter's counters, summed over the Envoys, by name (without Envoy's `wasmcustom.`).
+pub fn filter_stats(envoys: &[Envoy]) -> BTreeMap<String, i64> {
+    let mut stats = BTreeMap::new();
+    for envoy in envoys {
+        for (name, _, value) in envoy.metrics().snapshot() {
+            if let MetricValue::Number(n) = value {
+                let name = name.strip_prefix("wasmcustom.").unwrap_or(&name).to_owned();
+                *stats.entry(name).or_default() += n;
+            }
+        }
+    }
+    stats
 }

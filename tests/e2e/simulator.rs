@@ -166,7 +166,12 @@ fn compare_on_zanbil_shows_the_fixed_window_over_the_exact_limit_and_the_sliding
         },
     );
     let nominal: Nominal = "10/1s".parse().unwrap();
-    let policy = compare::policy(nominal, &serde_json::json!(["client_ip"]), "sluice");
+    let policy = compare::policy(
+        nominal,
+        &serde_json::json!(["client_ip"]),
+        "sluice",
+        Some("200ms".parse().unwrap()),
+    );
     let outcome = run(&policy, &trace, Topology::default());
     let comparison = Comparison::build(nominal, &outcome.report, &outcome.recorder);
     let row = |name: &str| {
@@ -203,6 +208,14 @@ fn compare_on_zanbil_shows_the_fixed_window_over_the_exact_limit_and_the_sliding
             "{} saw every request",
             r.algorithm
         );
+        let leased = r.leased.as_ref().expect("a lease column");
+        assert_eq!(
+            leased.accuracy.over_bound, 0,
+            "{} leased, over its bound",
+            r.algorithm
+        );
+        assert!(leased.accuracy.lease_allowance > 0);
+        assert_eq!(leased.accuracy.decided, 10_000, "{} leased", r.algorithm);
     }
     let focus = comparison
         .focus

@@ -121,6 +121,25 @@ impl Stack {
         self.run_via(&self.server_url, records, topology)
     }
 
+    /// Replays `records` through `topology` against the stack's server, telling `observer`
+    /// of each request as it completes (which may act on the stack meanwhile).
+    pub fn run_observed(
+        &self,
+        records: &[TraceRecord],
+        topology: &Topology,
+        observer: &mut dyn Observer,
+    ) -> Run {
+        self.simulation
+            .run(
+                records,
+                topology,
+                Endpoint::from_url(&self.server_url),
+                &self.runtime,
+                observer,
+            )
+            .expect("replay")
+    }
+
     /// Replays `records` through `topology`; every request's outcome, in completion order.
     pub fn replay_with(&self, records: &[TraceRecord], topology: &Topology) -> Vec<Completed> {
         self.run(records, topology).0

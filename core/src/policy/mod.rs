@@ -435,11 +435,13 @@ fn lease_config(
     if let Some(reason) = lease_refusal(limit, &terms) {
         return Err(PolicyError::new(path, reason));
     }
-    if cost > max_units {
+    if max_units < 2 * cost {
         return Err(PolicyError::new(
             &field(path, "max_share"),
             format!(
-                "lets one Envoy hold {max_units} units of {capacity}, less than one request's cost ({cost})"
+                "lets one Envoy hold {max_units} units of {capacity}, not two requests' worth ({}): such a lease saves no callout; raise it to at least {}",
+                2 * cost,
+                ((2 * cost) as f64 / capacity as f64 * 100.0).ceil() / 100.0
             ),
         ));
     }

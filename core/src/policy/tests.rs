@@ -231,21 +231,25 @@ fn a_lease_derives_its_units_from_the_capacity() {
 fn lease_settings_that_cannot_work_are_refused_by_name() {
     let cases = [
         (rule("r", r#","lease":{}"#), "rules[0].lease: missing field `horizon`"),
-        (rule("r", r#","lease":{"horizon":"2m"}"#), "rules[0].lease.horizon: must be at most 1m"),
+        (rule("r", r#","lease":{"horizon":"2m","max_share":0.5}"#), "rules[0].lease.horizon: must be at most 1m"),
         (rule("r", r#","lease":{"horizon":"1s","max_share":0}"#), "rules[0].lease.max_share: must be a share"),
         (rule("r", r#","lease":{"horizon":"1s","max_share":1.5}"#), "rules[0].lease.max_share: must be a share"),
         (
             rule("r", r#","lease":{"horizon":"1s","max_share":0.5,"max_total_share":0.2}"#),
             "rules[0].lease.max_total_share: must be at least `max_share` (0.5)",
         ),
-        (rule("r", r#","lease":{"horizon":"1s","ttl":"1s"}"#), "rules[0].lease.ttl: must be between two horizons (2000ms)"),
+        (rule("r", r#","lease":{"horizon":"1s","max_share":0.5,"ttl":"1s"}"#), "rules[0].lease.ttl: must be between two horizons (2000ms)"),
         (
             rule("r", r#","count_denied":true,"lease":{"horizon":"1s"}"#),
             "rules[0].lease: cannot go with `count_denied`",
         ),
         (
-            rule("r", r#","cost":5,"lease":{"horizon":"1s"}"#),
-            "rules[0].lease.max_share: lets one Envoy hold 1 units of 10, less than one request's cost (5)",
+            rule("r", r#","lease":{"horizon":"1s"}"#),
+            "rules[0].lease.max_share: lets one Envoy hold 1 units of 10, not two requests' worth (2): such a lease saves no callout; raise it to at least 0.2",
+        ),
+        (
+            rule("r", r#","cost":3,"lease":{"horizon":"1s","max_share":0.5}"#),
+            "rules[0].lease.max_share: lets one Envoy hold 5 units of 10, not two requests' worth (6)",
         ),
         (
             r#"{"name":"r","key":["client_ip"],"limit":{"algorithm":"leaky_bucket","rate":1,"per":"1s","burst":10,"mode":"shaping","max_wait":"1s"},"lease":{"horizon":"1s"}}"#.to_owned(),

@@ -168,6 +168,7 @@ fn probe_state() -> HostState {
             root_id: String::new(),
             vm_configuration: Vec::new(),
             plugin_configuration: Vec::new(),
+            node_id: String::new(),
         },
         Arc::new(SharedData::default()),
         Arc::new(MetricRegistry::default()),

@@ -1,7 +1,8 @@
 //! Properties: `proxy_get_property`, `proxy_set_property`.
 //!
 //! Encoded as Envoy encodes them: strings raw, integers 8-byte little-endian, timestamps and
-//! durations int64 nanoseconds; addresses `ip:port` (`[v6]:port`). `proxy_set_property` stores
+//! durations int64 nanoseconds; addresses `ip:port` (`[v6]:port`). `node.id` (the Envoy's
+//! bootstrap node id) and the plugin's names answer in the root context too. `proxy_set_property` stores
 //! filter state under `wasm.` + the path's bytes exactly (a trailing NUL included), and a
 //! top-level name that is not a known attribute is looked up there.
 
@@ -87,6 +88,9 @@ fn lookup(state: &mut HostState, path: &[u8]) -> Result<Vec<u8>, Status> {
         b"plugin_name" => return Ok(state.info.plugin_name.clone().into_bytes()),
         b"plugin_root_id" => return Ok(state.info.root_id.clone().into_bytes()),
         b"plugin_vm_id" => return Ok(state.info.vm_id.clone().into_bytes()),
+        b"node" if rest.first() == Some(&&b"id"[..]) => {
+            return Ok(state.info.node_id.clone().into_bytes());
+        }
         _ => {}
     }
     let stream = state.target_stream().ok_or(Status::NotFound)?;

@@ -28,6 +28,8 @@ pub struct VmInfo {
     pub vm_configuration: Vec<u8>,
     /// The plugin's configuration (buffer 7, readable during `on_configure` only).
     pub plugin_configuration: Vec<u8>,
+    /// The Envoy's node id (the `node.id` property; Envoy's bootstrap `node.id`).
+    pub node_id: String,
 }
 
 /// The module's memory and allocator, found after instantiation.

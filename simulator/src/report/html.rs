@@ -128,16 +128,58 @@ pub fn page(report: &Report) -> String {
                 thousands(c.shadow_denied),
                 thousands(c.skipped),
                 thousands(c.failed),
+                thousands(c.local),
+                r.callouts_per_thousand()
+                    .map_or_else(|| "?".to_owned(), |c| format!("{c:.1}")),
                 thousands(r.keys),
             ]
         })
         .collect();
     out.push_str(&table(
         &[
-            "rule", "offered", "allowed", "denied", "cached", "shadow", "skipped", "failed", "keys",
+            "rule",
+            "offered",
+            "allowed",
+            "denied",
+            "cached",
+            "shadow",
+            "skipped",
+            "failed",
+            "decided in Envoy",
+            "callouts per 1,000",
+            "keys",
         ],
         &rows,
     ));
+    let leased: Vec<Vec<String>> = report
+        .rules
+        .iter()
+        .filter_map(|r| {
+            let l = r.lease.as_ref()?;
+            Some(vec![
+                escape(&r.rule),
+                thousands(l.asks),
+                thousands(l.units),
+                thousands(l.empty),
+                thousands(l.failures),
+                thousands(l.max_outstanding),
+            ])
+        })
+        .collect();
+    if !leased.is_empty() {
+        out.push_str("<h3>Leases</h3>\n<p class=\"note\">Units handed to each Envoy ahead of need. Empty answers: the algorithm admitted nothing then. May hold: the units all Envoys together may hold for one key, which the bound adds to the algorithm's own.</p>\n");
+        out.push_str(&table(
+            &[
+                "rule",
+                "asks",
+                "units granted",
+                "empty answers",
+                "no answer",
+                "may hold",
+            ],
+            &leased,
+        ));
+    }
     let step = report.timeline.step_ms;
     for series in &report.timeline.rules {
         let title = format!(
@@ -187,7 +229,7 @@ pub fn page(report: &Report) -> String {
                 "admitted",
                 "over exact",
                 "peak in a period (key)",
-                "own bound",
+                "bound (with leases)",
                 "over bound",
                 "exact admits",
                 "denied, exact admits",

@@ -39,17 +39,20 @@ pub struct Counts {
     pub cached_deny: u64,
     /// A shadow rule that would have denied.
     pub shadow_denied: u64,
-    /// Not counted because an earlier rule denied.
+    /// Not counted because another rule denied the request.
     pub skipped: u64,
     /// No answer from the service.
     pub failed: u64,
     /// Admitted after a shaping delay.
     pub delayed: u64,
+    /// Decided inside Envoy from a lease (admitted or denied), with no callout.
+    pub local: u64,
 }
 
 impl Counts {
-    fn add(&mut self, outcome: RuleOutcome, delayed: bool) {
+    fn add(&mut self, outcome: RuleOutcome, delayed: bool, local: bool) {
         self.offered += 1;
+        self.local += u64::from(local && decided(outcome).is_some());
         match outcome {
             RuleOutcome::Allowed => self.allowed += 1,
             RuleOutcome::Denied => self.denied += 1,
@@ -77,6 +80,15 @@ fn decided(outcome: RuleOutcome) -> Option<bool> {
     }
 }
 
+impl RuleReport {
+    /// Callouts per 1,000 requests the rule applied to, when both are known.
+    pub fn callouts_per_thousand(&self) -> Option<f64> {
+        let callouts = self.callouts?;
+        (self.counts.offered > 0)
+            .then(|| (callouts as f64 * 1000.0 / self.counts.offered as f64 * 10.0).round() / 10.0)
+    }
+}
+
 /// What the keys of one rule hold in Redis at the end of the replay.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RuleMemory {
@@ -95,6 +107,21 @@ impl RuleMemory {
     }
 }
 
+/// What a leased rule's leases did, from the filter's stats.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LeaseReport {
+    /// Asks sent for the rule (each in a lease call, with the asks of other keys).
+    pub asks: u64,
+    /// Units granted.
+    pub units: u64,
+    /// Answers with nothing to lease (the algorithm admitted nothing then).
+    pub empty: u64,
+    /// Asks that got no usable answer.
+    pub failures: u64,
+    /// The units all Envoys together may hold for one key.
+    pub max_outstanding: u64,
+}
+
 /// One rule's part of the report.
 #[derive(Debug, Clone, Serialize)]
 pub struct RuleReport {
@@ -110,6 +137,13 @@ pub struct RuleReport {
     /// Its counts.
     #[serde(flatten)]
     pub counts: Counts,
+    /// Callouts that carried the rule: its checks sent per request, and its lease asks
+    /// (from the filter's stats; absent when they are not known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callouts: Option<u64>,
+    /// Its leases, for a leased rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseReport>,
     /// How far it strayed from the exact limit and from its own bound.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accuracy: Option<Accuracy>,
@@ -291,6 +325,8 @@ pub struct Inputs<'a> {
     pub top: usize,
     /// Names behind synthetic client addresses.
     pub clients: &'a ClientAddresses,
+    /// The filter's stats, summed over the Envoys, by name (without `wasmcustom.`).
+    pub stats: &'a BTreeMap<String, i64>,
 }
 
 /// Time steps a timeline may use; the smallest one that gives at most [`MAX_STEPS`] steps and
@@ -320,6 +356,7 @@ impl Report {
                                     limit: r.limit,
                                     cost: r.cost,
                                     count_denied: r.count_denied,
+                                    lease_allowance: r.lease.map_or(0, |l| l.terms.max_outstanding),
                                 },
                                 r.shadow,
                             ),
@@ -328,6 +365,10 @@ impl Report {
                     .collect()
             })
             .unwrap_or_default();
+        let stat = |rule: &str, name: &str| -> Option<u64> {
+            let value = inputs.stats.get(&format!("sluice.rule.{rule}.{name}"))?;
+            u64::try_from(*value).ok()
+        };
         // Each key's decisions, in time order.
         let mut order: Vec<u32> = (0..recorder.decisions.len() as u32).collect();
         order.sort_by_key(|&i| {
@@ -338,8 +379,8 @@ impl Report {
         let mut rule_counts = vec![Counts::default(); recorder.rules.len()];
         for d in &recorder.decisions {
             let delayed = d.outcome == RuleOutcome::Allowed && d.delay_ms > 0;
-            key_counts[d.key as usize].add(d.outcome, delayed);
-            rule_counts[recorder.keys[d.key as usize].0].add(d.outcome, delayed);
+            key_counts[d.key as usize].add(d.outcome, delayed, d.local);
+            rule_counts[recorder.keys[d.key as usize].0].add(d.outcome, delayed, d.local);
         }
         let mut offers: Vec<Vec<(&str, Vec<Offer>)>> = vec![Vec::new(); recorder.rules.len()];
         for chunk in order.chunk_by(|a, b| {
@@ -385,12 +426,28 @@ impl Report {
                     )),
                     _ => None,
                 };
+                let leased = inputs
+                    .policy
+                    .and_then(|p| p.rules.iter().find(|r| r.name.as_str() == name))
+                    .and_then(|r| r.lease);
+                let lease = leased.map(|config| LeaseReport {
+                    asks: stat(name, "lease_asks").unwrap_or(0)
+                        + stat(name, "lease_failures").unwrap_or(0),
+                    units: stat(name, "lease_units").unwrap_or(0),
+                    empty: stat(name, "lease_empty").unwrap_or(0),
+                    failures: stat(name, "lease_failures").unwrap_or(0),
+                    max_outstanding: config.terms.max_outstanding,
+                });
+                let callouts =
+                    stat(name, "callouts").map(|c| c + lease.as_ref().map_or(0, |l| l.asks));
                 RuleReport {
                     rule: name.clone(),
                     limit: known.map(|(l, _)| l.limit),
                     shadow: known.is_some_and(|(_, shadow)| *shadow),
                     keys: id.map_or(0, |id| offers[id].len() as u64),
                     counts: id.map(|id| rule_counts[id].clone()).unwrap_or_default(),
+                    callouts,
+                    lease,
                     accuracy,
                     memory: None,
                 }

@@ -16,6 +16,8 @@ pub(super) struct Decision {
     pub delay_ms: u32,
     pub time_us: i64,
     pub instance: u16,
+    /// Decided in Envoy from a lease.
+    pub local: bool,
 }
 
 /// Everything a report is built from.
@@ -67,6 +69,7 @@ impl Recorder {
                 delay_ms: u32::try_from(line.delay_ms).unwrap_or(u32::MAX),
                 time_us,
                 instance: u16::try_from(instance).unwrap_or(u16::MAX),
+                local: line.local,
             });
         }
     }

@@ -91,6 +91,7 @@ pub(super) fn render(report: &Report) -> String {
     let mut out = String::new();
     header(report, &mut out);
     rules(report, &mut out);
+    leases(report, &mut out);
     accuracy(report, &mut out);
     memory(report, &mut out);
     keys(report, &mut out);
@@ -193,7 +194,17 @@ fn header(report: &Report, out: &mut String) {
 fn rules(report: &Report, out: &mut String) {
     let mut table = Table::new(
         &[
-            "rule", "offered", "allowed", "denied", "cached", "shadow", "skipped", "failed", "keys",
+            "rule",
+            "offered",
+            "allowed",
+            "denied",
+            "cached",
+            "shadow",
+            "skipped",
+            "failed",
+            "local",
+            "callouts/1k",
+            "keys",
         ],
         1,
     );
@@ -212,13 +223,51 @@ fn rules(report: &Report, out: &mut String) {
             dash(c.shadow_denied),
             dash(c.skipped),
             dash(c.failed),
+            dash(c.local),
+            r.callouts_per_thousand()
+                .map_or_else(|| "?".to_owned(), |c| format!("{c:.1}")),
             thousands(r.keys),
         ]);
     }
     table.render(out);
     let _ = writeln!(
         out,
-        "  (cached: denied from the local deny cache, no callout; shadow: a shadow rule that would have denied;\n   skipped: an earlier rule denied, so this one was not counted)"
+        "  (cached: denied from the local deny cache, no callout; shadow: a shadow rule that would have denied;\n   skipped: another rule denied the request, so this one consumed nothing; local: decided in Envoy from a lease;\n   callouts/1k: callouts carrying the rule, per request or lease asks, per 1,000 requests it applied to)"
+    );
+    let _ = writeln!(out);
+}
+
+fn leases(report: &Report, out: &mut String) {
+    if report.rules.iter().all(|r| r.lease.is_none()) {
+        return;
+    }
+    let _ = writeln!(out, "leases (units handed to each Envoy ahead of need)");
+    let mut table = Table::new(
+        &[
+            "rule",
+            "asks",
+            "units granted",
+            "empty answers",
+            "no answer",
+            "may hold",
+        ],
+        1,
+    );
+    for r in &report.rules {
+        let Some(l) = &r.lease else { continue };
+        table.row(vec![
+            r.rule.clone(),
+            thousands(l.asks),
+            thousands(l.units),
+            dash(l.empty),
+            dash(l.failures),
+            thousands(l.max_outstanding),
+        ]);
+    }
+    table.render(out);
+    let _ = writeln!(
+        out,
+        "  (empty answers: the algorithm admitted nothing then; may hold: the units all Envoys together may hold for one key,\n   which the bound below adds to the algorithm's own)"
     );
     let _ = writeln!(out);
 }
@@ -277,6 +326,15 @@ fn accuracy(report: &Report, out: &mut String) {
                 thousands(p.admitted),
                 period(a.period_ms),
                 format_time(p.at_us)
+            ));
+        }
+        if a.lease_allowance > 0 {
+            notes.push(format!(
+                "  {}: bound {} = the algorithm's own {} + {} units its Envoys may hold (lease)",
+                r.rule,
+                thousands(a.bound),
+                thousands(a.bound - a.lease_allowance),
+                thousands(a.lease_allowance)
             ));
         }
         if let Some(local) = &a.per_instance {

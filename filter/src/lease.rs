@@ -1,0 +1,490 @@
+//! Leases in the filter: each rule and key's [`Allowance`] in shared data, spent by every
+//! worker with compare-and-swap; asks sent from the root context's tick; answers applied.
+//!
+//! A request's stream takes units out of the allowance when it can ([`Leases::take`]) and,
+//! when the allowance runs low, marks it as asked for (in the same compare-and-swap, so one
+//! worker asks at a time). The root context's tick then sends one `POST /v1/lease` with every
+//! ask this worker marked, renews the leases about to end of keys still in use, and gives back
+//! the units of those that went quiet. Asks go out from the root context, not from a stream, because the
+//! SDK drops the answer to a callout whose stream has ended, and a stream decided from a lease
+//! ends long before the answer comes.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::Status;
+use sluice_core::deny_cache::{entry_id, slot_key};
+use sluice_core::key::{LimitKey, RuleName};
+use sluice_core::lease::{Allowance, Ending, LEASE_SLOTS, LeaseConfig};
+use sluice_core::policy::Rule;
+use sluice_core::wire::{LeaseAsk, LeaseGrant, LeaseRequest, MAX_ASKS};
+
+use crate::ticker::Ticker;
+
+/// How often a write is retried after another worker changed the slot under it.
+const CAS_ATTEMPTS: usize = 8;
+/// How soon the tick sends an ask a request marked: requests meanwhile go to the server.
+const ASK_TICK: Duration = Duration::from_millis(5);
+
+/// Units taken from an allowance for one request, to give back if the request is denied.
+#[derive(Debug)]
+pub struct Reservation {
+    slot: String,
+    id: String,
+    cost: u64,
+}
+
+/// What an allowance says about one request.
+pub enum Local {
+    /// The units were taken: admitted; what the server said at the last grant.
+    Taken {
+        /// To give back if another rule denies the request.
+        reservation: Reservation,
+        /// The limit's capacity.
+        limit: u64,
+        /// What the server had left at the last grant.
+        remaining: u64,
+    },
+    /// The server has nothing to lease for the key for this long: denied here.
+    Empty {
+        /// Milliseconds until the server expects to admit a unit.
+        retry_after_ms: u64,
+        /// The limit's capacity.
+        limit: u64,
+    },
+    /// No units here: decide it per request.
+    NotHeld,
+}
+
+/// An ask on its way, to apply its answer.
+struct Sent {
+    /// The allowance's slot; empty for units given back that have none.
+    slot: String,
+    id: String,
+    rule: usize,
+    name: RuleName,
+    key: LimitKey,
+    asked_at_ms: u64,
+    returning: u64,
+    lease_until_ms: u64,
+}
+
+impl Sent {
+    /// The units it gave back, to give back again (while their lease lasts).
+    fn orphan(&self) -> Orphan {
+        Orphan {
+            rule: self.rule,
+            name: self.name.clone(),
+            key: self.key.clone(),
+            units: self.returning,
+            lease_until_ms: self.lease_until_ms,
+        }
+    }
+}
+
+/// The asks of one lease callout, kept by the root context until its answer.
+pub struct SentAsks(Vec<Sent>);
+
+/// A worker's record of an allowance it has used.
+struct Touched {
+    rule: usize,
+    name: RuleName,
+    key: LimitKey,
+    id: String,
+}
+
+/// Units granted or given back that have no allowance to go to: given back at the next tick.
+struct Orphan {
+    rule: usize,
+    name: RuleName,
+    key: LimitKey,
+    units: u64,
+    lease_until_ms: u64,
+}
+
+#[derive(Default)]
+struct WorkerState {
+    /// By slot key: the allowances this worker used, which its tick looks after.
+    touched: BTreeMap<String, Touched>,
+    /// Slot keys this worker marked as asked for, to ask at the next tick.
+    wanted: Vec<String>,
+    /// By callout token.
+    in_flight: HashMap<u32, Vec<Sent>>,
+    orphans: Vec<Orphan>,
+}
+
+/// The leases of one configuration, seen from one worker's VM.
+pub struct Leases {
+    fingerprint: String,
+    holder: String,
+    /// The shortest tick any leased rule wants; `None` when no rule leases.
+    tick: Option<Duration>,
+    ticker: Rc<Ticker>,
+    state: RefCell<WorkerState>,
+}
+
+/// Reads slot `key` and writes `f`'s new allowance with compare-and-swap, retrying when
+/// another worker wrote in between. `f` gets the current allowance (if the slot holds one)
+/// and returns the one to write (`None`: write nothing) and a result.
+fn update<R>(
+    key: &str,
+    mut f: impl FnMut(Option<Allowance>) -> (Option<Allowance>, R),
+) -> Option<R> {
+    for _ in 0..CAS_ATTEMPTS {
+        let (current, cas) = match hostcalls::get_shared_data(key) {
+            Ok((bytes, cas)) => (bytes.as_deref().and_then(Allowance::decode), cas),
+            Err(_) => (None, None),
+        };
+        let (next, result) = f(current);
+        let Some(next) = next else {
+            return Some(result);
+        };
+        match hostcalls::set_shared_data(key, Some(&next.encode()), cas) {
+            Ok(()) => return Some(result),
+            Err(Status::CasMismatch) => continue,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+impl Leases {
+    /// Leases for the rules of a configuration with `fingerprint`, held by `holder`.
+    pub fn new(fingerprint: String, holder: String, rules: &[Rule], ticker: Rc<Ticker>) -> Leases {
+        let tick = rules
+            .iter()
+            .filter_map(|r| r.lease.as_ref().map(LeaseConfig::tick_ms))
+            .min()
+            .map(Duration::from_millis);
+        Leases {
+            fingerprint,
+            holder,
+            tick,
+            ticker,
+            state: RefCell::default(),
+        }
+    }
+
+    fn slot(&self, id: &str) -> String {
+        slot_key(&format!("{}.lease", self.fingerprint), id, LEASE_SLOTS)
+    }
+
+    /// Tries to decide `rule`'s request for `key` (costing `cost`) from its allowance at
+    /// `now_ms`, counting it towards the key's rate, and marks the allowance as asked for
+    /// when it runs low.
+    pub fn take(
+        &self,
+        rule_index: usize,
+        rule: &Rule,
+        config: &LeaseConfig,
+        key: &LimitKey,
+        now_ms: u64,
+    ) -> Local {
+        let id = entry_id(&rule.name, key);
+        let slot = self.slot(&id);
+        let ttl = config.terms.ttl.as_millis();
+        let cost = rule.cost;
+        let mut asked = false;
+        let local = update(&slot, |current| {
+            asked = false;
+            let mut a = match current {
+                Some(a) if a.id == id => a,
+                Some(a) if !a.is_free(now_ms, ttl) => return (None, Local::NotHeld),
+                _ => Allowance::new(&id),
+            };
+            a.observe(cost, now_ms, config.horizon);
+            // Units held are spent first: an empty answer only says there are no more.
+            let local = if a.take(cost, now_ms) {
+                Local::Taken {
+                    reservation: Reservation {
+                        slot: slot.clone(),
+                        id: id.clone(),
+                        cost,
+                    },
+                    limit: a.limit.max(rule.limit.capacity()),
+                    remaining: a.remaining,
+                }
+            } else if now_ms < a.empty_until_ms {
+                Local::Empty {
+                    retry_after_ms: a.empty_until_ms - now_ms,
+                    limit: a.limit.max(rule.limit.capacity()),
+                }
+            } else {
+                Local::NotHeld
+            };
+            if a.want(now_ms, config).is_some() {
+                a.asking_since_ms = now_ms;
+                asked = true;
+            }
+            (Some(a), local)
+        });
+        let mut state = self.state.borrow_mut();
+        if asked {
+            state.wanted.push(slot.clone());
+        }
+        if local.is_some() {
+            state.touched.entry(slot).or_insert_with(|| Touched {
+                rule: rule_index,
+                name: rule.name.clone(),
+                key: key.clone(),
+                id,
+            });
+        }
+        let period = if state.wanted.is_empty() {
+            self.tick
+        } else {
+            Some(ASK_TICK)
+        };
+        drop(state);
+        self.ticker.set_leasing(period);
+        local.unwrap_or(Local::NotHeld)
+    }
+
+    /// Puts back units taken for a request that another rule denied.
+    pub fn give_back(&self, reservation: &Reservation, now_ms: u64) {
+        update(&reservation.slot, |current| match current {
+            Some(mut a) if a.id == reservation.id => {
+                // Only while the lease lives: after it, the units are no longer the holder's
+                // to spend, and the unit is lost, which only costs an admission.
+                let given = a.give_back(reservation.cost, now_ms);
+                (given.then_some(a), ())
+            }
+            _ => (None, ()),
+        });
+    }
+
+    /// What the tick sends at `now_ms`: the asks this worker marked, the units it gives back
+    /// (idle allowances, leases about to end, orphans), as one lease request; `None` when
+    /// there is nothing to say. Stops the tick when nothing needs it any more.
+    pub fn on_tick(&self, rules: &[Rule], now_ms: u64) -> Option<(LeaseRequest, SentAsks)> {
+        let mut state = self.state.borrow_mut();
+        let wanted: Vec<String> = std::mem::take(&mut state.wanted);
+        let mut asks: Vec<LeaseAsk> = Vec::new();
+        let mut sent: Vec<Sent> = Vec::new();
+        let margin = self.tick.map_or(0, |t| 2 * t.as_millis() as u64);
+        let slots: Vec<String> = state.touched.keys().cloned().collect();
+        for slot in slots {
+            if asks.len() >= MAX_ASKS {
+                break;
+            }
+            let Some(touched) = state.touched.get(&slot) else {
+                continue;
+            };
+            let Some(rule) = rules.get(touched.rule) else {
+                continue;
+            };
+            let Some(config) = rule.lease.as_ref() else {
+                continue;
+            };
+            let ttl = config.terms.ttl.as_millis();
+            let asking = wanted.contains(&slot);
+            let id = touched.id.clone();
+            let outcome = update(&slot, |current| {
+                let Some(mut a) = current.filter(|a| a.id == id) else {
+                    return (None, None);
+                };
+                let held = if a.leased(now_ms) { a.units } else { 0 };
+                if asking && a.asking_since_ms != 0 {
+                    let want = a.target(config).saturating_sub(held);
+                    let until = a.lease_until_ms;
+                    return (None, Some((want, held, 0, until)));
+                }
+                let until = a.lease_until_ms;
+                match a.lease_ending(now_ms, ttl, margin) {
+                    Some(Ending::Renew) => {
+                        let want = a.target(config).saturating_sub(held);
+                        a.asking_since_ms = now_ms;
+                        (Some(a), Some((want, held, 0, until)))
+                    }
+                    Some(Ending::GiveBack) => {
+                        let returning = if a.leased(now_ms) { a.take_all() } else { 0 };
+                        a.units = 0;
+                        if returning == 0 {
+                            return (Some(a), None);
+                        }
+                        a.asking_since_ms = now_ms;
+                        (Some(a), Some((0, 0, returning, until)))
+                    }
+                    None => (None, None),
+                }
+            });
+            match outcome {
+                Some(Some((want, held, returning, lease_until_ms))) => {
+                    let touched = &state.touched[&slot];
+                    asks.push(LeaseAsk {
+                        rule: touched.name.clone(),
+                        key: touched.key.clone(),
+                        limit: rule.limit,
+                        terms: config.terms,
+                        want,
+                        held,
+                        returning,
+                    });
+                    sent.push(Sent {
+                        slot: slot.clone(),
+                        id: touched.id.clone(),
+                        rule: touched.rule,
+                        name: touched.name.clone(),
+                        key: touched.key.clone(),
+                        asked_at_ms: now_ms,
+                        returning,
+                        lease_until_ms,
+                    });
+                }
+                Some(None) | None => {
+                    // Forget allowances that went to another key or stayed idle a whole ttl.
+                    let keep = hostcalls::get_shared_data(&slot)
+                        .ok()
+                        .and_then(|(bytes, _)| bytes.as_deref().and_then(Allowance::decode))
+                        .is_some_and(|a| {
+                            a.id == touched.id && now_ms.saturating_sub(a.last_seen_ms) < ttl
+                        });
+                    if !keep {
+                        state.touched.remove(&slot);
+                    }
+                }
+            }
+        }
+        let orphans = std::mem::take(&mut state.orphans);
+        for orphan in orphans {
+            // Units the server no longer counts (their lease ended) are simply gone.
+            if orphan.lease_until_ms <= now_ms || asks.len() >= MAX_ASKS {
+                if orphan.lease_until_ms > now_ms {
+                    state.orphans.push(orphan);
+                }
+                continue;
+            }
+            let Some(rule) = rules.get(orphan.rule) else {
+                continue;
+            };
+            let Some(config) = rule.lease.as_ref() else {
+                continue;
+            };
+            if asks
+                .iter()
+                .any(|a| a.rule == orphan.name && a.key == orphan.key)
+            {
+                state.orphans.push(orphan);
+                continue;
+            }
+            let returning = orphan.units.min(config.terms.max_units);
+            asks.push(LeaseAsk {
+                rule: orphan.name.clone(),
+                key: orphan.key.clone(),
+                limit: rule.limit,
+                terms: config.terms,
+                want: 0,
+                held: 0,
+                returning,
+            });
+            sent.push(Sent {
+                slot: String::new(),
+                id: entry_id(&orphan.name, &orphan.key),
+                rule: orphan.rule,
+                name: orphan.name,
+                key: orphan.key,
+                asked_at_ms: now_ms,
+                returning,
+                lease_until_ms: orphan.lease_until_ms,
+            });
+        }
+        let idle =
+            state.touched.is_empty() && state.in_flight.is_empty() && state.orphans.is_empty();
+        drop(state);
+        self.ticker.set_leasing(if idle && asks.is_empty() {
+            None
+        } else {
+            self.tick
+        });
+        if asks.is_empty() {
+            return None;
+        }
+        let request = LeaseRequest {
+            holder: self.holder.clone(),
+            asks,
+        };
+        Some((request, SentAsks(sent)))
+    }
+
+    /// Remembers the asks of a lease callout sent with `token`.
+    pub fn sent(&self, token: u32, sent: SentAsks) {
+        self.state.borrow_mut().in_flight.insert(token, sent.0);
+    }
+
+    /// The asks of a lease callout that could not even be sent: asked again at the next tick.
+    pub fn not_sent(&self, sent: SentAsks) {
+        self.failed_asks(sent.0);
+    }
+
+    /// Applies the answer to the lease callout `token`; `Err` when it brought no usable
+    /// answer. Calls `count` with each ask's rule and grant.
+    pub fn answered(
+        &self,
+        token: u32,
+        answer: Result<Vec<LeaseGrant>, String>,
+        mut count: impl FnMut(usize, Option<&LeaseGrant>),
+    ) {
+        let Some(sent) = self.state.borrow_mut().in_flight.remove(&token) else {
+            return;
+        };
+        let grants = match answer {
+            Ok(grants) if grants.len() == sent.len() => grants,
+            _ => {
+                for s in &sent {
+                    count(s.rule, None);
+                }
+                self.failed_asks(sent);
+                return;
+            }
+        };
+        for (s, grant) in sent.iter().zip(&grants) {
+            count(s.rule, Some(grant));
+            let applied = !s.slot.is_empty()
+                && update(&s.slot, |current| match current {
+                    Some(mut a) if a.id == s.id => {
+                        a.grant(
+                            grant.granted,
+                            s.asked_at_ms,
+                            grant.lease_ms,
+                            grant.empty_for_ms,
+                            grant.limit,
+                            grant.remaining,
+                        );
+                        (Some(a), true)
+                    }
+                    _ => (None, false),
+                })
+                .unwrap_or(false);
+            if !applied && grant.granted > 0 {
+                // The slot went to another key meanwhile: give these back at the next tick.
+                self.state.borrow_mut().orphans.push(Orphan {
+                    units: grant.granted,
+                    lease_until_ms: s.asked_at_ms.saturating_add(grant.lease_ms),
+                    ..s.orphan()
+                });
+            }
+        }
+    }
+
+    /// Asks that got no answer: their allowances may ask again; units they gave back are
+    /// given back again at the next tick, while their lease lasts.
+    fn failed_asks(&self, sent: Vec<Sent>) {
+        for s in sent {
+            if !s.slot.is_empty() {
+                update(&s.slot, |current| match current {
+                    Some(mut a) if a.id == s.id => {
+                        a.asking_since_ms = 0;
+                        (Some(a), ())
+                    }
+                    _ => (None, ()),
+                });
+            }
+            if s.returning > 0 {
+                self.state.borrow_mut().orphans.push(s.orphan());
+            }
+        }
+    }
+}
