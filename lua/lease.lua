@@ -5,34 +5,61 @@
 -- ARGV[1]  the time in microseconds (replay mode only), or "" to read Redis TIME
 -- ARGV[2]  the holder
 -- ARGV[3]  the number of asks
--- then per ask: the algorithm's number (1-6), want, held, returning, max_units,
--- max_outstanding, ttl (us), the number of parameters, the parameters.
+-- then per ask: the algorithm's number (1-6), want, held, returning, demand (units a second),
+-- max_units, max_outstanding, ttl (us), the rate holders share as units per period (us; 0
+-- units: not paced), the number of parameters, the parameters.
 -- KEYS[2i - 1], KEYS[2i]  ask i's state key and ledger key (one hash tag).
 --
--- The ledger is a hash: each holder's units, and '#pool' (no holder can be named so) for
--- units given back, each as "<units>:<expires us>". Units given back go to the pool; a grant
--- takes from the pool first, then from the algorithm: the most it admits now, as a request of
--- that cost would consume them. Nothing a holder holds, nor the pool, counts after it expires.
--- Returns per ask: granted, lease_ms, empty_for_ms, limit, remaining.
+-- The ledger is a hash: each holder's units and demand, "<units>:<expires us>:<demand>", and
+-- '#pool' (no holder can be named so) for units given back, "<units>:<expires us>". Units given
+-- back go to the pool; a grant takes from the pool first, then from the algorithm: the most
+-- it admits now, as a request of that cost would consume them. Nothing a holder holds, nor the
+-- pool, counts after it expires. When the algorithm cannot give a holder all it wants, the
+-- holder is told when the rest will be there; when the holders' demands add up to more than
+-- the nominal rate, each is told its max-min fair share of the rate, as a pace.
+-- Returns per ask: granted, lease_ms, more_in_ms, limit, remaining, pace_us.
 
 local POOL = '#pool'
 
 local function entry(ledger, field, value)
-  local units, expires = string.match(value, '^(%d+):(%d+)$')
+  local units, expires, demand = string.match(value, '^(%d+):(%d+):?(%d*)$')
   if not units then
     error({err = 'ERR sluice: ledger ' .. ledger .. ' holds "' .. value .. '" for ' .. field})
   end
-  return tonumber(units), tonumber(expires)
+  return tonumber(units), tonumber(expires), tonumber(demand) or 0
 end
 
-local function lease(key, ledger, now, holder, run, want, held, returning, max_units, max_total,
-                     ttl, p)
+-- The max-min fair share of `capacity` among `demands` of the demand at index `own`: the
+-- smallest demands are met in full, the rest share what is left evenly.
+local function fair_share(demands, own, capacity)
+  local order = {}
+  for i = 1, #demands do
+    order[i] = i
+  end
+  table.sort(order, function(a, b)
+    return demands[a] < demands[b]
+  end)
+  local left = capacity
+  for k, i in ipairs(order) do
+    local given = math.min(demands[i], left / (#demands - k + 1))
+    if i == own then
+      return given
+    end
+    left = left - given
+  end
+  return 0
+end
+
+local function lease(key, ledger, now, holder, run, ask, p)
+  local want, held, returning = ask.want, ask.held, ask.returning
+  local max_units, max_total, ttl = ask.max_units, ask.max_total, ask.ttl
   local mine, pool, pool_expires, others = 0, 0, 0, 0
+  local demands = {ask.demand}
   local stale = {}
   local ledger_entries = redis.call('HGETALL', ledger)
   for i = 1, #ledger_entries, 2 do
     local field = ledger_entries[i]
-    local units, expires = entry(ledger, field, ledger_entries[i + 1])
+    local units, expires, demand = entry(ledger, field, ledger_entries[i + 1])
     if expires <= now then
       stale[#stale + 1] = field
     elseif field == holder then
@@ -41,6 +68,7 @@ local function lease(key, ledger, now, holder, run, want, held, returning, max_u
       pool, pool_expires = units, expires
     else
       others = others + units
+      demands[#demands + 1] = demand
     end
   end
   if #stale > 0 then
@@ -67,15 +95,34 @@ local function lease(key, ledger, now, holder, run, want, held, returning, max_u
     answer = run(key, now, fresh, false, true, p)
   end
   local granted = from_pool + fresh
-  local empty_for = 0
-  if granted == 0 and wanted > 0 and answer[3] == 0 then
-    -- Nothing to lease: how long until a unit is admitted (-1: never, for this limit).
-    empty_for = math.max(0, run(key, now, 1, false, false, p)[5])
+  local more_in = 0
+  if granted < wanted and answer[3] == 0 then
+    -- The algorithm admits no more now: say when it will have the rest, so that the holder
+    -- does not ask again before (asking every few milliseconds on a busy key only polls).
+    more_in = run(key, now, wanted - granted, false, false, p)[5]
+    if more_in < 0 then
+      more_in = math.max(0, run(key, now, 1, false, false, p)[5])
+    end
+  end
+  -- When the holders together ask for more than the nominal rate, the key is over its
+  -- limit: each holder spends at its fair share of the rate, so that the holders together
+  -- admit as evenly as the algorithm does, not in a bunch after each grant.
+  local capacity = ask.nominal_units * 1000000 / ask.nominal_period
+  local total = 0
+  for _, d in ipairs(demands) do
+    total = total + d
+  end
+  local pace = 0
+  if capacity > 0 and total > capacity then
+    local share = fair_share(demands, 1, capacity)
+    if share > 0 then
+      pace = math.ceil(1000000 / share)
+    end
   end
 
   mine = held + granted
   if mine > 0 then
-    redis.call('HSET', ledger, holder, string.format('%d:%d', mine, now + ttl))
+    redis.call('HSET', ledger, holder, string.format('%d:%d:%d', mine, now + ttl, ask.demand))
   else
     redis.call('HDEL', ledger, holder)
   end
@@ -87,7 +134,7 @@ local function lease(key, ledger, now, holder, run, want, held, returning, max_u
   if mine > 0 or pool > 0 then
     redis.call('PEXPIRE', ledger, ttl_ms(ttl))
   end
-  return {granted, ceil_ms(ttl), empty_for, answer[2], answer[3]}
+  return {granted, ceil_ms(ttl), more_in, answer[2], answer[3], pace}
 end
 
 local now = clock(ARGV[1])
@@ -96,17 +143,27 @@ local n = tonumber(ARGV[3])
 local out = {}
 local at = 4
 for i = 1, n do
-  local count = tonumber(ARGV[at + 7])
+  local count = tonumber(ARGV[at + 10])
   local p = {}
   for j = 1, count do
-    p[j] = tonumber(ARGV[at + 7 + j])
+    p[j] = tonumber(ARGV[at + 10 + j])
   end
+  local ask = {
+    want = tonumber(ARGV[at + 1]),
+    held = tonumber(ARGV[at + 2]),
+    returning = tonumber(ARGV[at + 3]),
+    demand = tonumber(ARGV[at + 4]),
+    max_units = tonumber(ARGV[at + 5]),
+    max_total = tonumber(ARGV[at + 6]),
+    ttl = tonumber(ARGV[at + 7]),
+    nominal_units = tonumber(ARGV[at + 8]),
+    nominal_period = tonumber(ARGV[at + 9]),
+  }
   local grant = lease(KEYS[2 * i - 1], KEYS[2 * i], now, holder, ALGORITHMS[tonumber(ARGV[at])],
-    tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
-    tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]), p)
+    ask, p)
   for _, v in ipairs(grant) do
     out[#out + 1] = v
   end
-  at = at + 8 + count
+  at = at + 11 + count
 end
 return out

@@ -26,18 +26,21 @@
 //! (its window ends, its bucket refills): the server cannot know how much of it was spent.
 //!
 //! ```
-//! use sluice_core::lease::Allowance;
+//! use sluice_core::lease::{Allowance, Take};
+//! use sluice_core::wire::LeaseGrant;
 //! let mut a = Allowance::new("per-tenant:acme");
-//! // 10 units granted to an ask sent at 0 ms, for a lease of 500 ms.
-//! a.grant(10, 0, 500, 0, 100, 90);
-//! assert!(a.take(3, 200));
+//! // 10 units for an ask of 10 sent at 0 µs, for a lease of 500 ms.
+//! let grant = LeaseGrant { granted: 10, lease_ms: 500, more_in_ms: 0, limit: 100, remaining: 90, pace_us: 0 };
+//! a.grant(0, &grant);
+//! assert_eq!(a.take(3, 200_000), Take::Taken);
 //! assert_eq!(a.units, 7);
-//! assert!(!a.take(3, 600), "the lease ended at 500 ms");
+//! assert_eq!(a.take(3, 600_000), Take::Short, "the lease ended at 500 ms");
 //! ```
 
 use serde::{Deserialize, Serialize};
 
 use crate::duration::Millis;
+use crate::wire::LeaseGrant;
 
 /// Slots of allowances in shared data (direct-mapped, as the deny cache's).
 pub const LEASE_SLOTS: u32 = 4096;
@@ -76,32 +79,58 @@ impl LeaseConfig {
     }
 }
 
-/// One rule and key's units at one Envoy, as kept in shared data.
+/// One rule and key's units at one Envoy, as kept in shared data. Times are host time in
+/// microseconds since the epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allowance {
     /// `<rule>:<key>` ([`crate::deny_cache::entry_id`]).
     pub id: String,
     /// Units held and not spent.
     pub units: u64,
-    /// Host time (ms) until which `units` may be spent; 0: no lease.
-    pub lease_until_ms: u64,
-    /// Host time until which the server has no unit to lease for the key: requests are denied
-    /// locally until then. 0: none.
-    pub empty_until_ms: u64,
+    /// Until when `units` may be spent; 0: no lease.
+    pub lease_until_us: u64,
+    /// When the server expects to have more for the key (it granted less than asked): no ask
+    /// before then, and requests that find no unit here are denied locally. 0: none.
+    pub next_ask_us: u64,
     /// When a worker sent an ask for this key that is not answered yet; 0: none.
-    pub asking_since_ms: u64,
+    pub asking_since_us: u64,
     /// Start of the current counting period (one horizon long).
-    pub period_start_ms: u64,
+    pub period_start_us: u64,
     /// Units requests asked for in the current period.
     pub seen: u64,
     /// ... and in the period before it.
     pub seen_before: u64,
     /// The last time a request used the key.
-    pub last_seen_ms: u64,
+    pub last_seen_us: u64,
+    /// While the key is over its limit, this Envoy's fair share of the limit's rate, as the
+    /// server computed it: microseconds between units. 0: spend as requests come.
+    pub pace_us: u64,
+    /// The pace's theoretical arrival time: when the next unit is due.
+    pub pace_next_us: u64,
     /// The key's limit and what the server said remained at the last grant (for headers).
     pub limit: u64,
     /// See `limit`.
     pub remaining: u64,
+}
+
+/// Slots a paced allowance saves up while no request comes: arrivals at random, a little over
+/// the pace, then still get all of it, and a key far over its limit, which never has a free
+/// slot, is never let through in a bunch.
+pub const PACE_SLACK: u64 = 32;
+
+/// What [`Allowance::take`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// The units were taken.
+    Taken,
+    /// The units are there, but the key is contended and the next may be spent only this many
+    /// microseconds from now.
+    Paced {
+        /// Microseconds to wait.
+        wait_us: u64,
+    },
+    /// Not enough units under a live lease.
+    Short,
 }
 
 impl Allowance {
@@ -110,31 +139,35 @@ impl Allowance {
         Allowance {
             id: id.to_owned(),
             units: 0,
-            lease_until_ms: 0,
-            empty_until_ms: 0,
-            asking_since_ms: 0,
-            period_start_ms: 0,
+            lease_until_us: 0,
+            next_ask_us: 0,
+            asking_since_us: 0,
+            period_start_us: 0,
             seen: 0,
             seen_before: 0,
-            last_seen_ms: 0,
+            last_seen_us: 0,
+            pace_us: 0,
+            pace_next_us: 0,
             limit: 0,
             remaining: 0,
         }
     }
 
-    /// `units|lease_until|empty_until|asking_since|period_start|seen|seen_before|last_seen|
-    /// limit|remaining|id` (the id last: it may hold any printable character).
+    /// `units|lease_until|next_ask|asking_since|period_start|seen|seen_before|last_seen|pace|
+    /// pace_next|limit|remaining|id` (the id last: it may hold any printable character).
     pub fn encode(&self) -> Vec<u8> {
         format!(
-            "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+            "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
             self.units,
-            self.lease_until_ms,
-            self.empty_until_ms,
-            self.asking_since_ms,
-            self.period_start_ms,
+            self.lease_until_us,
+            self.next_ask_us,
+            self.asking_since_us,
+            self.period_start_us,
             self.seen,
             self.seen_before,
-            self.last_seen_ms,
+            self.last_seen_us,
+            self.pace_us,
+            self.pace_next_us,
             self.limit,
             self.remaining,
             self.id
@@ -145,63 +178,72 @@ impl Allowance {
     /// Reads a slot's bytes; `None` for anything malformed (the slot is then free).
     pub fn decode(bytes: &[u8]) -> Option<Allowance> {
         let text = std::str::from_utf8(bytes).ok()?;
-        let mut fields = text.splitn(11, '|');
-        let mut number = || fields.next()?.parse::<u64>().ok();
-        let units = number()?;
-        let lease_until_ms = number()?;
-        let empty_until_ms = number()?;
-        let asking_since_ms = number()?;
-        let period_start_ms = number()?;
-        let seen = number()?;
-        let seen_before = number()?;
-        let last_seen_ms = number()?;
-        let limit = number()?;
-        let remaining = number()?;
+        let mut fields = text.splitn(13, '|');
+        let mut n = [0u64; 12];
+        for slot in &mut n {
+            *slot = fields.next()?.parse().ok()?;
+        }
+        let [
+            units,
+            lease_until_us,
+            next_ask_us,
+            asking_since_us,
+            period_start_us,
+            seen,
+            seen_before,
+            last_seen_us,
+            pace_us,
+            pace_next_us,
+            limit,
+            remaining,
+        ] = n;
         Some(Allowance {
             id: fields.next()?.to_owned(),
             units,
-            lease_until_ms,
-            empty_until_ms,
-            asking_since_ms,
-            period_start_ms,
+            lease_until_us,
+            next_ask_us,
+            asking_since_us,
+            period_start_us,
             seen,
             seen_before,
-            last_seen_ms,
+            last_seen_us,
+            pace_us,
+            pace_next_us,
             limit,
             remaining,
         })
     }
 
-    /// Whether its lease is live at `now_ms`.
-    pub fn leased(&self, now_ms: u64) -> bool {
-        now_ms < self.lease_until_ms
+    /// Whether its lease is live at `now_us`.
+    pub fn leased(&self, now_us: u64) -> bool {
+        now_us < self.lease_until_us
     }
 
-    /// Whether the slot may be given to another key at `now_ms`: nothing held, nothing asked,
-    /// no local denial, and unused for `ttl_ms` (so a busy key keeps its slot).
-    pub fn is_free(&self, now_ms: u64, ttl_ms: u64) -> bool {
-        (self.units == 0 || !self.leased(now_ms))
-            && !self.is_asking(now_ms, ttl_ms)
-            && now_ms >= self.empty_until_ms
-            && now_ms.saturating_sub(self.last_seen_ms) >= ttl_ms
+    /// Whether the slot may be given to another key at `now_us`: nothing held, nothing asked,
+    /// no local denial, and unused for `ttl_us` (so a busy key keeps its slot).
+    pub fn is_free(&self, now_us: u64, ttl_us: u64) -> bool {
+        (self.units == 0 || !self.leased(now_us))
+            && !self.is_asking(now_us, ttl_us)
+            && now_us >= self.next_ask_us
+            && now_us.saturating_sub(self.last_seen_us) >= ttl_us
     }
 
-    /// Whether an ask is in flight (one older than `ttl_ms` is taken as lost).
-    pub fn is_asking(&self, now_ms: u64, ttl_ms: u64) -> bool {
-        self.asking_since_ms != 0 && now_ms.saturating_sub(self.asking_since_ms) < ttl_ms
+    /// Whether an ask is in flight (one older than `ttl_us` is taken as lost).
+    pub fn is_asking(&self, now_us: u64, ttl_us: u64) -> bool {
+        self.asking_since_us != 0 && now_us.saturating_sub(self.asking_since_us) < ttl_us
     }
 
-    /// Counts a request of `cost` at `now_ms` towards the key's local rate.
-    pub fn observe(&mut self, cost: u64, now_ms: u64, horizon: Millis) {
-        let horizon = horizon.as_millis();
-        let elapsed = now_ms.saturating_sub(self.period_start_ms);
+    /// Counts a request of `cost` at `now_us` towards the key's local rate.
+    pub fn observe(&mut self, cost: u64, now_us: u64, horizon: Millis) {
+        let horizon = horizon.as_micros().unsigned_abs();
+        let elapsed = now_us.saturating_sub(self.period_start_us);
         if elapsed >= horizon {
             self.seen_before = if elapsed < 2 * horizon { self.seen } else { 0 };
             self.seen = 0;
-            self.period_start_ms = now_ms;
+            self.period_start_us = now_us;
         }
         self.seen = self.seen.saturating_add(cost);
-        self.last_seen_ms = now_ms;
+        self.last_seen_us = now_us;
     }
 
     /// The units the key is expected to use in one horizon: the larger of the last full
@@ -210,20 +252,41 @@ impl Allowance {
         self.seen.max(self.seen_before)
     }
 
-    /// Spends `cost` units if the lease is live and holds them.
-    pub fn take(&mut self, cost: u64, now_ms: u64) -> bool {
-        if self.leased(now_ms) && self.units >= cost {
-            self.units -= cost;
-            true
-        } else {
-            false
+    /// The key's local demand in units a second, for the server to share the rate by.
+    pub fn demand_per_second(&self, horizon: Millis) -> u64 {
+        self.expected().saturating_mul(1000) / horizon.as_millis().max(1)
+    }
+
+    /// Spends `cost` units if the lease is live and holds them, and, when the key is over its
+    /// limit, if this Envoy's pace allows: its fair share of the rate, so that the key's
+    /// admissions, summed over Envoys, are as even as the algorithm's, not in a bunch after
+    /// each grant.
+    pub fn take(&mut self, cost: u64, now_us: u64) -> Take {
+        if !self.leased(now_us) || self.units < cost {
+            return Take::Short;
         }
+        if self.pace_us > 0 {
+            let pace = self.pace_us;
+            // A GCRA of the pace, with PACE_SLACK slots of slack.
+            let slack = pace.saturating_mul(PACE_SLACK);
+            if now_us.saturating_add(slack) < self.pace_next_us {
+                return Take::Paced {
+                    wait_us: self.pace_next_us - slack - now_us,
+                };
+            }
+            self.pace_next_us = self
+                .pace_next_us
+                .max(now_us)
+                .saturating_add(pace.saturating_mul(cost));
+        }
+        self.units -= cost;
+        Take::Taken
     }
 
     /// Puts back `cost` units taken for a request that was denied by another rule, if the
     /// lease they came from is still live.
-    pub fn give_back(&mut self, cost: u64, now_ms: u64) -> bool {
-        if self.leased(now_ms) {
+    pub fn give_back(&mut self, cost: u64, now_us: u64) -> bool {
+        if self.leased(now_us) {
             self.units = self.units.saturating_add(cost);
             true
         } else {
@@ -236,46 +299,44 @@ impl Allowance {
         (2 * self.expected()).min(config.terms.max_units)
     }
 
-    /// How many units to ask for at `now_ms`, if it is time to ask: when the key is busy
+    /// How many units to ask for at `now_us`, if it is time to ask: when the key is busy
     /// enough to lease (at least two units a horizon), no ask is in flight, and the allowance
     /// holds less than half its [`target`](Allowance::target) (one horizon, when `max_units`
     /// allows two); then up to the target.
-    pub fn want(&self, now_ms: u64, config: &LeaseConfig) -> Option<u64> {
-        let held = if self.leased(now_ms) { self.units } else { 0 };
+    pub fn want(&self, now_us: u64, config: &LeaseConfig) -> Option<u64> {
+        let held = if self.leased(now_us) { self.units } else { 0 };
         let target = self.target(config);
-        let ttl = config.terms.ttl.as_millis();
+        let ttl = config.terms.ttl.as_micros().unsigned_abs();
         if self.expected() < 2
             || 2 * held >= target
-            || self.is_asking(now_ms, ttl)
-            || now_ms < self.empty_until_ms
+            || self.is_asking(now_us, ttl)
+            || now_us < self.next_ask_us
         {
             return None;
         }
         Some(target - held)
     }
 
-    /// Applies the server's answer to an ask sent at `asked_at_ms`: `granted` more units, the
-    /// lease (all of the holder's units for this key) now ending `lease_ms` after the ask
-    /// left; `empty_for_ms` when the server had nothing to lease.
-    pub fn grant(
-        &mut self,
-        granted: u64,
-        asked_at_ms: u64,
-        lease_ms: u64,
-        empty_for_ms: u64,
-        limit: u64,
-        remaining: u64,
-    ) {
+    /// Applies the server's answer to an ask sent at `asked_at_us`:
+    /// `grant.granted` more units, the lease (all of the holder's units for this key) now
+    /// ending `grant.lease_ms` after the ask left, and no more to ask for before
+    /// `grant.more_in_ms`.
+    ///
+    /// While the holders' demands add up to more than the limit's rate, every answer comes
+    /// with this holder's pace (see [`Allowance::take`]).
+    pub fn grant(&mut self, asked_at_us: u64, grant: &LeaseGrant) {
+        let granted = grant.granted;
         self.units = self.units.saturating_add(granted);
         // The server counts the lease from when it decided, after the ask left: ending it
         // here no later than there, no unit is spent after the server stopped counting it.
-        self.lease_until_ms = asked_at_ms.saturating_add(lease_ms);
-        if granted == 0 && empty_for_ms > 0 {
-            self.empty_until_ms = asked_at_ms.saturating_add(empty_for_ms);
+        self.lease_until_us = asked_at_us.saturating_add(grant.lease_ms.saturating_mul(1000));
+        if grant.more_in_ms > 0 {
+            self.next_ask_us = asked_at_us.saturating_add(grant.more_in_ms * 1000);
         }
-        self.asking_since_ms = 0;
-        self.limit = limit;
-        self.remaining = remaining;
+        self.pace_us = grant.pace_us;
+        self.asking_since_us = 0;
+        self.limit = grant.limit;
+        self.remaining = grant.remaining;
     }
 
     /// Takes every unit out, to give them back to the server.
@@ -283,18 +344,18 @@ impl Allowance {
         std::mem::take(&mut self.units)
     }
 
-    /// What to do at `now_ms` with an allowance whose lease ends within `margin_ms`: renew
+    /// What to do at `now_us` with an allowance whose lease ends within `margin_us`: renew
     /// it while the key is in use (a request in the last half of the lease), give its units
     /// back when the key has gone quiet. `None` while the lease has longer to run, an ask is
     /// in flight, or nothing is held.
-    pub fn lease_ending(&self, now_ms: u64, ttl_ms: u64, margin_ms: u64) -> Option<Ending> {
+    pub fn lease_ending(&self, now_us: u64, ttl_us: u64, margin_us: u64) -> Option<Ending> {
         if self.units == 0
-            || self.asking_since_ms != 0
-            || self.lease_until_ms > now_ms.saturating_add(margin_ms)
+            || self.asking_since_us != 0
+            || self.lease_until_us > now_us.saturating_add(margin_us)
         {
             return None;
         }
-        if now_ms.saturating_sub(self.last_seen_ms) < ttl_ms / 2 {
+        if now_us.saturating_sub(self.last_seen_us) < ttl_us / 2 {
             Some(Ending::Renew)
         } else {
             Some(Ending::GiveBack)
@@ -315,6 +376,8 @@ pub enum Ending {
 mod tests {
     use super::*;
 
+    const MS: u64 = 1000;
+
     fn config(horizon_ms: u64, max_units: u64) -> LeaseConfig {
         LeaseConfig {
             horizon: Millis::new(horizon_ms).unwrap(),
@@ -326,13 +389,29 @@ mod tests {
         }
     }
 
+    fn grant(granted: u64, lease_ms: u64, more_in_ms: u64) -> LeaseGrant {
+        LeaseGrant {
+            granted,
+            lease_ms,
+            more_in_ms,
+            limit: 100,
+            remaining: 40,
+            pace_us: 0,
+        }
+    }
+
     #[test]
     fn allowances_round_trip_and_garbage_is_a_free_slot() {
         let mut a = Allowance::new("r:key|with|bars");
-        a.grant(5, 100, 1000, 0, 50, 20);
-        a.observe(1, 150, Millis::new(200).unwrap());
+        a.grant(100 * MS, &grant(5, 1000, 0));
+        a.observe(1, 150 * MS, Millis::new(200).unwrap());
         assert_eq!(Allowance::decode(&a.encode()), Some(a));
-        for bad in [&b""[..], b"1|2", b"x|0|0|0|0|0|0|0|0|0|id", &[0xff, 0xfe]] {
+        for bad in [
+            &b""[..],
+            b"1|2",
+            b"x|0|0|0|0|0|0|0|0|0|0|0|0|id",
+            &[0xff, 0xfe],
+        ] {
             assert_eq!(Allowance::decode(bad), None, "{bad:?}");
         }
     }
@@ -344,19 +423,18 @@ mod tests {
         a.observe(1, 0, c.horizon);
         assert_eq!(a.want(0, &c), None, "a key seen once is not leased");
         for t in 1..30 {
-            a.observe(1, t, c.horizon);
+            a.observe(1, t * MS, c.horizon);
         }
-        assert_eq!(a.want(30, &c), Some(60));
-        a.asking_since_ms = 30;
-        assert_eq!(a.want(31, &c), None, "one ask at a time");
-        a.grant(60, 30, 1_000, 0, 100, 40);
-        assert_eq!(a.want(32, &c), None, "two horizons held");
+        assert_eq!(a.want(30 * MS, &c), Some(60));
+        a.asking_since_us = 30 * MS;
+        assert_eq!(a.want(31 * MS, &c), None, "one ask at a time");
+        a.grant(30 * MS, &grant(60, 1_000, 0));
+        assert_eq!(a.want(32 * MS, &c), None, "two horizons held");
         a.units = 20;
-        assert_eq!(a.want(40, &c), Some(40));
-        assert_eq!(config(100, 25).horizon.as_millis(), 100);
+        assert_eq!(a.want(40 * MS, &c), Some(40));
         a.units = 0;
         assert_eq!(
-            a.want(40, &config(100, 25)),
+            a.want(40 * MS, &config(100, 25)),
             Some(25),
             "capped by max_units"
         );
@@ -367,60 +445,98 @@ mod tests {
         let h = Millis::new(100).unwrap();
         let mut a = Allowance::new("r:k");
         for t in 0..50 {
-            a.observe(2, t, h);
+            a.observe(2, t * MS, h);
         }
-        a.observe(1, 120, h);
+        a.observe(1, 120 * MS, h);
         assert_eq!((a.seen_before, a.seen, a.expected()), (100, 1, 100));
-        a.observe(1, 500, h);
+        a.observe(1, 500 * MS, h);
         assert_eq!(a.expected(), 1, "a long silence forgets the old rate");
     }
 
     #[test]
     fn units_are_spent_only_while_the_lease_lives() {
         let mut a = Allowance::new("r:k");
-        a.grant(3, 1_000, 500, 0, 10, 0);
-        assert!(a.take(2, 1_200));
-        assert!(!a.take(2, 1_200), "one left");
-        assert!(a.give_back(2, 1_300));
-        assert!(a.take(3, 1_499));
-        assert!(!a.give_back(1, 1_500), "the lease ended");
+        a.grant(1_000 * MS, &grant(3, 500, 0));
+        assert_eq!(a.take(2, 1_200 * MS), Take::Taken);
+        assert_eq!(a.take(2, 1_200 * MS), Take::Short, "one left");
+        assert!(a.give_back(2, 1_300 * MS));
+        assert_eq!(a.take(3, 1_499 * MS), Take::Taken);
+        assert!(!a.give_back(1, 1_500 * MS), "the lease ended");
     }
 
     #[test]
-    fn an_empty_answer_denies_locally_until_the_server_said() {
+    fn a_short_answer_stops_asking_until_the_server_said() {
         let c = config(100, 10);
         let mut a = Allowance::new("r:k");
         for t in 0..10 {
-            a.observe(1, t, c.horizon);
+            a.observe(1, t * MS, c.horizon);
         }
-        a.grant(0, 10, 1_000, 250, 10, 0);
-        assert_eq!(a.empty_until_ms, 260);
-        assert_eq!(a.want(100, &c), None);
-        assert!(a.want(260, &c).is_some());
+        a.grant(10 * MS, &grant(0, 1_000, 250));
+        assert_eq!(a.next_ask_us, 260 * MS);
+        assert_eq!(a.want(100 * MS, &c), None);
+        assert!(a.want(260 * MS, &c).is_some());
+    }
+
+    #[test]
+    fn a_key_over_its_limit_is_spent_at_the_pace_the_server_gave() {
+        let t0 = 1_000_000 * MS;
+        let mut a = Allowance::new("r:k");
+        a.grant(t0, &grant(100, 1_000, 0));
+        assert_eq!(a.pace_us, 0, "granted in full: spent freely");
+        assert_eq!(a.take(100, t0), Take::Taken);
+        // 300 of 1000 wanted, and a fair share of one unit every 250 us.
+        a.grant(
+            t0,
+            &LeaseGrant {
+                pace_us: 250,
+                ..grant(300, 1_000, 20)
+            },
+        );
+        assert_eq!((a.units, a.pace_us), (300, 250));
+        // Requests every 50 us: one every 250 us gets through, after the slack.
+        let offered = (0..1_000).map(|i| t0 + i * 50);
+        let spent = offered.filter(|&t| a.take(1, t) == Take::Taken).count();
+        assert_eq!(
+            spent,
+            200 + PACE_SLACK as usize,
+            "50 ms at one per 250 us, and the slack"
+        );
+        // After a quiet moment, no more than the slack at once.
+        let later = t0 + 500 * MS;
+        let at_once = (0..1_000)
+            .filter(|_| a.take(1, later) == Take::Taken)
+            .count();
+        assert_eq!(at_once, 1 + PACE_SLACK as usize);
+        a.grant(t0 + 200 * MS, &grant(10, 1_000, 0));
+        assert_eq!(a.pace_us, 0, "demand within the rate again: free");
     }
 
     #[test]
     fn a_lease_about_to_end_is_renewed_while_used_and_given_back_when_quiet() {
         let h = Millis::new(100).unwrap();
         let mut a = Allowance::new("r:k");
-        a.grant(5, 0, 1_000, 0, 10, 0);
-        a.observe(1, 10, h);
-        assert_eq!(a.lease_ending(500, 1_000, 50), None, "half a lease to run");
+        a.grant(0, &grant(5, 1_000, 0));
+        a.observe(1, 10 * MS, h);
+        let ttl = 1_000 * MS;
         assert_eq!(
-            a.lease_ending(960, 1_000, 50),
-            Some(Ending::GiveBack),
-            "quiet since 10 ms"
+            a.lease_ending(500 * MS, ttl, 50 * MS),
+            None,
+            "half a lease to run"
         );
-        a.observe(1, 700, h);
         assert_eq!(
-            a.lease_ending(960, 1_000, 50),
-            Some(Ending::Renew),
-            "used 260 ms ago"
+            a.lease_ending(960 * MS, ttl, 50 * MS),
+            Some(Ending::GiveBack)
         );
-        a.asking_since_ms = 960;
-        assert_eq!(a.lease_ending(970, 1_000, 50), None, "being renewed");
-        a.asking_since_ms = 0;
+        a.observe(1, 700 * MS, h);
+        assert_eq!(a.lease_ending(960 * MS, ttl, 50 * MS), Some(Ending::Renew));
+        a.asking_since_us = 960 * MS;
+        assert_eq!(
+            a.lease_ending(970 * MS, ttl, 50 * MS),
+            None,
+            "being renewed"
+        );
+        a.asking_since_us = 0;
         assert_eq!(a.take_all(), 5);
-        assert_eq!(a.lease_ending(970, 1_000, 50), None, "nothing held");
+        assert_eq!(a.lease_ending(970 * MS, ttl, 50 * MS), None, "nothing held");
     }
 }

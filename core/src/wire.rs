@@ -30,10 +30,10 @@
 //!  "asks": [{"rule": "per-tenant", "key": "acme",
 //!            "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000},
 //!            "terms": {"max_units": 100, "max_outstanding": 500, "ttl": "1s"},
-//!            "want": 80, "held": 12, "returning": 0}]}
+//!            "want": 80, "held": 12, "returning": 0, "demand": 400}]}
 //!
-//! 200 {"grants": [{"granted": 80, "lease_ms": 1000, "empty_for_ms": 0,
-//!                  "limit": 1000, "remaining": 377}]}
+//! 200 {"grants": [{"granted": 80, "lease_ms": 1000, "more_in_ms": 0,
+//!                  "limit": 1000, "remaining": 377, "pace_us": 0}]}
 //! ```
 //!
 //! Time comes from Redis. A server started in replay mode also accepts the time from the
@@ -204,6 +204,10 @@ pub struct LeaseAsk {
     /// Units the holder gives back: it will never spend them.
     #[serde(default)]
     pub returning: u64,
+    /// Units a second the holder's requests ask for (its local demand), from which the server
+    /// shares the limit's rate among holders when the key is over it.
+    #[serde(default)]
+    pub demand: u64,
 }
 
 /// The answers, one per ask, in order.
@@ -223,14 +227,22 @@ pub struct LeaseGrant {
     pub granted: u64,
     /// The holder's whole lease on the key (old units and new) ends this long after the call.
     pub lease_ms: u64,
-    /// When nothing was granted because the algorithm admits nothing now: how long until it
-    /// admits a unit. 0 otherwise (granted, or held back by a cap: ask per request).
+    /// When less was granted than wanted because the algorithm admits no more now: how long
+    /// until it admits the rest. The holder asks again no sooner, and, holding nothing, denies
+    /// requests meanwhile. 0 otherwise (granted in full, or held back by a cap).
     #[serde(default)]
-    pub empty_for_ms: u64,
+    pub more_in_ms: u64,
     /// The limit's capacity.
     pub limit: u64,
     /// What the algorithm had left after the grant.
     pub remaining: u64,
+    /// When the holders' demands add up to more than a bucket's rate: the holder's max-min
+    /// fair share of the rate, as microseconds between units; the holder spends no faster, so
+    /// that the key's admissions, summed over holders, are as even as the algorithm's. 0:
+    /// spend freely (within the rate, or a window algorithm, which admits in bursts by
+    /// design).
+    #[serde(default)]
+    pub pace_us: u64,
 }
 
 fn is_holder(name: &str) -> bool {
@@ -287,6 +299,12 @@ impl LeaseRequest {
         for (i, ask) in request.asks.iter().enumerate() {
             if let Some(reason) = lease_refusal(&ask.limit, &ask.terms) {
                 return Err(WireError(format!("asks[{i}]: {reason}")));
+            }
+            if ask.demand > MAX_AMOUNT {
+                return Err(WireError(format!(
+                    "asks[{i}].demand: must be at most {MAX_AMOUNT}, not {}",
+                    ask.demand
+                )));
             }
             for (field, value) in [
                 ("want", ask.want),

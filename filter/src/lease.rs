@@ -18,7 +18,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 use sluice_core::deny_cache::{entry_id, slot_key};
 use sluice_core::key::{LimitKey, RuleName};
-use sluice_core::lease::{Allowance, Ending, LEASE_SLOTS, LeaseConfig};
+use sluice_core::lease::{Allowance, Ending, LEASE_SLOTS, LeaseConfig, Take};
 use sluice_core::policy::Rule;
 use sluice_core::wire::{LeaseAsk, LeaseGrant, LeaseRequest, MAX_ASKS};
 
@@ -48,9 +48,10 @@ pub enum Local {
         /// What the server had left at the last grant.
         remaining: u64,
     },
-    /// The server has nothing to lease for the key for this long: denied here.
-    Empty {
-        /// Milliseconds until the server expects to admit a unit.
+    /// Denied here: the server has nothing to lease for the key for a while, or the key is
+    /// contended and its units are spent at the pace they arrive.
+    Denied {
+        /// Milliseconds until a request could pass.
         retry_after_ms: u64,
         /// The limit's capacity.
         limit: u64,
@@ -67,9 +68,9 @@ struct Sent {
     rule: usize,
     name: RuleName,
     key: LimitKey,
-    asked_at_ms: u64,
+    asked_at_us: u64,
     returning: u64,
-    lease_until_ms: u64,
+    lease_until_us: u64,
 }
 
 impl Sent {
@@ -80,7 +81,7 @@ impl Sent {
             name: self.name.clone(),
             key: self.key.clone(),
             units: self.returning,
-            lease_until_ms: self.lease_until_ms,
+            lease_until_us: self.lease_until_us,
         }
     }
 }
@@ -102,7 +103,7 @@ struct Orphan {
     name: RuleName,
     key: LimitKey,
     units: u64,
-    lease_until_ms: u64,
+    lease_until_us: u64,
 }
 
 #[derive(Default)]
@@ -173,7 +174,7 @@ impl Leases {
     }
 
     /// Tries to decide `rule`'s request for `key` (costing `cost`) from its allowance at
-    /// `now_ms`, counting it towards the key's rate, and marks the allowance as asked for
+    /// `now_us`, counting it towards the key's rate, and marks the allowance as asked for
     /// when it runs low.
     pub fn take(
         &self,
@@ -181,42 +182,43 @@ impl Leases {
         rule: &Rule,
         config: &LeaseConfig,
         key: &LimitKey,
-        now_ms: u64,
+        now_us: u64,
     ) -> Local {
         let id = entry_id(&rule.name, key);
         let slot = self.slot(&id);
-        let ttl = config.terms.ttl.as_millis();
+        let ttl = config.terms.ttl.as_micros().unsigned_abs();
         let cost = rule.cost;
         let mut asked = false;
         let local = update(&slot, |current| {
             asked = false;
             let mut a = match current {
                 Some(a) if a.id == id => a,
-                Some(a) if !a.is_free(now_ms, ttl) => return (None, Local::NotHeld),
+                Some(a) if !a.is_free(now_us, ttl) => return (None, Local::NotHeld),
                 _ => Allowance::new(&id),
             };
-            a.observe(cost, now_ms, config.horizon);
+            a.observe(cost, now_us, config.horizon);
+            let limit = a.limit.max(rule.limit.capacity());
+            let denied = |wait_us: u64| Local::Denied {
+                retry_after_ms: wait_us.div_ceil(1000),
+                limit,
+            };
             // Units held are spent first: an empty answer only says there are no more.
-            let local = if a.take(cost, now_ms) {
-                Local::Taken {
+            let local = match a.take(cost, now_us) {
+                Take::Taken => Local::Taken {
                     reservation: Reservation {
                         slot: slot.clone(),
                         id: id.clone(),
                         cost,
                     },
-                    limit: a.limit.max(rule.limit.capacity()),
+                    limit,
                     remaining: a.remaining,
-                }
-            } else if now_ms < a.empty_until_ms {
-                Local::Empty {
-                    retry_after_ms: a.empty_until_ms - now_ms,
-                    limit: a.limit.max(rule.limit.capacity()),
-                }
-            } else {
-                Local::NotHeld
+                },
+                Take::Paced { wait_us } => denied(wait_us),
+                Take::Short if now_us < a.next_ask_us => denied(a.next_ask_us - now_us),
+                Take::Short => Local::NotHeld,
             };
-            if a.want(now_ms, config).is_some() {
-                a.asking_since_ms = now_ms;
+            if a.want(now_us, config).is_some() {
+                a.asking_since_us = now_us;
                 asked = true;
             }
             (Some(a), local)
@@ -244,27 +246,27 @@ impl Leases {
     }
 
     /// Puts back units taken for a request that another rule denied.
-    pub fn give_back(&self, reservation: &Reservation, now_ms: u64) {
+    pub fn give_back(&self, reservation: &Reservation, now_us: u64) {
         update(&reservation.slot, |current| match current {
             Some(mut a) if a.id == reservation.id => {
                 // Only while the lease lives: after it, the units are no longer the holder's
                 // to spend, and the unit is lost, which only costs an admission.
-                let given = a.give_back(reservation.cost, now_ms);
+                let given = a.give_back(reservation.cost, now_us);
                 (given.then_some(a), ())
             }
             _ => (None, ()),
         });
     }
 
-    /// What the tick sends at `now_ms`: the asks this worker marked, the units it gives back
+    /// What the tick sends at `now_us`: the asks this worker marked, the units it gives back
     /// (idle allowances, leases about to end, orphans), as one lease request; `None` when
     /// there is nothing to say. Stops the tick when nothing needs it any more.
-    pub fn on_tick(&self, rules: &[Rule], now_ms: u64) -> Option<(LeaseRequest, SentAsks)> {
+    pub fn on_tick(&self, rules: &[Rule], now_us: u64) -> Option<(LeaseRequest, SentAsks)> {
         let mut state = self.state.borrow_mut();
         let wanted: Vec<String> = std::mem::take(&mut state.wanted);
         let mut asks: Vec<LeaseAsk> = Vec::new();
         let mut sent: Vec<Sent> = Vec::new();
-        let margin = self.tick.map_or(0, |t| 2 * t.as_millis() as u64);
+        let margin = self.tick.map_or(0, |t| 2 * t.as_micros() as u64);
         let slots: Vec<String> = state.touched.keys().cloned().collect();
         for slot in slots {
             if asks.len() >= MAX_ASKS {
@@ -279,40 +281,40 @@ impl Leases {
             let Some(config) = rule.lease.as_ref() else {
                 continue;
             };
-            let ttl = config.terms.ttl.as_millis();
+            let ttl = config.terms.ttl.as_micros().unsigned_abs();
             let asking = wanted.contains(&slot);
             let id = touched.id.clone();
             let outcome = update(&slot, |current| {
                 let Some(mut a) = current.filter(|a| a.id == id) else {
                     return (None, None);
                 };
-                let held = if a.leased(now_ms) { a.units } else { 0 };
-                if asking && a.asking_since_ms != 0 {
+                let held = if a.leased(now_us) { a.units } else { 0 };
+                let demand = a.demand_per_second(config.horizon);
+                let until = a.lease_until_us;
+                if asking && a.asking_since_us != 0 {
                     let want = a.target(config).saturating_sub(held);
-                    let until = a.lease_until_ms;
-                    return (None, Some((want, held, 0, until)));
+                    return (None, Some((want, held, 0, demand, until)));
                 }
-                let until = a.lease_until_ms;
-                match a.lease_ending(now_ms, ttl, margin) {
+                match a.lease_ending(now_us, ttl, margin) {
                     Some(Ending::Renew) => {
                         let want = a.target(config).saturating_sub(held);
-                        a.asking_since_ms = now_ms;
-                        (Some(a), Some((want, held, 0, until)))
+                        a.asking_since_us = now_us;
+                        (Some(a), Some((want, held, 0, demand, until)))
                     }
                     Some(Ending::GiveBack) => {
-                        let returning = if a.leased(now_ms) { a.take_all() } else { 0 };
+                        let returning = if a.leased(now_us) { a.take_all() } else { 0 };
                         a.units = 0;
                         if returning == 0 {
                             return (Some(a), None);
                         }
-                        a.asking_since_ms = now_ms;
-                        (Some(a), Some((0, 0, returning, until)))
+                        a.asking_since_us = now_us;
+                        (Some(a), Some((0, 0, returning, 0, until)))
                     }
                     None => (None, None),
                 }
             });
             match outcome {
-                Some(Some((want, held, returning, lease_until_ms))) => {
+                Some(Some((want, held, returning, demand, lease_until_us))) => {
                     let touched = &state.touched[&slot];
                     asks.push(LeaseAsk {
                         rule: touched.name.clone(),
@@ -322,6 +324,7 @@ impl Leases {
                         want,
                         held,
                         returning,
+                        demand,
                     });
                     sent.push(Sent {
                         slot: slot.clone(),
@@ -329,9 +332,9 @@ impl Leases {
                         rule: touched.rule,
                         name: touched.name.clone(),
                         key: touched.key.clone(),
-                        asked_at_ms: now_ms,
+                        asked_at_us: now_us,
                         returning,
-                        lease_until_ms,
+                        lease_until_us,
                     });
                 }
                 Some(None) | None => {
@@ -340,7 +343,7 @@ impl Leases {
                         .ok()
                         .and_then(|(bytes, _)| bytes.as_deref().and_then(Allowance::decode))
                         .is_some_and(|a| {
-                            a.id == touched.id && now_ms.saturating_sub(a.last_seen_ms) < ttl
+                            a.id == touched.id && now_us.saturating_sub(a.last_seen_us) < ttl
                         });
                     if !keep {
                         state.touched.remove(&slot);
@@ -351,8 +354,8 @@ impl Leases {
         let orphans = std::mem::take(&mut state.orphans);
         for orphan in orphans {
             // Units the server no longer counts (their lease ended) are simply gone.
-            if orphan.lease_until_ms <= now_ms || asks.len() >= MAX_ASKS {
-                if orphan.lease_until_ms > now_ms {
+            if orphan.lease_until_us <= now_us || asks.len() >= MAX_ASKS {
+                if orphan.lease_until_us > now_us {
                     state.orphans.push(orphan);
                 }
                 continue;
@@ -379,6 +382,7 @@ impl Leases {
                 want: 0,
                 held: 0,
                 returning,
+                demand: 0,
             });
             sent.push(Sent {
                 slot: String::new(),
@@ -386,9 +390,9 @@ impl Leases {
                 rule: orphan.rule,
                 name: orphan.name,
                 key: orphan.key,
-                asked_at_ms: now_ms,
+                asked_at_us: now_us,
                 returning,
-                lease_until_ms: orphan.lease_until_ms,
+                lease_until_us: orphan.lease_until_us,
             });
         }
         let idle =
@@ -445,14 +449,7 @@ impl Leases {
             let applied = !s.slot.is_empty()
                 && update(&s.slot, |current| match current {
                     Some(mut a) if a.id == s.id => {
-                        a.grant(
-                            grant.granted,
-                            s.asked_at_ms,
-                            grant.lease_ms,
-                            grant.empty_for_ms,
-                            grant.limit,
-                            grant.remaining,
-                        );
+                        a.grant(s.asked_at_us, grant);
                         (Some(a), true)
                     }
                     _ => (None, false),
@@ -462,7 +459,7 @@ impl Leases {
                 // The slot went to another key meanwhile: give these back at the next tick.
                 self.state.borrow_mut().orphans.push(Orphan {
                     units: grant.granted,
-                    lease_until_ms: s.asked_at_ms.saturating_add(grant.lease_ms),
+                    lease_until_us: s.asked_at_us.saturating_add(grant.lease_ms * 1000),
                     ..s.orphan()
                 });
             }
@@ -476,7 +473,7 @@ impl Leases {
             if !s.slot.is_empty() {
                 update(&s.slot, |current| match current {
                     Some(mut a) if a.id == s.id => {
-                        a.asking_since_ms = 0;
+                        a.asking_since_us = 0;
                         (Some(a), ())
                     }
                     _ => (None, ()),

@@ -109,10 +109,15 @@ impl Root {
 
 /// Host time in milliseconds since the epoch.
 pub fn now_ms(context: &dyn Context) -> u64 {
+    now_us(context) / 1000
+}
+
+/// Host time in microseconds since the epoch.
+pub fn now_us(context: &dyn Context) -> u64 {
     context
         .get_current_time()
         .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
 
@@ -225,8 +230,8 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        let now = now_ms(self);
-        self.held.borrow_mut().release_due(now);
+        let now = now_us(self);
+        self.held.borrow_mut().release_due(now / 1000);
         if let Some(shared) = self.shared.clone() {
             self.send_lease_call(&shared, now);
         }

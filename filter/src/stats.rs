@@ -145,7 +145,7 @@ impl Stats {
             Some(grant) => {
                 bump(s.lease_asks);
                 bump_by(s.lease_units, grant.granted);
-                if grant.granted == 0 && grant.empty_for_ms > 0 {
+                if grant.granted == 0 && grant.more_in_ms > 0 {
                     bump(s.lease_empty);
                 }
             }

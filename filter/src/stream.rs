@@ -21,7 +21,7 @@ use sluice_core::wire::{DECIDE_PATH, DecideRequest};
 use crate::answer;
 use crate::ffi;
 use crate::lease::{Local, Reservation};
-use crate::root::{Shared, now_ms};
+use crate::root::{Shared, now_ms, now_us};
 
 /// What to do with the request once decided.
 enum Act {
@@ -110,7 +110,7 @@ impl Stream {
 
     /// Decides the leased checks that their allowances can decide: taken units admit, an
     /// allowance the server said is empty denies.
-    fn decide_from_leases(&mut self, shared: &Shared, now: u64) {
+    fn decide_from_leases(&mut self, shared: &Shared, now_us: u64) {
         let rules = &shared.policy.rules;
         self.local = self
             .planned
@@ -118,7 +118,10 @@ impl Stream {
             .map(|p| {
                 let rule = rules.get(p.rule)?;
                 let config = rule.lease.as_ref()?;
-                match shared.leases.take(p.rule, rule, config, &p.check.key, now) {
+                match shared
+                    .leases
+                    .take(p.rule, rule, config, &p.check.key, now_us)
+                {
                     Local::Taken {
                         reservation,
                         limit,
@@ -134,7 +137,7 @@ impl Stream {
                             delay_ms: 0,
                         })
                     }
-                    Local::Empty {
+                    Local::Denied {
                         retry_after_ms,
                         limit,
                     } => Some(Verdict {
@@ -289,7 +292,7 @@ impl Stream {
         ffi::set_filter_state(DECISION_PROPERTY, &record::encode(&records));
         match decision {
             Decision::Deny(denial) => {
-                self.give_back(shared, now);
+                self.give_back(shared);
                 Act::Reply(denial)
             }
             Decision::Allow { delay_ms, headers } => {
@@ -304,7 +307,8 @@ impl Stream {
     }
 
     /// The request is denied: the units it took from allowances go back.
-    fn give_back(&mut self, shared: &Shared, now: u64) {
+    fn give_back(&mut self, shared: &Shared) {
+        let now = now_us(self);
         for reservation in self.reservations.drain(..) {
             shared.leases.give_back(&reservation, now);
         }
@@ -343,8 +347,7 @@ impl Stream {
         if admit {
             Act::Continue
         } else {
-            let now = now_ms(self);
-            self.give_back(shared, now);
+            self.give_back(shared);
             Act::Reply(shared.policy.failure_denial())
         }
     }
@@ -464,7 +467,7 @@ impl HttpContext for Stream {
             return self.act_on_headers(Act::Reply(denial), &shared);
         }
         self.asked_at_ms = now;
-        self.decide_from_leases(&shared, now);
+        self.decide_from_leases(&shared, now_us(self));
         let all_here = self.local.iter().all(Option::is_some);
         if all_here || self.denied_here() {
             let verdicts = self.local.clone();

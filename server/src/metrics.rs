@@ -171,7 +171,7 @@ impl Metrics {
             "granted"
         } else if ask.want == 0 {
             "report"
-        } else if grant.empty_for_ms > 0 {
+        } else if grant.more_in_ms > 0 {
             "empty"
         } else {
             "capped"

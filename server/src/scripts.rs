@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 use sluice_core::algorithm::exact::Ticks;
+use sluice_core::duration::Millis;
 use sluice_core::limit::{Algorithm, LeakMode, Limit};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::{LeaseAsk, LeaseGrant};
@@ -290,15 +291,26 @@ impl LeaseCall {
         let mut count = 0;
         for (ask, state_key) in asks {
             let params = script_params(&ask.limit);
+            // The buckets' over-limit regime is a steady rate, which holders over it share as
+            // a pace; windows admit in bursts by design, and are never paced (0 units).
+            let (units, period) = match ask.limit {
+                Limit::TokenBucket(_) | Limit::LeakyBucket(_) | Limit::Gcra(_) => {
+                    ask.limit.nominal_rate()
+                }
+                _ => (0, Millis::MIN),
+            };
             call.args
                 .push((ask.limit.algorithm().ordinal() + 1).to_string());
             for number in [
                 ask.want,
                 ask.held,
                 ask.returning,
+                ask.demand,
                 ask.terms.max_units,
                 ask.terms.max_outstanding,
                 ask.terms.ttl.as_micros().unsigned_abs(),
+                units,
+                period.as_micros().unsigned_abs(),
                 params.len() as u64,
             ] {
                 call.args.push(number.to_string());
@@ -319,23 +331,24 @@ impl LeaseCall {
 
     /// Splits the script's reply into one grant per ask.
     pub fn decode(&self, reply: Vec<i64>) -> Result<Vec<LeaseGrant>, BadReply> {
-        if reply.len() != 5 * (self.keys.len() / 2) {
+        if reply.len() != 6 * (self.keys.len() / 2) {
             return Err(BadReply(reply));
         }
         let non_negative = |v: i64| u64::try_from(v).ok();
         reply
-            .chunks(5)
-            .map(|five| {
+            .chunks(6)
+            .map(|six| {
                 let grant = (|| {
                     Some(LeaseGrant {
-                        granted: non_negative(five[0])?,
-                        lease_ms: non_negative(five[1])?,
-                        empty_for_ms: non_negative(five[2])?,
-                        limit: non_negative(five[3])?,
-                        remaining: non_negative(five[4])?,
+                        granted: non_negative(six[0])?,
+                        lease_ms: non_negative(six[1])?,
+                        more_in_ms: non_negative(six[2])?,
+                        limit: non_negative(six[3])?,
+                        remaining: non_negative(six[4])?,
+                        pace_us: non_negative(six[5])?,
                     })
                 })();
-                grant.ok_or_else(|| BadReply(five.to_vec()))
+                grant.ok_or_else(|| BadReply(six.to_vec()))
             })
             .collect()
     }
@@ -344,7 +357,7 @@ impl LeaseCall {
 /// A reply that is not what the scripts return.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unexpected script reply {0:?}: expected [allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms] per check, or [granted, lease_ms, empty_for_ms, limit, remaining] per lease ask"
+    "unexpected script reply {0:?}: expected [allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms] per check, or [granted, lease_ms, more_in_ms, limit, remaining, pace_us] per lease ask"
 )]
 pub struct BadReply(pub Vec<i64>);
 

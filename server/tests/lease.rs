@@ -100,7 +100,7 @@ async fn leases_come_out_of_the_request_state(topology: Topology) {
         let b = keys.ask("b", NOW, (8, 0, 0)).await;
         assert_eq!(b.granted, 4, "{algorithm}: capped by max_outstanding");
         assert_eq!(
-            b.empty_for_ms, 0,
+            b.more_in_ms, 0,
             "{algorithm}: held back by a cap, not empty"
         );
         let c = keys.ask("c", NOW, (8, 0, 0)).await;
@@ -120,7 +120,7 @@ async fn leases_come_out_of_the_request_state(topology: Topology) {
         // Nothing left anywhere: an empty answer that says when a unit will be admitted.
         let b = keys.ask("b", NOW + 6, (4, 4, 0)).await;
         assert_eq!(b.granted, 0, "{algorithm}");
-        assert!(b.empty_for_ms > 0, "{algorithm}: {b:?}");
+        assert!(b.more_in_ms > 0, "{algorithm}: {b:?}");
         // After the ttl nothing `a`, `b` or `c` held counts any more: the caps are free, and a
         // grant takes only what the algorithm itself admits.
         let later = keys.ask("d", NOW + 2_000_000, (8, 0, 0)).await;
@@ -216,4 +216,36 @@ async fn bad_lease_requests_get_400_naming_the_field() {
         metrics.contains(r#"sluice_lease_units_total{rule="r",kind="granted"} 2"#),
         "{metrics}"
     );
+}
+
+/// Holders whose demands add up to more than the limit's rate are each given their max-min
+/// fair share of it as a pace; within the rate, no pace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_over_the_rate_are_paced_at_their_fair_shares() {
+    let redis = RedisServer::start().unwrap();
+    let store = common::connected_store(Topology::Standalone(redis.url())).await;
+    let engine = Engine::new(store, "pace".to_owned(), Arc::new(Metrics::default()));
+    let ask = |holder: &str, demand: u64, now: i64| {
+        let body = format!(
+            r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{{"algorithm":"gcra","rate":1000,"per":"1s","burst":1000}},"terms":{{"max_units":100,"max_outstanding":500,"ttl":"1s"}},"want":10,"demand":{demand}}}]}}"#
+        );
+        let request = LeaseRequest::from_json(body.as_bytes()).unwrap();
+        let engine = &engine;
+        async move { engine.lease(&request, Some(now)).await.unwrap().grants[0] }
+    };
+    assert_eq!(
+        ask("a", 400, NOW).await.pace_us,
+        0,
+        "400 a second: within the rate"
+    );
+    assert_eq!(
+        ask("b", 300, NOW).await.pace_us,
+        0,
+        "700 in all: within the rate"
+    );
+    // a now asks for 900 a second: 1200 in all. b's 300 are met; a gets the other 700.
+    assert_eq!(ask("a", 900, NOW + 1).await.pace_us, 1_429);
+    assert_eq!(ask("b", 300, NOW + 2).await.pace_us, 3_334);
+    // c joins at 900: b keeps 300, a and c share 700.
+    assert_eq!(ask("c", 900, NOW + 3).await.pace_us, 2_858);
 }

@@ -7,12 +7,19 @@
 //! admitted (a shaped request counts when it was let go) and counts:
 //! - requests admitted over the exact limit: their key had more than `units` admitted in the
 //!   interval of `period` ending with them;
+//! - requests denied under the exact limit: those an exact limiter, given what their key had
+//!   admitted, would have admitted too (the mirror image of the above, and a fair measure of
+//!   wrongful denials for a key over its limit, where *which* requests get in is a coin toss
+//!   that no two limiters toss alike);
 //! - requests admitted over the algorithm's own bound for an interval of `period`
 //!   ([`Limit::admission_bound`]), plus, for a leased rule, the units its Envoys may hold
 //!   (`max_outstanding`, see [`sluice_core::lease`]): never more than zero for a correct
 //!   implementation;
 //! - what an exact limiter, offered the very same requests, would have done: the requests the
-//!   rule denied that it would have admitted, and the other way round.
+//!   rule denied that it would have admitted, and the other way round;
+//! - what the rule's own algorithm would have done deciding each request as it came, exactly,
+//!   with one state per key: how far the way it was decided (callouts in flight together,
+//!   leases, deny caches) strays from the algorithm itself.
 //!
 //! With several Envoys, it also replays each instance's share of the requests through the
 //! rule's own algorithm, kept per instance: what per-instance (local) limits would have
@@ -70,7 +77,8 @@ pub struct Peak {
     pub admitted: u64,
 }
 
-/// What an exact limiter would have done with the same requests.
+/// What another limiter (the exact one, or the rule's own algorithm decided request by
+/// request) would have done with the same requests.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ExactComparison {
     /// Requests it would have admitted.
@@ -103,6 +111,9 @@ pub struct Accuracy {
     pub admitted: u64,
     /// Admitted requests that took their key over `units` in the `period` ending with them.
     pub over_exact: u64,
+    /// Denied requests an exact limiter would have admitted, given what their key had
+    /// admitted in the `period` ending with them ([`denied_under`]).
+    pub denied_under_exact: u64,
     /// The bound on admissions in any interval of `period`: the algorithm's own, plus
     /// `lease_allowance`.
     pub bound: u64,
@@ -115,6 +126,8 @@ pub struct Accuracy {
     pub peak: Option<Peak>,
     /// What an exact limiter would have done (absent when the rate is too large to model).
     pub exact: Option<ExactComparison>,
+    /// What the rule's own algorithm would have done, deciding every request in arrival order.
+    pub own_algorithm: ExactComparison,
     /// What per-instance limits would have done (with more than one Envoy).
     pub per_instance: Option<PerInstance>,
 }
@@ -175,11 +188,13 @@ pub fn assess<'a>(
         decided: 0,
         admitted: 0,
         over_exact: 0,
+        denied_under_exact: 0,
         bound,
         lease_allowance: rule.lease_allowance,
         over_bound: 0,
         peak: None,
         exact: rule.limit.exact().map(|_| ExactComparison::default()),
+        own_algorithm: ExactComparison::default(),
         per_instance: (instances > 1).then_some(PerInstance {
             instances,
             admitted: 0,
@@ -187,6 +202,7 @@ pub fn assess<'a>(
     };
     for (key, offers) in keys {
         accuracy.decided += offers.len() as u64;
+        accuracy.denied_under_exact += denied_under(offers, period_us, rule.cost, units);
         let windows = window_counts(offers, period_us, rule.cost);
         accuracy.admitted += windows.len() as u64;
         for &(at_us, admitted) in &windows {
@@ -209,6 +225,14 @@ pub fn assess<'a>(
                 exact.admitted_but_exact_denies += u64::from(!admits && offer.admitted);
             }
         }
+        let mut own = Model::new(rule.limit, rule.cost, rule.count_denied);
+        for offer in offers {
+            let admits = own.admits(0, offer.time_us);
+            let c = &mut accuracy.own_algorithm;
+            c.admitted += u64::from(admits);
+            c.denied_but_exact_admits += u64::from(admits && !offer.admitted);
+            c.admitted_but_exact_denies += u64::from(!admits && offer.admitted);
+        }
         if let Some(local) = &mut accuracy.per_instance {
             let mut model = Model::new(rule.limit, rule.cost, rule.count_denied);
             for offer in offers {
@@ -217,6 +241,33 @@ pub fn assess<'a>(
         }
     }
     accuracy
+}
+
+/// The denied requests among `offers` (in time order) that an exact limiter would have
+/// admitted, given what was admitted: a denial counts when the units admitted in the
+/// `period_us` ending with it (the interval `(t - period, t]`), together with the denials
+/// counted so far in that interval, leave room for it. (Counting every denial made while there
+/// was room would count, for a key far over its limit, every request denied in the moment one
+/// slot was free; an exact limiter would have admitted one of them.)
+pub fn denied_under(offers: &[Offer], period_us: i64, cost: u64, units: u64) -> u64 {
+    let mut admitted: Vec<i64> = offers.iter().filter_map(Offer::admitted_at_us).collect();
+    admitted.sort_unstable();
+    let mut counted: std::collections::VecDeque<i64> = std::collections::VecDeque::new();
+    let mut total = 0;
+    for o in offers.iter().filter(|o| !o.admitted) {
+        let t = o.time_us;
+        while counted.front().is_some_and(|&c| c <= t - period_us) {
+            counted.pop_front();
+        }
+        let from = admitted.partition_point(|&a| a <= t - period_us);
+        let to = admitted.partition_point(|&a| a <= t);
+        let in_period = (to - from + counted.len()) as u64 * cost;
+        if in_period + cost <= units {
+            counted.push_back(t);
+            total += 1;
+        }
+    }
+    total
 }
 
 /// For each admitted request (in the order they went on), the units its key had admitted in
@@ -308,6 +359,23 @@ mod tests {
         let a = assess(&rule, 1, [("k", offers.as_slice())]);
         assert_eq!(a.exact.unwrap().denied_but_exact_admits, 1);
         assert_eq!(a.over_exact, 0);
+    }
+
+    #[test]
+    fn denials_with_room_under_the_exact_limit_are_counted() {
+        let rule = limit(r#"{"algorithm": "fixed_window", "limit": 2, "window": "1s"}"#);
+        // Two admitted, a denial while the period is full, then three denied after the first
+        // has left: one slot free, so an exact limiter would have admitted one of them.
+        let offers = [
+            offer(0, true),
+            offer(100, true),
+            offer(500, false),
+            offer(1050, false),
+            offer(1060, false),
+            offer(1070, false),
+        ];
+        let a = assess(&rule, 1, [("k", offers.as_slice())]);
+        assert_eq!(a.denied_under_exact, 1, "one slot, one wrongful denial");
     }
 
     #[test]

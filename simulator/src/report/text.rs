@@ -287,12 +287,15 @@ fn accuracy(report: &Report, out: &mut String) {
             "nominal",
             "admitted",
             "over exact",
+            "denied under exact",
             "peak in a period",
             "own bound",
             "over bound",
             "exact admits",
             "denied, exact admits",
             "admitted, exact denies",
+            "denied, own algorithm admits",
+            "admitted, own denies",
         ],
         2,
     );
@@ -307,6 +310,7 @@ fn accuracy(report: &Report, out: &mut String) {
             format!("{}/{}", thousands(a.units), period(a.period_ms)),
             thousands(a.admitted),
             dash(a.over_exact),
+            dash(a.denied_under_exact),
             a.peak
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), |p| thousands(p.admitted)),
@@ -315,6 +319,8 @@ fn accuracy(report: &Report, out: &mut String) {
             exact.map_or_else(|| "n/a".to_owned(), |e| thousands(e.admitted)),
             exact.map_or_else(|| "n/a".to_owned(), |e| dash(e.denied_but_exact_admits)),
             exact.map_or_else(|| "n/a".to_owned(), |e| dash(e.admitted_but_exact_denies)),
+            dash(a.own_algorithm.denied_but_exact_admits),
+            dash(a.own_algorithm.admitted_but_exact_denies),
         ]);
         if let Some(p) = &a.peak
             && p.admitted > a.units
@@ -351,7 +357,7 @@ fn accuracy(report: &Report, out: &mut String) {
     table.render(out);
     let _ = writeln!(
         out,
-        "  (over exact: admitted requests that took their key over the nominal rate in the period ending with them;\n   over bound: the same against the algorithm's own bound, never above zero unless something is broken;\n   exact admits: what an exact sliding-log limit of the nominal rate would admit of the same requests)"
+        "  (over exact: admitted requests that took their key over the nominal rate in the period ending with them;\n   denied under exact: denied requests whose key, given what it had admitted in the period ending with them, had room;\n   over bound: the same against the algorithm's own bound, never above zero unless something is broken;\n   exact admits: what an exact sliding-log limit of the nominal rate would admit of the same requests;\n   own algorithm: the rule's algorithm deciding each request exactly as it came, one state per key)"
     );
     for note in notes {
         let _ = writeln!(out, "{note}");

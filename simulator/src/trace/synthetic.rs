@@ -6,6 +6,8 @@
 //! - `bursty`: clients that alternate silence and bursts;
 //! - `crawler`: a few crawlers walking the site fast, among a few quiet clients;
 //! - `tenants`: API traffic from many tenants (`x-api-key`), a few of them heavy;
+//! - `hot-tenants`: four tenants at 2,400, 1,200, 600 and 300 requests a second, each from 64
+//!   addresses, among 10 quiet tenants (hot keys: what lease mode is for);
 //! - `attack`: one client at a hundred times a normal client's rate among normal clients;
 //! - `demo`: quiet visitors whose page loads fetch a burst of assets, plus crawlers and a
 //!   scraper that go far beyond them (what `make demo` replays).
@@ -23,6 +25,8 @@ pub enum Kind {
     Crawler,
     /// Many API tenants.
     Tenants,
+    /// A few tenants at hundreds to thousands of requests a second.
+    HotTenants,
     /// One abuser at 100x among normal clients.
     Attack,
     /// Visitors, crawlers and a scraper.
@@ -189,6 +193,26 @@ impl Builder {
         }
     }
 
+    /// A tenant's API traffic at a steady average `rate`, with its API key, each request from
+    /// one of `clients` at random (its servers, or its users).
+    fn tenant(&mut self, key: &str, rate: f64, clients: &[String]) {
+        let mut t = START_US + self.rng.exp_us(1.0 / rate);
+        let mut n = 0u64;
+        while t < self.end_us {
+            n += 1;
+            let client = &clients[self.rng.below(clients.len() as u64) as usize];
+            let client = client.clone();
+            self.push(
+                t,
+                &client,
+                format!("/v1/orders/{}", n % 5000),
+                "api-client/1.4",
+                &[("x-api-key", key.to_owned())],
+            );
+            t += self.rng.exp_us(1.0 / rate).max(1);
+        }
+    }
+
     /// A crawler: bursts of `burst_s` seconds at `rate` per second, every `every_s` seconds.
     fn crawler(&mut self, client: &str, rate: f64, burst_s: f64, every_s: f64) {
         let agent = "Mozilla/5.0 (compatible; ExampleBot/2.1; +http://bot.example/)";
@@ -246,6 +270,18 @@ pub fn generate(options: GenOptions) -> Vec<TraceRecord> {
                     "api-client/1.4",
                     &[("x-api-key", key)],
                 );
+            }
+        }
+        Kind::HotTenants => {
+            for (tenant, rate) in [2400.0, 1200.0, 600.0, 300.0].into_iter().enumerate() {
+                let clients: Vec<String> = (0..64)
+                    .map(|c| format!("10.{tenant}.{}.{}", c / 200, 1 + c % 200))
+                    .collect();
+                b.tenant(&format!("hot-{tenant}"), scale * rate, &clients);
+            }
+            for tenant in 0..10u32 {
+                let client = [quiet(tenant)];
+                b.tenant(&format!("quiet-{tenant:03}"), scale * 0.5, &client);
             }
         }
         Kind::Attack => {
