@@ -2,6 +2,7 @@
 //! same run, because these machines are noisy; `all` writes them to BENCHMARKS.md.
 
 mod filter;
+mod lease;
 mod load;
 mod memory;
 mod replay;
@@ -64,6 +65,8 @@ enum Command {
     },
     /// The simulator's replay rate, and the deny cache on an attack trace.
     Replay,
+    /// Lease mode beside per-request decisions on a hot-key trace.
+    Lease,
     /// Everything, written to a Markdown file.
     All {
         /// Where to write the results.
@@ -268,6 +271,63 @@ fn deny_cache_section(modules: &Modules) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// Where the lease section's chart goes, beside BENCHMARKS.md.
+const LEASE_CHART: &str = "bench/lease-hot-key.svg";
+
+fn lease_section(modules: &Modules) -> anyhow::Result<String> {
+    let workload = lease::workload();
+    let rows = lease::run(modules, &workload, REPLAY_RUNS)?;
+    std::fs::write(LEASE_CHART, lease::chart(&rows))?;
+    let mut out = String::new();
+    writeln!(
+        out,
+        "{}: one rule, per tenant (`x-api-key`), `gcra` 1,000/s burst 1,000, so two tenants are over their limit (2.4x and 1.2x). `sluice-sim replay` in virtual time through 4 Envoys of 2 workers each, one server and one Redis, each callout answered 1 ms (virtual) after it left. The same trace, policy and topology in both rows; the lease row's rule adds `\"lease\": {}` (one Envoy may hold 100 units of a key, all Envoys 500). Each mode replayed {REPLAY_RUNS} times: the rate is the median run and the range; the other figures are the same in every run (virtual time).\n",
+        workload.name,
+        lease::LEASE
+    )?;
+    writeln!(
+        out,
+        "| decisions | callouts | per 1,000 requests | of them lease calls | decided in Envoy | requests/s (median) | slowest .. fastest | admitted | over the bound (bound) | denied though an exact limiter admits | admitted over the exact limit |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    for r in &rows {
+        let a = &r.accuracy;
+        let (rate, slow, fast) = r.rates();
+        writeln!(
+            out,
+            "| {} | {} | {:.1} | {} | {} | {:.0} | {:.0} .. {:.0} | {} | {} ({}) | {} ({:.2}% of admitted) | {} |",
+            r.mode,
+            r.callouts,
+            r.per_thousand(),
+            r.lease_calls,
+            r.local,
+            rate,
+            slow,
+            fast,
+            a.admitted,
+            a.over_bound,
+            a.bound,
+            a.denied_under_exact,
+            100.0 * a.denied_under_exact as f64 / a.admitted.max(1) as f64,
+            a.over_exact,
+        )?;
+    }
+    writeln!(
+        out,
+        "\n- *The bound* is the algorithm's own for one second (burst + rate x 1 s = 2,000), plus, with leases, the 500 units all Envoys may hold of one key (`docs/algorithms.md`). *Over the bound* counts admitted requests that took their key over it in the second ending with them.\n- *Denied though an exact limiter admits*: denied requests that an exact limit of 1,000 in any second, given what the key had admitted in the second before them, would have admitted (filling each free slot once). *Admitted over the exact limit*: the mirror image; `gcra`'s burst of 1,000 on top of its rate puts both modes over it at the start.\n- Decided request by request, which of a key's requests get in when it is 2.4 times over its limit is a coin toss that no two limiters toss alike: against the rule's own algorithm deciding every request in order, the per-request row differs on {} denials and the lease row on {} (of {} it admits), though both admit the limit, second by second ([chart]({LEASE_CHART})).\n",
+        rows.first()
+            .map_or(0, |r| r.accuracy.own_algorithm.denied_but_exact_admits),
+        rows.last()
+            .map_or(0, |r| r.accuracy.own_algorithm.denied_but_exact_admits),
+        rows.last().map_or(0, |r| r.accuracy.own_algorithm.admitted),
+    )?;
+    writeln!(
+        out,
+        "![the hottest tenant's admissions in the trailing second, per request and with leases]({LEASE_CHART})\n"
+    )?;
+    Ok(out)
+}
+
 /// (connections, checks per request) measured by `make bench`.
 const DEFAULT_LOAD: [(usize, usize); 4] = [(16, 1), (32, 1), (64, 1), (32, 3)];
 
@@ -342,6 +402,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", replay_section(&modules)?);
             print!("{}", deny_cache_section(&modules)?);
         }
+        Command::Lease => print!("{}", lease_section(&Modules::built())?),
         Command::All { out, seconds } => {
             let mut doc = String::new();
             writeln!(doc, "# Benchmarks\n")?;
@@ -381,6 +442,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "## Deny cache: an attack, with the cache on and off\n\n{}",
                 deny_cache_section(&modules)?
             )?;
+            writeln!(doc, "## Lease mode\n\n{}", lease_section(&modules)?)?;
             std::fs::write(&out, &doc)?;
             print!("{doc}");
             eprintln!("bench: written to {}", out.display());

@@ -108,6 +108,7 @@ pub fn run(
         }
     }
     let topology = &setup.topology;
+    let stats = filter_stats(&run.envoys);
     let info = RunInfo {
         policy: setup.policy_name.clone(),
         instances: topology.instances.max(1),
@@ -119,10 +120,13 @@ pub fn run(
             Clock::RealTime { speed } => report::Clock::RealTime { speed },
         },
         callouts: run.stats.callouts,
+        lease_calls: stats
+            .get("sluice.lease_calls")
+            .and_then(|n| u64::try_from(*n).ok())
+            .unwrap_or(0),
         open_at_end: run.stats.open_at_end,
         vm_failures,
     };
-    let stats = filter_stats(&run.envoys);
     let mut report = Report::build(
         &recording.recorder,
         Inputs {

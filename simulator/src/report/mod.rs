@@ -245,6 +245,8 @@ pub struct RunInfo {
     pub clock: Clock,
     /// Callouts made.
     pub callouts: u64,
+    /// Of which, lease calls (the rest decide requests).
+    pub lease_calls: u64,
     /// Requests still open at the end (hung streams).
     pub open_at_end: usize,
     /// VMs that failed, and why.

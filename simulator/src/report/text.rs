@@ -137,9 +137,14 @@ fn header(report: &Report, out: &mut String) {
         }
         Clock::RealTime { speed } => format!("real time at {speed}x"),
     };
+    let leases = if r.lease_calls > 0 {
+        format!(" ({} of them lease calls)", thousands(r.lease_calls))
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "  policy {}; {} Envoy x {} worker; {}; {} callouts",
+        "  policy {}; {} Envoy x {} worker; {}; {} callouts{leases}",
         r.policy,
         r.instances,
         r.workers,
