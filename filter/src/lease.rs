@@ -95,6 +95,9 @@ struct Touched {
     name: RuleName,
     key: LimitKey,
     id: String,
+    /// When the tick must next look at it (its lease about to end, or long unused): until
+    /// then the tick leaves its slot alone, unless it was asked for.
+    look_at_us: u64,
 }
 
 /// Units granted or given back that have no allowance to go to: given back at the next tick.
@@ -173,6 +176,24 @@ impl Leases {
         slot_key(&format!("{}.lease", self.fingerprint), id, LEASE_SLOTS)
     }
 
+    /// How long before a lease ends the tick renews it or gives its units back: two ticks.
+    fn margin_us(&self) -> u64 {
+        self.tick.map_or(0, |t| 2 * t.as_micros() as u64)
+    }
+
+    /// When the tick must next look at allowance `a`: as its lease is about to end (while it
+    /// holds units), or once it has been unused for a whole `ttl_us` (to forget it).
+    fn look_at(&self, a: &Allowance, ttl_us: u64, now_us: u64) -> u64 {
+        let unused = a.last_seen_us.saturating_add(ttl_us);
+        if a.units > 0 && a.leased(now_us) {
+            a.lease_until_us
+                .saturating_sub(self.margin_us())
+                .min(unused)
+        } else {
+            unused
+        }
+    }
+
     /// Tries to decide `rule`'s request for `key` (costing `cost`) from its allowance at
     /// `now_us`, counting it towards the key's rate, and marks the allowance as asked for
     /// when it runs low.
@@ -189,6 +210,7 @@ impl Leases {
         let ttl = config.terms.ttl.as_micros().unsigned_abs();
         let cost = rule.cost;
         let mut asked = false;
+        let mut look_at_us = 0;
         let local = update(&slot, |current| {
             asked = false;
             let mut a = match current {
@@ -221,6 +243,7 @@ impl Leases {
                 a.asking_since_us = now_us;
                 asked = true;
             }
+            look_at_us = self.look_at(&a, ttl, now_us);
             (Some(a), local)
         });
         let mut state = self.state.borrow_mut();
@@ -228,12 +251,17 @@ impl Leases {
             state.wanted.push(slot.clone());
         }
         if local.is_some() {
-            state.touched.entry(slot).or_insert_with(|| Touched {
-                rule: rule_index,
-                name: rule.name.clone(),
-                key: key.clone(),
-                id,
-            });
+            state
+                .touched
+                .entry(slot)
+                .and_modify(|t| t.look_at_us = look_at_us)
+                .or_insert_with(|| Touched {
+                    rule: rule_index,
+                    name: rule.name.clone(),
+                    key: key.clone(),
+                    id,
+                    look_at_us,
+                });
         }
         let period = if state.wanted.is_empty() {
             self.tick
@@ -266,8 +294,13 @@ impl Leases {
         let wanted: Vec<String> = std::mem::take(&mut state.wanted);
         let mut asks: Vec<LeaseAsk> = Vec::new();
         let mut sent: Vec<Sent> = Vec::new();
-        let margin = self.tick.map_or(0, |t| 2 * t.as_micros() as u64);
-        let slots: Vec<String> = state.touched.keys().cloned().collect();
+        let margin = self.margin_us();
+        let slots: Vec<String> = state
+            .touched
+            .iter()
+            .filter(|(slot, t)| t.look_at_us <= now_us || wanted.contains(slot))
+            .map(|(slot, _)| slot.clone())
+            .collect();
         for slot in slots {
             if asks.len() >= MAX_ASKS {
                 break;
@@ -338,15 +371,24 @@ impl Leases {
                     });
                 }
                 Some(None) | None => {
-                    // Forget allowances that went to another key or stayed idle a whole ttl.
-                    let keep = hostcalls::get_shared_data(&slot)
+                    // Forget allowances that went to another key or stayed idle a whole ttl;
+                    // look at the others again when they next need it.
+                    let current = hostcalls::get_shared_data(&slot)
                         .ok()
                         .and_then(|(bytes, _)| bytes.as_deref().and_then(Allowance::decode))
-                        .is_some_and(|a| {
+                        .filter(|a| {
                             a.id == touched.id && now_us.saturating_sub(a.last_seen_us) < ttl
                         });
-                    if !keep {
-                        state.touched.remove(&slot);
+                    match current {
+                        Some(a) => {
+                            let look_at = self.look_at(&a, ttl, now_us).max(now_us + margin / 2);
+                            if let Some(t) = state.touched.get_mut(&slot) {
+                                t.look_at_us = look_at;
+                            }
+                        }
+                        None => {
+                            state.touched.remove(&slot);
+                        }
                     }
                 }
             }
@@ -446,15 +488,22 @@ impl Leases {
         };
         for (s, grant) in sent.iter().zip(&grants) {
             count(s.rule, Some(grant));
+            let mut look_at = None;
             let applied = !s.slot.is_empty()
                 && update(&s.slot, |current| match current {
                     Some(mut a) if a.id == s.id => {
                         a.grant(s.asked_at_us, grant);
+                        look_at = Some(a.lease_until_us.saturating_sub(self.margin_us()));
                         (Some(a), true)
                     }
                     _ => (None, false),
                 })
                 .unwrap_or(false);
+            if let (Some(look_at), Some(t)) =
+                (look_at, self.state.borrow_mut().touched.get_mut(&s.slot))
+            {
+                t.look_at_us = look_at;
+            }
             if !applied && grant.granted > 0 {
                 // The slot went to another key meanwhile: give these back at the next tick.
                 self.state.borrow_mut().orphans.push(Orphan {
