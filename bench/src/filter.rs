@@ -259,10 +259,17 @@ impl Answers for Live<'_> {
     }
 }
 
-/// The recorded answers, in order.
-struct Recorded<'a>(&'a [RecordedAnswer]);
+/// The recorded answers, in order, built before the measured pass so that building them is
+/// not counted as the filter's work.
+struct Recorded(Vec<Option<CalloutReply>>);
 
-impl Answers for Recorded<'_> {
+impl Recorded {
+    fn new(answers: &[RecordedAnswer]) -> Recorded {
+        Recorded(answers.iter().map(|a| Some(a.reply())).collect())
+    }
+}
+
+impl Answers for Recorded {
     fn answer(
         &mut self,
         index: usize,
@@ -270,8 +277,8 @@ impl Answers for Recorded<'_> {
         _: u64,
     ) -> anyhow::Result<CalloutReply> {
         self.0
-            .get(index)
-            .map(RecordedAnswer::reply)
+            .get_mut(index)
+            .and_then(Option::take)
             .context("the filter made more callouts than when the answers were recorded")
     }
 }
@@ -317,7 +324,7 @@ pub fn pass(
 ) -> anyhow::Result<(Duration, PassCounts)> {
     let mut envoy = start(host, modules, which)?;
     let (spent, counts) = match which {
-        Which::Sluice => measured_requests(&mut envoy, requests, &mut Recorded(answers))?,
+        Which::Sluice => measured_requests(&mut envoy, requests, &mut Recorded::new(answers))?,
         Which::Noop => measured_requests(&mut envoy, requests, &mut NoAnswers)?,
     };
     Ok((spent / requests.max(1) as u32, counts))
@@ -343,7 +350,12 @@ fn median(mut values: Vec<Duration>) -> Duration {
 }
 
 /// Measures both filters: `rounds` timed passes each, alternating, then callgrind.
-pub fn run(modules: &Modules, rounds: usize, bench_binary: &Path) -> anyhow::Result<FilterFigures> {
+pub fn run(
+    modules: &Modules,
+    rounds: usize,
+    bench_binary: &Path,
+    profiles: Option<&Path>,
+) -> anyhow::Result<FilterFigures> {
     let answers = record(modules)?;
     let host = Host::new().map_err(|e| anyhow::anyhow!("starting wasmtime: {e}"))?;
     let (mut sluice, mut noop) = (Vec::new(), Vec::new());
@@ -358,7 +370,7 @@ pub fn run(modules: &Modules, rounds: usize, bench_binary: &Path) -> anyhow::Res
             counts = c;
         }
     }
-    let (instructions, instructions_note) = match callgrind(bench_binary, &answers) {
+    let (instructions, instructions_note) = match callgrind(bench_binary, &answers, profiles) {
         Ok(i) => (Some(i), None),
         Err(e) => (None, Some(format!("{e:#}"))),
     };
@@ -375,9 +387,15 @@ pub fn run(modules: &Modules, rounds: usize, bench_binary: &Path) -> anyhow::Res
 pub const CALLGRIND_REQUESTS: usize = 2_000;
 
 /// Instructions per request for (sluice, no-op), counted by callgrind in
-/// [`measured_requests`] only.
-fn callgrind(bench_binary: &Path, answers: &[RecordedAnswer]) -> anyhow::Result<(f64, f64)> {
-    let dir = std::env::temp_dir().join(format!("sluice-bench-callgrind-{}", std::process::id()));
+/// [`measured_requests`] only. The profiles are kept in `profiles` if given.
+fn callgrind(
+    bench_binary: &Path,
+    answers: &[RecordedAnswer],
+    profiles: Option<&Path>,
+) -> anyhow::Result<(f64, f64)> {
+    let dir = profiles.map(Path::to_path_buf).unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("sluice-bench-callgrind-{}", std::process::id()))
+    });
     std::fs::create_dir_all(&dir)?;
     let answers_path = dir.join("answers.json");
     std::fs::write(&answers_path, serde_json::to_vec(answers)?)?;
@@ -412,7 +430,9 @@ fn callgrind(bench_binary: &Path, answers: &[RecordedAnswer]) -> anyhow::Result<
         Ok(collected / CALLGRIND_REQUESTS as f64)
     };
     let figures = (count("sluice")?, count("noop")?);
-    let _ = std::fs::remove_dir_all(&dir);
+    if profiles.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     Ok(figures)
 }
 

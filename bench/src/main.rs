@@ -9,7 +9,7 @@ mod replay;
 mod server;
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -50,6 +50,9 @@ enum Command {
         /// Timed passes of each filter.
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+        /// Keep callgrind's profiles here (`callgrind_annotate DIR/sluice.out`).
+        #[arg(long)]
+        profiles: Option<PathBuf>,
     },
     /// One pass of a filter with recorded callout answers (what callgrind runs).
     FilterPass {
@@ -119,9 +122,9 @@ fn server_section(seconds: u64, load: &[(usize, usize)]) -> anyhow::Result<Strin
     Ok(out)
 }
 
-fn filter_section(rounds: usize) -> anyhow::Result<String> {
+fn filter_section(rounds: usize, profiles: Option<&Path>) -> anyhow::Result<String> {
     let bench = std::env::current_exe()?;
-    let f = filter::run(&Modules::built(), rounds, &bench)?;
+    let f = filter::run(&Modules::built(), rounds, &bench, profiles)?;
     let mut out = String::new();
     writeln!(
         out,
@@ -137,11 +140,17 @@ fn filter_section(rounds: usize) -> anyhow::Result<String> {
         f.counts.denied,
         (f.counts.allowed + f.counts.denied).saturating_sub(f.counts.callouts),
     )?;
+    let modules = Modules::built();
+    let size = |path: &Path| {
+        std::fs::metadata(path).map_or("-".to_owned(), |m| {
+            format!("{:.0} KiB", m.len() as f64 / 1024.0)
+        })
+    };
     writeln!(
         out,
-        "| filter | µs per request | instructions per request |"
+        "| filter | µs per request | instructions per request | .wasm size |"
     )?;
-    writeln!(out, "|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|")?;
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     let (si, ni) = f
         .instructions
@@ -150,16 +159,22 @@ fn filter_section(rounds: usize) -> anyhow::Result<String> {
         });
     writeln!(
         out,
-        "| no-op proxy-wasm filter (baseline) | {:.2} | {ni} |",
-        us(f.noop)
+        "| no-op proxy-wasm filter (baseline) | {:.2} | {ni} | {} |",
+        us(f.noop),
+        size(&modules.noop)
     )?;
-    writeln!(out, "| sluice, 3 rules | {:.2} | {si} |", us(f.sluice))?;
+    writeln!(
+        out,
+        "| sluice, 3 rules | {:.2} | {si} | {} |",
+        us(f.sluice),
+        size(&modules.sluice)
+    )?;
     let ratio_i = f
         .instructions
         .map_or("-".to_owned(), |(s, n)| format!("{:.1}", s / n.max(1.0)));
     writeln!(
         out,
-        "| ratio sluice / no-op | {:.1} | {ratio_i} |\n",
+        "| ratio sluice / no-op | {:.1} | {ratio_i} | |\n",
         us(f.sluice) / us(f.noop).max(1e-9)
     )?;
     if let Some(note) = f.instructions_note {
@@ -385,7 +400,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", server_section(seconds, &load)?)
         }
         Command::Memory => print!("{}", runtime.block_on(memory::run())?),
-        Command::Filter { rounds } => print!("{}", filter_section(rounds)?),
+        Command::Filter { rounds, profiles } => {
+            print!("{}", filter_section(rounds, profiles.as_deref())?)
+        }
         Command::FilterPass {
             filter,
             requests,
@@ -429,7 +446,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(
                 doc,
                 "## Filter: cost per request in wasmtime\n\n{}",
-                filter_section(5)?
+                filter_section(5, None)?
             )?;
             let modules = Modules::built();
             writeln!(

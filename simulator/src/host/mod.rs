@@ -71,6 +71,33 @@ pub enum LoadError {
     },
 }
 
+/// Set (to anything) to have every loaded module's compiled functions appended to
+/// `/tmp/perf-PID.map`, the format `perf report` and `scripts/name-jit.py` read: profilers
+/// see the filter's machine code as anonymous addresses otherwise. Build the filter without
+/// `strip` to get names (`CARGO_PROFILE_WASM_STRIP=false make wasm`).
+pub const PERF_MAP_VAR: &str = "SLUICE_PERF_MAP";
+
+fn write_perf_map(module: &Module) {
+    use std::io::Write;
+    let text = module.text().as_ptr() as usize;
+    let mut lines = String::new();
+    for f in module.functions() {
+        let name = f
+            .name
+            .unwrap_or_else(|| format!("wasm-function[{}]", f.index.as_u32()));
+        lines.push_str(&format!("{:x} {:x} {name}\n", text + f.offset, f.len));
+    }
+    let path = format!("/tmp/perf-{}.map", std::process::id());
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(lines.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("sluice-sim: writing {path}: {e}");
+    }
+}
+
 /// The engine and linker, shared by every VM.
 pub struct Host {
     engine: Engine,
@@ -106,6 +133,9 @@ impl Host {
     pub fn load(&self, wasm: &[u8]) -> Result<Plugin, LoadError> {
         let module =
             Module::new(&self.engine, wasm).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        if std::env::var_os(PERF_MAP_VAR).is_some() {
+            write_perf_map(&module);
+        }
         let abi = module
             .exports()
             .filter_map(|e| {
