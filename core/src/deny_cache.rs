@@ -29,7 +29,12 @@ pub struct Entry {
 
 /// The identity of a check in the cache.
 pub fn entry_id(rule: &RuleName, key: &LimitKey) -> String {
-    format!("{rule}:{key}")
+    let (rule, key) = (rule.as_str(), key.as_str());
+    let mut id = String::with_capacity(rule.len() + 1 + key.len());
+    id.push_str(rule);
+    id.push(':');
+    id.push_str(key);
+    id
 }
 
 /// The shared-data key of the slot `id` maps to, among `slots`, for the configuration whose
@@ -40,10 +45,28 @@ pub fn slot_key(fingerprint: &str, id: &str, slots: u32) -> String {
     // collide only evicts its own entries, which costs callouts, never a wrong answer.
     let mut hasher = fnv::FnvHasher::default();
     hasher.write(id.as_bytes());
-    format!(
-        "sluice.{fingerprint}.deny.{}",
-        hasher.finish() % u64::from(slots.max(1))
-    )
+    let slot = hasher.finish() % u64::from(slots.max(1));
+    // Built by hand, not with `format!`: this runs for every check of every request.
+    let mut key = String::with_capacity(fingerprint.len() + 32);
+    key.push_str("sluice.");
+    key.push_str(fingerprint);
+    key.push_str(".deny.");
+    push_decimal(&mut key, slot);
+    key
+}
+
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// A short, stable fingerprint of a configuration's bytes.
@@ -120,6 +143,25 @@ mod tests {
         assert!(e.denies("r:a", 999));
         assert!(!e.denies("r:a", 1000));
         assert!(!e.denies("r:b", 10));
+    }
+
+    #[test]
+    fn slot_keys_name_the_configuration_and_the_slot() {
+        assert_eq!(slot_key("abc", "r:1", 1), "sluice.abc.deny.0");
+        let mut hasher = fnv::FnvHasher::default();
+        hasher.write(b"r:1");
+        let expected = hasher.finish() % 4_000_000_000;
+        assert_eq!(
+            slot_key("abc", "r:1", 4_000_000_000),
+            format!("sluice.abc.deny.{expected}")
+        );
+        assert_eq!(
+            entry_id(
+                &RuleName::new("r").unwrap(),
+                &LimitKey::from_parts([b"k".as_slice()])
+            ),
+            "r:k"
+        );
     }
 
     #[test]

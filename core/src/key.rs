@@ -102,6 +102,11 @@ fn needs_escape(b: u8) -> bool {
 
 fn escape_into(out: &mut String, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    if !bytes.iter().any(|&b| needs_escape(b)) {
+        // Checked above: every byte is printable ASCII.
+        out.push_str(std::str::from_utf8(bytes).unwrap_or_default());
+        return;
+    }
     for &b in bytes {
         if needs_escape(b) {
             out.push('%');
@@ -113,16 +118,26 @@ fn escape_into(out: &mut String, bytes: &[u8]) {
     }
 }
 
-impl LimitKey {
-    /// Escapes each part and joins them with `:`; hashes the result if it is too long.
-    pub fn from_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> LimitKey {
-        let mut key = String::new();
-        for (i, part) in parts.into_iter().enumerate() {
-            if i > 0 {
-                key.push(PART_SEPARATOR);
-            }
-            escape_into(&mut key, part);
+/// A key being built, one part at a time (see [`LimitKey::from_parts`]).
+#[derive(Debug, Default)]
+pub struct KeyBuilder {
+    key: String,
+    parts: usize,
+}
+
+impl KeyBuilder {
+    /// Escapes `part` and appends it.
+    pub fn part(&mut self, part: &[u8]) {
+        if self.parts > 0 {
+            self.key.push(PART_SEPARATOR);
         }
+        self.parts += 1;
+        escape_into(&mut self.key, part);
+    }
+
+    /// The key; hashed if too long.
+    pub fn finish(self) -> LimitKey {
+        let key = self.key;
         if key.len() <= MAX_KEY_LEN {
             return LimitKey(key);
         }
@@ -133,6 +148,22 @@ impl LimitKey {
             hashed.push_str(&format!("{b:02x}"));
         }
         LimitKey(hashed)
+    }
+}
+
+impl LimitKey {
+    /// An empty key to build part by part.
+    pub fn builder() -> KeyBuilder {
+        KeyBuilder::default()
+    }
+
+    /// Escapes each part and joins them with `:`; hashes the result if it is too long.
+    pub fn from_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> LimitKey {
+        let mut key = KeyBuilder::default();
+        for part in parts {
+            key.part(part);
+        }
+        key.finish()
     }
 
     /// Validates a key that claims to be escaped already (as received on the wire).

@@ -13,15 +13,21 @@ use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, LogLevel};
 use sluice_core::decision::{Decision, Denial, RuleVerdict, decide};
 use sluice_core::deny_cache::{Entry, entry_id};
-use sluice_core::policy::{FailureMode, HttpRequest, PlannedCheck, Policy};
+use sluice_core::policy::{FailureMode, HttpRequest, PlannedCheck, Policy, Rule};
 use sluice_core::record::{self, DECISION_PROPERTY, RuleOutcome, RuleRecord};
 use sluice_core::verdict::Verdict;
-use sluice_core::wire::{DECIDE_PATH, DecideRequest};
+use sluice_core::wire::{DECIDE_PATH, read_decide_response, write_decide_request};
 
 use crate::answer;
 use crate::ffi;
 use crate::lease::{Local, Reservation};
 use crate::root::{Shared, now_ms, now_us};
+
+/// The rule a planned check comes from. Planned checks come from this policy's
+/// `checks_for`, so the index is always in range.
+fn rule<'a>(shared: &'a Shared, planned: &PlannedCheck) -> &'a Rule {
+    &shared.policy.rules[planned.rule]
+}
 
 /// What to do with the request once decided.
 enum Act {
@@ -39,8 +45,8 @@ pub struct Stream {
     local: Vec<Option<Verdict>>,
     /// Units taken from allowances, given back if the request is denied.
     reservations: Vec<Reservation>,
-    /// The callout's checks (those not decided here).
-    request: Option<DecideRequest>,
+    /// How many checks the callout carries (those not decided here), once it is sent.
+    asked: Option<usize>,
     /// When the callout left: the server decides at this time or a little later, so
     /// waits it reports count from here and a cached denial never outlives the real one.
     asked_at_ms: u64,
@@ -58,7 +64,7 @@ impl Stream {
             planned: Vec::new(),
             local: Vec::new(),
             reservations: Vec::new(),
-            request: None,
+            asked: None,
             asked_at_ms: 0,
             response_headers: Vec::new(),
             replied_locally: false,
@@ -66,27 +72,44 @@ impl Stream {
         }
     }
 
-    fn read_request(&self) -> HttpRequest {
+    /// The parts of the request the policy reads: only the headers its rules name, when it
+    /// can say which (a header map read whole costs an allocation per header).
+    fn read_request(&self, policy: &Policy) -> HttpRequest {
         let source_address = hostcalls::get_property(vec!["source", "address"])
             .ok()
             .flatten()
-            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+            .map(|bytes| {
+                String::from_utf8(bytes)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+            });
+        let headers = match &policy.headers_read {
+            Some(names) => names
+                .iter()
+                .filter_map(|name| {
+                    let value = self.get_http_request_header_bytes(name)?;
+                    Some((name.clone(), value))
+                })
+                .collect(),
+            None => self.get_http_request_headers_bytes(),
+        };
         HttpRequest {
-            headers: self.get_http_request_headers_bytes(),
+            headers,
             source_address,
         }
     }
 
     /// A live cached denial for any enforced check, as a local reply.
     fn cached_denial(&self, shared: &Shared, now: u64) -> Option<(usize, Denial)> {
+        if !shared.cache.enabled() {
+            return None;
+        }
         self.planned
             .iter()
             .enumerate()
-            .filter(|(_, p)| !p.check.shadow)
+            .filter(|(_, p)| !rule(shared, p).shadow)
             .find_map(|(i, p)| {
-                let entry = shared
-                    .cache
-                    .lookup(&entry_id(&p.check.rule, &p.check.key), now)?;
+                let rule = rule(shared, p);
+                let entry = shared.cache.lookup(&entry_id(&rule.name, &p.key), now)?;
                 let verdict = Verdict {
                     allowed: false,
                     limit: entry.limit,
@@ -96,8 +119,8 @@ impl Stream {
                     delay_ms: 0,
                 };
                 let rule_verdict = RuleVerdict {
-                    rule: p.check.rule.as_str(),
-                    limit: &p.check.limit,
+                    rule: rule.name.as_str(),
+                    limit: &rule.limit,
                     shadow: false,
                     verdict: &verdict,
                 };
@@ -118,10 +141,7 @@ impl Stream {
             .map(|p| {
                 let rule = rules.get(p.rule)?;
                 let config = rule.lease.as_ref()?;
-                match shared
-                    .leases
-                    .take(p.rule, rule, config, &p.check.key, now_us)
-                {
+                match shared.leases.take(p.rule, rule, config, &p.key, now_us) {
                     Local::Taken {
                         reservation,
                         limit,
@@ -155,24 +175,28 @@ impl Stream {
     }
 
     /// Whether a check decided here denies the request (an enforced one denied).
-    fn denied_here(&self) -> bool {
+    fn denied_here(&self, shared: &Shared) -> bool {
         self.planned
             .iter()
             .zip(&self.local)
-            .any(|(p, v)| !p.check.shadow && v.is_some_and(|v| !v.allowed))
+            .any(|(p, v)| !rule(shared, p).shadow && v.is_some_and(|v| !v.allowed))
     }
 
     fn send_callout(&mut self, policy: &Policy) -> Result<(), String> {
-        let request = DecideRequest {
-            checks: self
-                .planned
+        let remote: Vec<&PlannedCheck> = self
+            .planned
+            .iter()
+            .zip(&self.local)
+            .filter(|(_, local)| local.is_none())
+            .map(|(p, _)| p)
+            .collect();
+        let mut body = Vec::with_capacity(128 * remote.len() + 16);
+        write_decide_request(
+            &mut body,
+            remote
                 .iter()
-                .zip(&self.local)
-                .filter(|(_, local)| local.is_none())
-                .map(|(p, _)| p.check.clone())
-                .collect(),
-        };
-        let body = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+                .map(|p| (&policy.rules[p.rule].template, &p.key)),
+        );
         let service = &policy.service;
         let bearer = service.token.as_ref().map(|t| format!("Bearer {t}"));
         let mut headers = vec![
@@ -192,18 +216,15 @@ impl Stream {
                     service.cluster
                 )
             })?;
-        self.request = Some(request);
+        self.asked = Some(remote.len());
         Ok(())
     }
 
     /// The verdicts in the callout's answer, or why there are none.
     fn read_answer(&self, num_headers: usize, body_size: usize) -> Result<Vec<Verdict>, String> {
         let body = answer::read(self, num_headers, body_size)?;
-        let request = self.request.as_ref().ok_or("an answer to no callout")?;
-        Ok(request
-            .parse_response(&body)
-            .map_err(|e| e.to_string())?
-            .results)
+        let asked = self.asked.ok_or("an answer to no callout")?;
+        read_decide_response(&body, asked).map_err(|e| e.to_string())
     }
 
     /// Every check's verdict: those decided here, then the server's for the others, in
@@ -224,7 +245,7 @@ impl Stream {
             .planned
             .iter()
             .zip(verdicts)
-            .filter_map(|(p, v)| v.map(|v| (p.check.shadow, v.allowed)))
+            .filter_map(|(p, v)| v.map(|v| (rule(shared, p).shadow, v.allowed)))
             .collect();
         let mut decided_outcomes = record::outcomes(decided).into_iter();
         let outcomes: Vec<RuleOutcome> = verdicts
@@ -239,10 +260,11 @@ impl Stream {
             .iter()
             .zip(verdicts)
             .filter_map(|(p, v)| {
+                let rule = rule(shared, p);
                 Some(RuleVerdict {
-                    rule: p.check.rule.as_str(),
-                    limit: &p.check.limit,
-                    shadow: p.check.shadow,
+                    rule: rule.name.as_str(),
+                    limit: &rule.limit,
+                    shadow: rule.shadow,
                     verdict: v.as_ref()?,
                 })
             })
@@ -274,7 +296,7 @@ impl Stream {
                 }) = verdict
             {
                 let entry = Entry {
-                    id: entry_id(&planned.check.rule, &planned.check.key),
+                    id: entry_id(&rule(shared, planned).name, &planned.key),
                     until_ms: asked_at + retry_ms,
                     reset_at_ms: asked_at + reset_ms,
                     limit: *limit,
@@ -282,8 +304,8 @@ impl Stream {
                 shared.cache.remember(&entry, now);
             }
             records.push(RuleRecord {
-                rule: planned.check.rule.to_string(),
-                key: planned.check.key.to_string(),
+                rule: rule(shared, planned).name.as_str(),
+                key: planned.key.as_str(),
                 outcome: *outcome,
                 delay_ms,
                 local,
@@ -323,7 +345,7 @@ impl Stream {
         );
         shared.stats.callout_failure();
         let admit = shared.policy.failure_mode == FailureMode::Allow;
-        let records: Vec<RuleRecord> = self
+        let records: Vec<RuleRecord<&str>> = self
             .planned
             .iter()
             .zip(&self.local)
@@ -335,8 +357,8 @@ impl Stream {
                 };
                 shared.stats.outcome(p.rule, outcome, false, local);
                 RuleRecord {
-                    rule: p.check.rule.to_string(),
-                    key: p.check.key.to_string(),
+                    rule: rule(shared, p).name.as_str(),
+                    key: p.key.as_str(),
                     outcome,
                     delay_ms: 0,
                     local,
@@ -436,14 +458,14 @@ impl HttpContext for Stream {
         let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
-        let request = self.read_request();
+        let request = self.read_request(&shared.policy);
         self.planned = shared.policy.checks_for(&request);
         if self.planned.is_empty() {
             return Action::Continue;
         }
         let now = now_ms(self);
         if let Some((hit, denial)) = self.cached_denial(&shared, now) {
-            let records: Vec<RuleRecord> = self
+            let records: Vec<RuleRecord<&str>> = self
                 .planned
                 .iter()
                 .enumerate()
@@ -455,8 +477,8 @@ impl HttpContext for Stream {
                     };
                     shared.stats.outcome(p.rule, outcome, false, false);
                     RuleRecord {
-                        rule: p.check.rule.to_string(),
-                        key: p.check.key.to_string(),
+                        rule: rule(&shared, p).name.as_str(),
+                        key: p.key.as_str(),
                         outcome,
                         delay_ms: 0,
                         local: false,
@@ -469,7 +491,7 @@ impl HttpContext for Stream {
         self.asked_at_ms = now;
         self.decide_from_leases(&shared, now_us(self));
         let all_here = self.local.iter().all(Option::is_some);
-        if all_here || self.denied_here() {
+        if all_here || self.denied_here(&shared) {
             let verdicts = self.local.clone();
             let act = self.conclude(&shared, &verdicts);
             return self.act_on_headers(act, &shared);

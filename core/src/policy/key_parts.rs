@@ -1,6 +1,8 @@
 //! What a rule's key is built from.
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
+use std::net::{IpAddr, Ipv4Addr};
 
 use super::raw::{RawKeyPart, RawKeySource};
 use super::request::HttpRequest;
@@ -38,21 +40,21 @@ pub enum KeyPart {
 
 impl KeyPart {
     /// This part's value for the request, or `None` when the request lacks it.
-    fn value(&self, source: &KeySource<'_>) -> Option<Vec<u8>> {
+    fn value<'a>(&'a self, source: &'a KeySource<'_>) -> Option<Cow<'a, [u8]>> {
         let request = source.request;
-        let or_default = |found: Option<&[u8]>, default: &Option<String>| {
+        let or_default = |found: Option<&'a [u8]>, default: &'a Option<String>| {
             found
-                .map(<[u8]>::to_vec)
-                .or_else(|| default.as_ref().map(|d| d.clone().into_bytes()))
+                .or(default.as_deref().map(str::as_bytes))
+                .map(Cow::Borrowed)
         };
         match self {
-            KeyPart::ClientIp => source.client_ip().map(|ip| ip.as_bytes().to_vec()),
-            KeyPart::Path => Some(request.path().to_vec()),
-            KeyPart::Method => Some(request.method().to_vec()),
-            KeyPart::Host => Some(request.host()),
+            KeyPart::ClientIp => source.client_ip().map(|ip| Cow::Borrowed(ip.as_bytes())),
+            KeyPart::Path => Some(Cow::Borrowed(request.path())),
+            KeyPart::Method => Some(Cow::Borrowed(request.method())),
+            KeyPart::Host => Some(Cow::Owned(request.host())),
             KeyPart::Header { name, default } => or_default(request.header(name), default),
             KeyPart::Query { name, default } => or_default(request.query_param(name), default),
-            KeyPart::Const(value) => Some(value.clone().into_bytes()),
+            KeyPart::Const(value) => Some(Cow::Borrowed(value.as_bytes())),
         }
     }
 
@@ -127,15 +129,55 @@ impl<'a> KeySource<'a> {
             .get_or_init(|| {
                 self.request
                     .client_ip(self.trusted_hops)
-                    .map(|ip| ip.to_string())
+                    .map(|ip| match ip {
+                        IpAddr::V4(v4) => dotted_quad(v4),
+                        IpAddr::V6(v6) => v6.to_string(),
+                    })
             })
             .as_deref()
     }
 }
 
+/// `ip` as `Display` writes it, without the formatting machinery (this runs per request).
+fn dotted_quad(ip: Ipv4Addr) -> String {
+    let mut text = String::with_capacity(15);
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            text.push('.');
+        }
+        if octet >= 100 {
+            text.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            text.push(char::from(b'0' + octet / 10 % 10));
+        }
+        text.push(char::from(b'0' + octet % 10));
+    }
+    text
+}
+
 /// The key for the request from `parts`, or `None` when a part is missing (the rule then does not
 /// apply).
 pub fn build_key(parts: &[KeyPart], source: &KeySource<'_>) -> Option<LimitKey> {
-    let values: Option<Vec<Vec<u8>>> = parts.iter().map(|p| p.value(source)).collect();
-    Some(LimitKey::from_parts(values?.iter().map(Vec::as_slice)))
+    let mut key = LimitKey::builder();
+    for part in parts {
+        key.part(&part.value(source)?);
+    }
+    Some(key.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dotted_quads_are_written_as_display_writes_them() {
+        for n in (0..=u32::MAX)
+            .step_by(65_521)
+            .chain([0, u32::MAX, 0x0a00_6409])
+        {
+            let ip = Ipv4Addr::from(n);
+            assert_eq!(dotted_quad(ip), ip.to_string());
+        }
+    }
 }

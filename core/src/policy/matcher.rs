@@ -94,6 +94,12 @@ pub enum HeaderMatch {
 }
 
 impl HeaderMatch {
+    fn name(&self) -> &str {
+        match self {
+            HeaderMatch::Present(name, _) | HeaderMatch::Value(name, _) => name,
+        }
+    }
+
     fn matches(&self, request: &HttpRequest) -> bool {
         match self {
             HeaderMatch::Present(name, want) => request.header(name).is_some() == *want,
@@ -145,6 +151,17 @@ pub struct RequestMatch {
 }
 
 impl RequestMatch {
+    /// The headers this match reads.
+    pub fn headers_read(&self) -> impl Iterator<Item = &str> {
+        let path = self.path.as_ref().map(|_| ":path");
+        let method = (!self.methods.is_empty()).then_some(":method");
+        let host = self.host.iter().flat_map(|_| [":authority", "host"]);
+        path.into_iter()
+            .chain(method)
+            .chain(host)
+            .chain(self.headers.iter().map(HeaderMatch::name))
+    }
+
     /// Whether `request` meets every condition.
     pub fn matches(&self, request: &HttpRequest) -> bool {
         self.path.as_ref().is_none_or(|m| m.matches(request.path()))

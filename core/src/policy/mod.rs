@@ -19,7 +19,7 @@
 //! };
 //! let checks = policy.checks_for(&request);
 //! assert_eq!(checks.len(), 1);
-//! assert_eq!(checks[0].check.key.as_str(), "203.0.113.7");
+//! assert_eq!(checks[0].key.as_str(), "203.0.113.7");
 //!
 //! let err = Policy::from_json(br#"{"cluster": "sluice", "rules": [{"name": "r", "key": ["client_ip"],
 //!     "limit": {"algorithm": "gcra", "rate": 10, "per": "1s"}}]}"#).unwrap_err();
@@ -39,10 +39,11 @@ pub use matcher::{HeaderMatch, RequestMatch, StringMatch};
 pub use request::HttpRequest;
 
 use crate::duration::Millis;
+use crate::key::LimitKey;
 use crate::key::RuleName;
 use crate::lease::{LeaseConfig, LeaseTerms, MAX_LEASE_TTL_MS};
 use crate::limit::{Limit, MAX_AMOUNT};
-use crate::wire::{Check, MAX_CHECKS, lease_refusal};
+use crate::wire::{Check, CheckTemplate, MAX_CHECKS, lease_refusal};
 use raw::{RawDenyCache, RawLease, RawPolicy, RawResponse, RawRule};
 
 /// The callout timeout when none is configured.
@@ -160,6 +161,22 @@ pub struct Rule {
     pub count_denied: bool,
     /// Lease mode, when on.
     pub lease: Option<LeaseConfig>,
+    /// This rule's checks on the wire, all but the key.
+    pub template: CheckTemplate,
+}
+
+impl Rule {
+    /// The check this rule sends for `key`.
+    pub fn check(&self, key: LimitKey) -> Check {
+        Check {
+            rule: self.name.clone(),
+            key,
+            limit: self.limit,
+            cost: self.cost,
+            count_denied: self.count_denied,
+            shadow: self.shadow,
+        }
+    }
 }
 
 /// The validated configuration.
@@ -177,15 +194,18 @@ pub struct Policy {
     pub response: ResponseConfig,
     /// The rules, in order.
     pub rules: Vec<Rule>,
+    /// The request headers the rules read, when the first value of each is all they read;
+    /// `None` when they need every header (every `x-forwarded-for` line, with trusted hops).
+    pub headers_read: Option<Vec<String>>,
 }
 
-/// A check a request needs, with the index of the rule it comes from.
+/// A check a request needs: the rule it comes from and the request's key for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedCheck {
     /// Index into [`Policy::rules`].
     pub rule: usize,
-    /// The check to send.
-    pub check: Check,
+    /// The request's key for that rule.
+    pub key: LimitKey,
 }
 
 impl Policy {
@@ -264,6 +284,8 @@ impl Policy {
                 Ok(rule)
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let trusted_hops = raw.trusted_hops.unwrap_or(0);
+        let headers_read = headers_read(&rules, trusted_hops);
         Ok(Policy {
             service: Service {
                 cluster: raw.cluster.clone(),
@@ -272,10 +294,11 @@ impl Policy {
                 token: raw.token.clone(),
             },
             failure_mode,
-            trusted_hops: raw.trusted_hops.unwrap_or(0),
+            trusted_hops,
             deny_cache_slots: deny_cache_slots(raw.deny_cache.as_ref())?,
             response: ResponseConfig::from_raw(raw.response.as_ref())?,
             rules,
+            headers_read,
         })
     }
 
@@ -288,21 +311,35 @@ impl Policy {
             .enumerate()
             .filter(|(_, rule)| rule.matcher.matches(request))
             .filter_map(|(i, rule)| {
-                let key = build_key(&rule.key, &source)?;
                 Some(PlannedCheck {
                     rule: i,
-                    check: Check {
-                        rule: rule.name.clone(),
-                        key,
-                        limit: rule.limit,
-                        cost: rule.cost,
-                        count_denied: rule.count_denied,
-                        shadow: rule.shadow,
-                    },
+                    key: build_key(&rule.key, &source)?,
                 })
             })
             .collect()
     }
+}
+
+/// The headers `rules` read (see [`Policy::headers_read`]).
+fn headers_read(rules: &[Rule], trusted_hops: u32) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    for rule in rules {
+        for part in &rule.key {
+            match part {
+                KeyPart::ClientIp if trusted_hops > 0 => return None,
+                KeyPart::ClientIp | KeyPart::Const(_) => {}
+                KeyPart::Path | KeyPart::Query { .. } => names.push(":path"),
+                KeyPart::Method => names.push(":method"),
+                KeyPart::Host => names.extend([":authority", "host"]),
+                KeyPart::Header { name, .. } => names.push(name),
+            }
+        }
+        names.extend(rule.matcher.headers_read());
+    }
+    let mut names: Vec<String> = names.into_iter().map(str::to_owned).collect();
+    names.sort();
+    names.dedup();
+    Some(names)
 }
 
 fn deny_cache_slots(raw: Option<&RawDenyCache>) -> Result<u32, PolicyError> {
@@ -359,7 +396,9 @@ impl Rule {
                 Some(lease_config(&path, lease, &raw.limit, cost)?)
             }
         };
+        let shadow = raw.shadow.unwrap_or(false);
         Ok(Rule {
+            template: CheckTemplate::new(&name, &raw.limit, cost, count_denied, shadow),
             name,
             matcher: match &raw.matcher {
                 Some(m) => RequestMatch::from_raw(&field(path, "match"), m)?,
@@ -368,7 +407,7 @@ impl Rule {
             key,
             limit: raw.limit,
             cost,
-            shadow: raw.shadow.unwrap_or(false),
+            shadow,
             count_denied,
             lease,
         })

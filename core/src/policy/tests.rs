@@ -168,12 +168,9 @@ fn keys_are_built_from_parts_and_missing_parts_skip_the_rule() {
         (":method", "PUT"),
         ("x-tenant", "acme"),
     ]);
-    assert_eq!(p.checks_for(&with)[0].check.key.as_str(), "acme:PUT:2:c");
+    assert_eq!(p.checks_for(&with)[0].key.as_str(), "acme:PUT:2:c");
     let defaulted = request(&[(":path", "/x"), (":method", "PUT"), ("x-tenant", "acme")]);
-    assert_eq!(
-        p.checks_for(&defaulted)[0].check.key.as_str(),
-        "acme:PUT:1:c"
-    );
+    assert_eq!(p.checks_for(&defaulted)[0].key.as_str(), "acme:PUT:1:c");
     let without = request(&[(":path", "/x"), (":method", "PUT")]);
     assert!(p.checks_for(&without).is_empty());
 }
@@ -188,11 +185,48 @@ fn every_matching_rule_becomes_a_check_in_rule_order() {
     ))
     .unwrap();
     let checks = p.checks_for(&request(&[(":path", "/static/a.css"), (":method", "GET")]));
-    let names: Vec<&str> = checks.iter().map(|c| c.check.rule.as_str()).collect();
+    let names: Vec<&str> = checks
+        .iter()
+        .map(|c| p.rules[c.rule].name.as_str())
+        .collect();
     assert_eq!(names, ["per-ip", "shadowed"]);
-    assert!(checks[1].check.shadow);
-    assert_eq!(checks[1].check.cost, 3);
+    let shadowed = p.rules[checks[1].rule].check(checks[1].key.clone());
+    assert!(shadowed.shadow);
+    assert_eq!(shadowed.cost, 3);
     assert_eq!(checks[1].rule, 2);
+}
+
+#[test]
+fn the_policy_knows_which_headers_its_rules_read() {
+    let p = policy(&format!(
+        "{},{}",
+        rule("per-ip", r#","match":{"headers":[{"name":"X-Internal","present":false}]}"#),
+        r#"{"name":"t","match":{"method":"GET","host":{"exact":"a"}},"key":[{"header":"X-Tenant"},{"query":"v","default":"1"}],"limit":LIMIT}"#.replace("LIMIT", LIMIT)
+    ))
+    .unwrap();
+    assert_eq!(
+        p.headers_read.as_deref().unwrap(),
+        [
+            ":authority",
+            ":method",
+            ":path",
+            "host",
+            "x-internal",
+            "x-tenant"
+        ]
+    );
+    let behind_proxies = Policy::from_json(
+        format!(
+            r#"{{"cluster":"c","trusted_hops":1,"rules":[{}]}}"#,
+            rule("per-ip", "")
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(
+        behind_proxies.headers_read, None,
+        "every x-forwarded-for line"
+    );
 }
 
 #[test]

@@ -40,7 +40,13 @@
 //! [`REPLAY_TIME_HEADER`] header (microseconds since the epoch); any other server refuses a
 //! request that carries it.
 
+mod compact;
+
 use serde::{Deserialize, Serialize};
+
+pub use compact::{
+    CheckTemplate, read_canonical, read_decide_response, write_decide_request, write_json_string,
+};
 
 use crate::key::{LimitKey, RuleName};
 use crate::lease::{LeaseTerms, MAX_LEASE_TTL_MS};
@@ -159,16 +165,9 @@ impl DecideRequest {
 
     /// Parses the response to this request, checking that it answers every check.
     pub fn parse_response(&self, body: &[u8]) -> Result<DecideResponse, WireError> {
-        let response: DecideResponse =
-            serde_json::from_slice(body).map_err(|e| WireError(format!("response body: {e}")))?;
-        if response.results.len() != self.checks.len() {
-            return Err(WireError(format!(
-                "response body: {} results for {} checks",
-                response.results.len(),
-                self.checks.len()
-            )));
-        }
-        Ok(response)
+        Ok(DecideResponse {
+            results: read_decide_response(body, self.checks.len())?,
+        })
     }
 }
 
