@@ -16,7 +16,11 @@
 //! The instance does no I/O: callouts and tick periods come out as [`Output`]s, and answers go
 //! back in through [`Envoy::deliver`]; the replay drives the clock.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+// Looked up by every host call: a fast hash, not a DoS-resistant one (no key here is chosen
+// by a client).
+use rustc_hash::FxHashMap as HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -247,7 +251,7 @@ impl Envoy {
                 Ok(Worker {
                     vm: new_vm(w)?,
                     next_context: ROOT_CONTEXT + 1,
-                    streams: HashMap::new(),
+                    streams: HashMap::default(),
                     tick_period_ms: 0,
                 })
             })

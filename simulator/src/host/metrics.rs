@@ -5,7 +5,11 @@
 //! shown as `wasmcustom.<name>`; a metric id carries its type in the low two bits; a counter
 //! incremented by zero or less is `BadArgument`; a gauge goes up and down.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+// Looked up by every host call: a fast hash, not a DoS-resistant one (no key here is chosen
+// by a client).
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Mutex;
 
 use wasmtime::{Caller, Linker};
@@ -90,7 +94,7 @@ impl VmMetrics {
     pub fn new(registry: std::sync::Arc<MetricRegistry>) -> VmMetrics {
         VmMetrics {
             registry,
-            ids: HashMap::new(),
+            ids: HashMap::default(),
             next: 1,
         }
     }

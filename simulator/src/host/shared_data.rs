@@ -6,7 +6,11 @@
 //! mismatch is reported only when the key exists with another CAS; an absent key is
 //! `NotFound`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+// Looked up by every host call: a fast hash, not a DoS-resistant one (no key here is chosen
+// by a client).
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Mutex;
 
 use wasmtime::{Caller, Linker};

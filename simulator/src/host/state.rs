@@ -4,7 +4,11 @@
 //! own field. What several VMs of one Envoy share (shared data, metrics, known clusters) sits
 //! behind `Arc`s handed in by the Envoy instance.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+// Looked up by every host call: a fast hash, not a DoS-resistant one (no key here is chosen
+// by a client).
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use wasmtime::{Memory, TypedFunc};
@@ -199,7 +203,7 @@ impl HostState {
             guest: Guest::default(),
             contexts: ContextSelector::default(),
             configuring: false,
-            streams: HashMap::new(),
+            streams: HashMap::default(),
             callouts: Callouts {
                 clusters,
                 next_token: 4,
