@@ -19,6 +19,7 @@
 //! ```
 
 use std::fmt;
+use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -31,6 +32,24 @@ pub const MAX_KEY_LEN: usize = 128;
 pub const MAX_RULE_NAME_LEN: usize = 64;
 /// The separator between the parts of a key.
 pub const PART_SEPARATOR: char = ':';
+
+/// `ip` as `Display` writes it, without the formatting machinery (this runs per request).
+pub fn dotted_quad(ip: Ipv4Addr) -> String {
+    let mut text = String::with_capacity(15);
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            text.push('.');
+        }
+        if octet >= 100 {
+            text.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            text.push(char::from(b'0' + octet / 10 % 10));
+        }
+        text.push(char::from(b'0' + octet % 10));
+    }
+    text
+}
 
 /// A rule's name: 1 to 64 of `A-Z a-z 0-9 _ . -`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -229,6 +248,17 @@ pub fn redis_key(prefix: &str, rule: &RuleName, key: &LimitKey, algorithm: Algor
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dotted_quads_are_written_as_display_writes_them() {
+        for n in (0..=u32::MAX)
+            .step_by(65_521)
+            .chain([0, u32::MAX, 0x0a00_6409])
+        {
+            let ip = Ipv4Addr::from(n);
+            assert_eq!(dotted_quad(ip), ip.to_string());
+        }
+    }
 
     #[test]
     fn escaping_keeps_values_apart_and_inside_the_hash_tag() {

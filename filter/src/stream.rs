@@ -238,8 +238,8 @@ impl Stream {
     }
 
     /// Decides from the verdicts and remembers what came of each rule.
-    fn conclude(&mut self, shared: &Shared, verdicts: &[Option<Verdict>]) -> Act {
-        let now = now_ms(self);
+    /// `now` is the host time in ms.
+    fn conclude(&mut self, shared: &Shared, verdicts: &[Option<Verdict>], now: u64) -> Act {
         let asked_at = self.asked_at_ms;
         let decided: Vec<(bool, bool)> = self
             .planned
@@ -445,7 +445,7 @@ impl Context for Stream {
         let act = match self.read_answer(num_headers, body_size) {
             Ok(remote) => {
                 let verdicts = self.all_verdicts(&remote);
-                self.conclude(&shared, &verdicts)
+                self.conclude(&shared, &verdicts, now_ms(self))
             }
             Err(reason) => self.fail(&shared, &reason),
         };
@@ -463,7 +463,9 @@ impl HttpContext for Stream {
         if self.planned.is_empty() {
             return Action::Continue;
         }
-        let now = now_ms(self);
+        // One clock read for the whole callback: each is a host call.
+        let now_us = now_us(self);
+        let now = now_us / 1000;
         if let Some((hit, denial)) = self.cached_denial(&shared, now) {
             let records: Vec<RuleRecord<&str>> = self
                 .planned
@@ -489,11 +491,11 @@ impl HttpContext for Stream {
             return self.act_on_headers(Act::Reply(denial), &shared);
         }
         self.asked_at_ms = now;
-        self.decide_from_leases(&shared, now_us(self));
+        self.decide_from_leases(&shared, now_us);
         let all_here = self.local.iter().all(Option::is_some);
         if all_here || self.denied_here(&shared) {
             let verdicts = self.local.clone();
-            let act = self.conclude(&shared, &verdicts);
+            let act = self.conclude(&shared, &verdicts, now);
             return self.act_on_headers(act, &shared);
         }
         match self.send_callout(&shared.policy) {

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use super::raw::{RawKeyPart, RawKeySource};
 use super::request::HttpRequest;
@@ -130,30 +130,12 @@ impl<'a> KeySource<'a> {
                 self.request
                     .client_ip(self.trusted_hops)
                     .map(|ip| match ip {
-                        IpAddr::V4(v4) => dotted_quad(v4),
+                        IpAddr::V4(v4) => crate::key::dotted_quad(v4),
                         IpAddr::V6(v6) => v6.to_string(),
                     })
             })
             .as_deref()
     }
-}
-
-/// `ip` as `Display` writes it, without the formatting machinery (this runs per request).
-fn dotted_quad(ip: Ipv4Addr) -> String {
-    let mut text = String::with_capacity(15);
-    for (i, octet) in ip.octets().into_iter().enumerate() {
-        if i > 0 {
-            text.push('.');
-        }
-        if octet >= 100 {
-            text.push(char::from(b'0' + octet / 100));
-        }
-        if octet >= 10 {
-            text.push(char::from(b'0' + octet / 10 % 10));
-        }
-        text.push(char::from(b'0' + octet % 10));
-    }
-    text
 }
 
 /// The key for the request from `parts`, or `None` when a part is missing (the rule then does not
@@ -164,20 +146,4 @@ pub fn build_key(parts: &[KeyPart], source: &KeySource<'_>) -> Option<LimitKey> 
         key.part(&part.value(source)?);
     }
     Some(key.finish())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dotted_quads_are_written_as_display_writes_them() {
-        for n in (0..=u32::MAX)
-            .step_by(65_521)
-            .chain([0, u32::MAX, 0x0a00_6409])
-        {
-            let ip = Ipv4Addr::from(n);
-            assert_eq!(dotted_quad(ip), ip.to_string());
-        }
-    }
 }

@@ -44,7 +44,13 @@ pub struct StreamProperties {
 /// `ip:port`, or `[ip]:port` for IPv6.
 pub fn address(ip: IpAddr, port: u16) -> String {
     match ip {
-        IpAddr::V4(v4) => format!("{v4}:{port}"),
+        IpAddr::V4(v4) => {
+            // Without `format!`: filters read this on every request.
+            let mut text = sluice_core::key::dotted_quad(v4);
+            text.push(':');
+            text.push_str(&port.to_string());
+            text
+        }
         IpAddr::V6(v6) => format!("[{v6}]:{port}"),
     }
 }
