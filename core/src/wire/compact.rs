@@ -139,7 +139,8 @@ impl Reader<'_> {
             .take_while(|b| b.is_ascii_digit())
             .count();
         // JSON has no leading zeros; serde writes none.
-        if digits == 0 || (digits > 1 && self.bytes[self.at] == b'0') {
+        // u64::MAX has 20 digits: anything longer is out of range.
+        if digits == 0 || digits > 20 || (digits > 1 && self.bytes[self.at] == b'0') {
             return None;
         }
         let text = &self.bytes[self.at..self.at + digits];
@@ -260,6 +261,7 @@ mod tests {
             &br#"{"results":[{"allowed":true,"limit":01,"remaining":9,"reset_ms":100,"retry_after_ms":0,"delay_ms":0}]}"#[..],
             br#"{"results":[{"allowed":true,"limit":99999999999999999999,"remaining":9,"reset_ms":100,"retry_after_ms":0,"delay_ms":0}]}"#,
             br#"{"results":[]}x"#,
+            br#"{"results":[{"allowed":true,"limit":184467440737095516150,"remaining":9,"reset_ms":100,"retry_after_ms":0,"delay_ms":0}]}"#,
         ] {
             assert_eq!(read_canonical(junk), None);
             assert!(read_decide_response(junk, 1).is_err());
