@@ -5,8 +5,9 @@
 //! denials at once cannot lose the longer one.
 
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::Status;
 use sluice_core::deny_cache::{Entry, slot_key};
+
+use crate::cas;
 
 /// How often a write is retried after another worker changed the slot under it.
 const CAS_ATTEMPTS: usize = 4;
@@ -50,16 +51,15 @@ impl DenyCache {
             return;
         }
         let key = slot_key(&self.fingerprint, &entry.id, self.slots);
-        let value = entry.encode();
-        for _ in 0..CAS_ATTEMPTS {
-            let (current, cas) = self.read(&key);
-            if !entry.should_replace(current.as_ref(), now_ms) {
-                return;
-            }
-            match hostcalls::set_shared_data(&key, Some(&value), cas) {
-                Err(Status::CasMismatch) => continue,
-                _ => return,
-            }
-        }
+        cas::update(
+            &key,
+            CAS_ATTEMPTS,
+            Entry::decode,
+            Entry::encode,
+            |current| {
+                let write = entry.should_replace(current.as_ref(), now_ms);
+                (write.then(|| entry.clone()), ())
+            },
+        );
     }
 }

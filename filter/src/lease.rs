@@ -14,14 +14,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::Status;
 use sluice_core::deny_cache::{entry_id, slot_key};
 use sluice_core::key::{LimitKey, RuleName};
 use sluice_core::lease::{Allowance, Ending, LEASE_SLOTS, LeaseConfig, Take};
 use sluice_core::policy::Rule;
 use sluice_core::wire::{LeaseAsk, LeaseGrant, LeaseRequest, MAX_ASKS};
 
+use crate::cas;
 use crate::ticker::Ticker;
 
 /// How often a write is retried after another worker changed the slot under it.
@@ -89,6 +88,14 @@ impl Sent {
 /// The asks of one lease callout, kept by the root context until its answer.
 pub struct SentAsks(Vec<Sent>);
 
+/// What the tick makes of one allowance: an ask to send (want, held, returning, demand, the
+/// lease's end), or nothing, with the allowance as it now stands (`None`: the slot went to
+/// another key).
+enum TickStep {
+    Ask((u64, u64, u64, u64, u64)),
+    Idle(Option<Allowance>),
+}
+
 /// A worker's record of an allowance it has used.
 struct Touched {
     rule: usize,
@@ -122,7 +129,8 @@ struct WorkerState {
 
 /// The leases of one configuration, seen from one worker's VM.
 pub struct Leases {
-    fingerprint: String,
+    /// The configuration's fingerprint, as the prefix of the lease slots' keys.
+    slot_prefix: String,
     holder: String,
     /// The shortest tick any leased rule wants; `None` when no rule leases.
     tick: Option<Duration>,
@@ -130,29 +138,9 @@ pub struct Leases {
     state: RefCell<WorkerState>,
 }
 
-/// Reads slot `key` and writes `f`'s new allowance with compare-and-swap, retrying when
-/// another worker wrote in between. `f` gets the current allowance (if the slot holds one)
-/// and returns the one to write (`None`: write nothing) and a result.
-fn update<R>(
-    key: &str,
-    mut f: impl FnMut(Option<Allowance>) -> (Option<Allowance>, R),
-) -> Option<R> {
-    for _ in 0..CAS_ATTEMPTS {
-        let (current, cas) = match hostcalls::get_shared_data(key) {
-            Ok((bytes, cas)) => (bytes.as_deref().and_then(Allowance::decode), cas),
-            Err(_) => (None, None),
-        };
-        let (next, result) = f(current);
-        let Some(next) = next else {
-            return Some(result);
-        };
-        match hostcalls::set_shared_data(key, Some(&next.encode()), cas) {
-            Ok(()) => return Some(result),
-            Err(Status::CasMismatch) => continue,
-            Err(_) => return None,
-        }
-    }
-    None
+/// Reads allowance slot `key` and writes what `f` makes of it (see [`cas::update`]).
+fn update<R>(key: &str, f: impl FnMut(Option<Allowance>) -> (Option<Allowance>, R)) -> Option<R> {
+    cas::update(key, CAS_ATTEMPTS, Allowance::decode, Allowance::encode, f)
 }
 
 impl Leases {
@@ -164,7 +152,7 @@ impl Leases {
             .min()
             .map(Duration::from_millis);
         Leases {
-            fingerprint,
+            slot_prefix: format!("{fingerprint}.lease"),
             holder,
             tick,
             ticker,
@@ -173,7 +161,7 @@ impl Leases {
     }
 
     fn slot(&self, id: &str) -> String {
-        slot_key(&format!("{}.lease", self.fingerprint), id, LEASE_SLOTS)
+        slot_key(&self.slot_prefix, id, LEASE_SLOTS)
     }
 
     /// How long before a lease ends the tick renews it or gives its units back: two ticks.
@@ -319,35 +307,35 @@ impl Leases {
             let id = touched.id.clone();
             let outcome = update(&slot, |current| {
                 let Some(mut a) = current.filter(|a| a.id == id) else {
-                    return (None, None);
+                    return (None, TickStep::Idle(None));
                 };
                 let held = if a.leased(now_us) { a.units } else { 0 };
                 let demand = a.demand_per_second(config.horizon);
                 let until = a.lease_until_us;
                 if asking && a.asking_since_us != 0 {
                     let want = a.target(config).saturating_sub(held);
-                    return (None, Some((want, held, 0, demand, until)));
+                    return (None, TickStep::Ask((want, held, 0, demand, until)));
                 }
                 match a.lease_ending(now_us, ttl, margin) {
                     Some(Ending::Renew) => {
                         let want = a.target(config).saturating_sub(held);
                         a.asking_since_us = now_us;
-                        (Some(a), Some((want, held, 0, demand, until)))
+                        (Some(a), TickStep::Ask((want, held, 0, demand, until)))
                     }
                     Some(Ending::GiveBack) => {
                         let returning = if a.leased(now_us) { a.take_all() } else { 0 };
                         a.units = 0;
                         if returning == 0 {
-                            return (Some(a), None);
+                            return (Some(a.clone()), TickStep::Idle(Some(a)));
                         }
                         a.asking_since_us = now_us;
-                        (Some(a), Some((0, 0, returning, 0, until)))
+                        (Some(a), TickStep::Ask((0, 0, returning, 0, until)))
                     }
-                    None => (None, None),
+                    None => (None, TickStep::Idle(Some(a))),
                 }
             });
             match outcome {
-                Some(Some((want, held, returning, demand, lease_until_us))) => {
+                Some(TickStep::Ask((want, held, returning, demand, lease_until_us))) => {
                     let touched = &state.touched[&slot];
                     asks.push(LeaseAsk {
                         rule: touched.name.clone(),
@@ -370,15 +358,10 @@ impl Leases {
                         lease_until_us,
                     });
                 }
-                Some(None) | None => {
+                Some(TickStep::Idle(current)) => {
                     // Forget allowances that went to another key or stayed idle a whole ttl;
                     // look at the others again when they next need it.
-                    let current = hostcalls::get_shared_data(&slot)
-                        .ok()
-                        .and_then(|(bytes, _)| bytes.as_deref().and_then(Allowance::decode))
-                        .filter(|a| {
-                            a.id == touched.id && now_us.saturating_sub(a.last_seen_us) < ttl
-                        });
+                    let current = current.filter(|a| now_us.saturating_sub(a.last_seen_us) < ttl);
                     match current {
                         Some(a) => {
                             let look_at = self.look_at(&a, ttl, now_us).max(now_us + margin / 2);
@@ -391,6 +374,8 @@ impl Leases {
                         }
                     }
                 }
+                // Every attempt lost the race to other workers: the next tick looks again.
+                None => {}
             }
         }
         let orphans = std::mem::take(&mut state.orphans);

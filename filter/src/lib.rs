@@ -16,6 +16,8 @@
 
 mod answer;
 mod cache;
+mod callout;
+mod cas;
 mod ffi;
 mod held;
 mod lease;

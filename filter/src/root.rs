@@ -14,6 +14,7 @@ use sluice_core::wire::{LEASE_PATH, LeaseRequest};
 
 use crate::answer;
 use crate::cache::DenyCache;
+use crate::callout;
 use crate::held::{Held, SharedHeld};
 use crate::lease::Leases;
 use crate::stats::Stats;
@@ -74,31 +75,16 @@ impl Root {
                 return;
             }
         };
-        let service = &shared.policy.service;
-        let bearer = service.token.as_ref().map(|t| format!("Bearer {t}"));
-        let mut headers = vec![
-            (":method", "POST"),
-            (":path", LEASE_PATH),
-            (":authority", service.authority.as_str()),
-            ("content-type", "application/json"),
-        ];
-        if let Some(bearer) = &bearer {
-            headers.push(("authorization", bearer.as_str()));
-        }
-        let timeout = std::time::Duration::from_millis(service.timeout.as_millis());
-        match self.dispatch_http_call(&service.cluster, headers, Some(&body), vec![], timeout) {
+        match callout::post(self, &shared.policy.service, LEASE_PATH, &body) {
             Ok(token) => {
                 shared.stats.lease_call();
                 shared.leases.sent(token, sent);
                 self.lease_calls.borrow_mut().push((token, request));
             }
-            Err(status) => {
+            Err(reason) => {
                 let _ = hostcalls::log(
                     LogLevel::Warn,
-                    &format!(
-                        "sluice: the host refused the lease callout to cluster `{}`: {status:?}",
-                        service.cluster
-                    ),
+                    &format!("sluice: lease callout not sent: {reason}"),
                 );
                 shared.stats.lease_failure();
                 shared.leases.not_sent(sent);

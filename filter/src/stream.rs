@@ -19,6 +19,7 @@ use sluice_core::verdict::Verdict;
 use sluice_core::wire::{DECIDE_PATH, read_decide_response, write_decide_request};
 
 use crate::answer;
+use crate::callout;
 use crate::ffi;
 use crate::lease::{Local, Reservation};
 use crate::root::{Shared, now_ms, now_us};
@@ -197,25 +198,7 @@ impl Stream {
                 .iter()
                 .map(|p| (&policy.rules[p.rule].template, &p.key)),
         );
-        let service = &policy.service;
-        let bearer = service.token.as_ref().map(|t| format!("Bearer {t}"));
-        let mut headers = vec![
-            (":method", "POST"),
-            (":path", DECIDE_PATH),
-            (":authority", service.authority.as_str()),
-            ("content-type", "application/json"),
-        ];
-        if let Some(bearer) = &bearer {
-            headers.push(("authorization", bearer.as_str()));
-        }
-        let timeout = std::time::Duration::from_millis(service.timeout.as_millis());
-        self.dispatch_http_call(&service.cluster, headers, Some(&body), vec![], timeout)
-            .map_err(|status| {
-                format!(
-                    "the host refused the callout to cluster `{}`: {status:?}",
-                    service.cluster
-                )
-            })?;
+        callout::post(self, &policy.service, DECIDE_PATH, &body)?;
         self.asked = Some(remote.len());
         Ok(())
     }

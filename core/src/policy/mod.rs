@@ -138,8 +138,8 @@ pub struct Service {
     pub authority: String,
     /// How long a callout may take.
     pub timeout: Millis,
-    /// The bearer token, if the server wants one.
-    pub token: Option<String>,
+    /// The `authorization` header's value (`Bearer <token>`), if the server wants a token.
+    pub authorization: Option<String>,
 }
 
 /// One validated rule.
@@ -291,7 +291,7 @@ impl Policy {
                 cluster: raw.cluster.clone(),
                 authority: raw.authority.clone().unwrap_or_else(|| raw.cluster.clone()),
                 timeout,
-                token: raw.token.clone(),
+                authorization: raw.token.as_ref().map(|t| format!("Bearer {t}")),
             },
             failure_mode,
             trusted_hops,

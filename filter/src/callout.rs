@@ -1,0 +1,34 @@
+//! Calls to sluice-server: a JSON `POST` through the configured Envoy cluster, the same
+//! headers, token and timeout for decisions and leases alike.
+
+use std::time::Duration;
+
+use proxy_wasm::traits::Context;
+use sluice_core::policy::Service;
+
+/// Sends `body` to `path` of sluice-server; the callout's token, or why the host refused it.
+pub fn post(
+    context: &dyn Context,
+    service: &Service,
+    path: &str,
+    body: &[u8],
+) -> Result<u32, String> {
+    let mut headers = vec![
+        (":method", "POST"),
+        (":path", path),
+        (":authority", service.authority.as_str()),
+        ("content-type", "application/json"),
+    ];
+    if let Some(authorization) = &service.authorization {
+        headers.push(("authorization", authorization.as_str()));
+    }
+    let timeout = Duration::from_millis(service.timeout.as_millis());
+    context
+        .dispatch_http_call(&service.cluster, headers, Some(body), vec![], timeout)
+        .map_err(|status| {
+            format!(
+                "the host refused the callout to cluster `{}`: {status:?}",
+                service.cluster
+            )
+        })
+}
