@@ -3,7 +3,7 @@
 -- (server/src/scripts.rs). Contract: core/src/algorithm/all_or_nothing.rs.
 --
 -- KEYS[i]  check i's key (all distinct)
--- ARGV[1]  the time in microseconds (replay mode only), or "" to read Redis TIME
+-- ARGV[1]  the time (see clock() in prelude.lua)
 -- ARGV[2]  the number of checks
 -- then per check: the algorithm's number (1-6, in ALGORITHMS order), cost, "1" when a denial
 -- consumes too, "1" for a shadow check, the number of parameters, the parameters.

@@ -2,7 +2,7 @@
 -- it gives back. Follows the prelude, schedule.lua and every algorithm's file wrapped as
 -- ALGORITHMS[n] (server/src/scripts.rs). Contract and bound: core/src/lease.rs.
 --
--- ARGV[1]  the time in microseconds (replay mode only), or "" to read Redis TIME
+-- ARGV[1]  the time (see clock() in prelude.lua)
 -- ARGV[2]  the holder
 -- ARGV[3]  the number of asks
 -- then per ask: the algorithm's number (1-6), want, held, returning, demand (units a second),

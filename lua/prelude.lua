@@ -27,15 +27,27 @@ local SPLITTER = 134217729
 -- Whether the time came from the caller (replay mode); set by clock().
 local replay = false
 
--- The time of this call in microseconds: the caller's in replay mode (`arg` not empty),
--- otherwise Redis' own, read once per call.
+-- The time of this call in microseconds, from its time argument (server/src/scripts.rs,
+-- ScriptTime): "" to read Redis' TIME here; "r" and a number, a replay's virtual time; a
+-- number alone, Redis' clock as the server carries it between its reads of TIME, which spares
+-- each call the TIME command.
 local function clock(arg)
-  replay = arg ~= ''
-  if replay then
-    return tonumber(arg)
+  if arg == '' then
+    replay = false
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  replay = string.byte(arg, 1) == 114
+  local us
+  if replay then
+    us = tonumber(string.sub(arg, 2))
+  else
+    us = tonumber(arg)
+  end
+  if not us or us < 0 or us ~= math.floor(us) then
+    error('sluice: the time argument "' .. arg .. '" is not "", r<us> or <us>')
+  end
+  return us
 end
 
 -- a * b as p + e, exactly: p the rounded product, e what the rounding lost (Dekker).

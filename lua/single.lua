@@ -2,7 +2,7 @@
 -- as the function `run` (server/src/scripts.rs).
 --
 -- KEYS[1]   the check's key
--- ARGV[1]   the time in microseconds (replay mode only), or "" to read Redis TIME
+-- ARGV[1]   the time (see clock() in prelude.lua)
 -- ARGV[2]   cost; 0 only asks
 -- ARGV[3]   "1" when a denied request consumes too
 -- ARGV[4]   "1" to decide and consume, "0" only to ask (nothing is written)

@@ -8,7 +8,7 @@ use redis::aio::MultiplexedConnection;
 use sluice_core::key::{LimitKey, RuleName, redis_key};
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::RedisServer;
-use sluice_server::scripts::ScriptCall;
+use sluice_server::scripts::{ScriptCall, ScriptTime};
 
 const NOW: i64 = 1_763_700_000_000_000;
 
@@ -16,10 +16,10 @@ async fn decide(
     c: &mut MultiplexedConnection,
     limit: &Limit,
     key: &str,
-    now: Option<i64>,
+    time: ScriptTime,
     cost: u64,
 ) -> anyhow::Result<()> {
-    let call = ScriptCall::new(limit, key.to_owned(), now, cost, false);
+    let call = ScriptCall::new(limit, key.to_owned(), time, cost, false);
     let mut invocation = call.script().prepare_invoke();
     invocation.key(&call.key);
     for arg in &call.args() {
@@ -27,6 +27,11 @@ async fn decide(
     }
     let _: Vec<i64> = invocation.invoke_async(c).await?;
     Ok(())
+}
+
+async fn redis_time_us(c: &mut MultiplexedConnection) -> anyhow::Result<i64> {
+    let (seconds, micros): (i64, i64) = redis::cmd("TIME").query_async(c).await?;
+    Ok(seconds * 1_000_000 + micros)
 }
 
 async fn usage(c: &mut MultiplexedConnection, key: &str) -> anyhow::Result<i64> {
@@ -63,12 +68,11 @@ pub(crate) async fn command_calls(
 }
 
 /// Redis commands run per decision (the EVALSHA and every `redis.call` inside the script),
-/// averaged over 1,000 decisions on 100 keys, at replay times or (`replay` false) on Redis'
-/// own clock, when the script also reads `TIME`.
+/// averaged over 1,000 decisions on 100 keys, with the time `at(i)` for decision `i`.
 async fn commands_per_decision(
     c: &mut MultiplexedConnection,
     limit: &Limit,
-    replay: bool,
+    at: impl Fn(i64) -> ScriptTime,
 ) -> anyhow::Result<f64> {
     let total = |calls: BTreeMap<String, u64>| -> u64 {
         calls
@@ -83,8 +87,8 @@ async fn commands_per_decision(
         decide(
             c,
             limit,
-            &format!("count:{replay}:{}:{}", limit.algorithm(), i % 100),
-            replay.then_some(NOW + i * 10_000),
+            &format!("count:{:?}:{}:{}", at(0), limit.algorithm(), i % 100),
+            at(i),
             1,
         )
         .await?;
@@ -126,14 +130,16 @@ pub async fn run() -> anyhow::Result<String> {
         out,
         "Redis {version}; `MEMORY USAGE <key> SAMPLES 0` for the key `sluice:{{per-client:203.0.113.77}}:<code>` \
          after 5 decisions; Redis commands per decision from `INFO commandstats` over 1,000 decisions \
-         (the `EVALSHA` and each `redis.call` inside the script), with the time given (replay) and \
-         read from Redis (`TIME`, as in production).\n"
+         (the `EVALSHA` and each `redis.call` inside the script): as sluice-server runs them, on \
+         Redis' clock as the server carries it between its reads of `TIME` (one a second, not \
+         counted here); at replay times; and when the script reads `TIME` itself (before the \
+         server's first read, or when its reads have failed for 10 s).\n"
     )?;
     writeln!(
         out,
-        "| algorithm | state | bytes per key | Redis commands per decision, replay | on Redis time |"
+        "| algorithm | state | bytes per key | Redis commands per decision | replay | script reads TIME |"
     )?;
-    writeln!(out, "|---|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|---|")?;
     for algorithm in Algorithm::ALL {
         let limit: Limit = serde_json::from_str(&match algorithm {
             Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog => {
@@ -142,10 +148,22 @@ pub async fn run() -> anyhow::Result<String> {
             _ => format!(r#"{{"algorithm":"{algorithm}","rate":100,"per":"1s","burst":1000}}"#),
         })?;
         for step in 0..5 {
-            decide(&mut c, &limit, &key(algorithm), Some(NOW + step * 1000), 1).await?;
+            decide(
+                &mut c,
+                &limit,
+                &key(algorithm),
+                ScriptTime::Replay(NOW + step * 1000),
+                1,
+            )
+            .await?;
         }
-        let replayed = commands_per_decision(&mut c, &limit, true).await?;
-        let live = commands_per_decision(&mut c, &limit, false).await?;
+        let replayed =
+            commands_per_decision(&mut c, &limit, |i| ScriptTime::Replay(NOW + i * 10_000)).await?;
+        let redis_now = redis_time_us(&mut c).await?;
+        let carried =
+            commands_per_decision(&mut c, &limit, |i| ScriptTime::Carried(redis_now + i * 10))
+                .await?;
+        let reading = commands_per_decision(&mut c, &limit, |_| ScriptTime::Redis).await?;
         let bytes = usage(&mut c, &key(algorithm)).await?;
         let bytes = if algorithm == Algorithm::SlidingLog {
             format!("{bytes} (5 entries; see below)")
@@ -154,7 +172,7 @@ pub async fn run() -> anyhow::Result<String> {
         };
         writeln!(
             out,
-            "| {algorithm} | {} | {bytes} | {replayed:.1} | {live:.1} |",
+            "| {algorithm} | {} | {bytes} | {carried:.1} | {replayed:.1} | {reading:.1} |",
             state_of(algorithm)
         )?;
     }
@@ -169,7 +187,7 @@ pub async fn run() -> anyhow::Result<String> {
             &mut c,
             &fractional,
             &fractional_key,
-            Some(NOW + step * 1000),
+            ScriptTime::Replay(NOW + step * 1000),
             1,
         )
         .await?;
@@ -199,7 +217,8 @@ pub async fn run() -> anyhow::Result<String> {
     for target in [1u64, 16, 64, 128, 129, 256, 1000, 10_000, 100_000] {
         while entries < target {
             let batch = (target - entries).min(1000);
-            decide(&mut c, &limit, &log_key, Some(NOW + entries as i64), batch).await?;
+            let at = ScriptTime::Replay(NOW + entries as i64);
+            decide(&mut c, &limit, &log_key, at, batch).await?;
             entries += batch;
         }
         let bytes = usage(&mut c, &log_key).await?;

@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::{RedisServer, free_port};
-use sluice_server::scripts::{SCRIPTS, ScriptCall};
+use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
 
 use crate::load::{self, Measured};
 
@@ -68,14 +68,17 @@ fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
     }
 }
 
-fn body(checks: usize) -> impl Fn(u64) -> Bytes + Clone + Send + 'static {
-    move |i| {
-        let key = i.wrapping_mul(2_654_435_761) % KEYSPACE;
-        let checks: Vec<String> = (0..checks)
-            .map(|c| format!(r#"{{"rule":"bench{c}","key":"client-{key}","limit":{LIMIT}}}"#))
-            .collect();
-        Bytes::from(format!(r#"{{"checks":[{}]}}"#, checks.join(",")))
-    }
+/// One request body per client key, in a scrambled order.
+fn bodies(checks: usize) -> Vec<Bytes> {
+    (0..KEYSPACE)
+        .map(|i| {
+            let key = i.wrapping_mul(2_654_435_761) % KEYSPACE;
+            let checks: Vec<String> = (0..checks)
+                .map(|c| format!(r#"{{"rule":"bench{c}","key":"client-{key}","limit":{LIMIT}}}"#))
+                .collect();
+            Bytes::from(format!(r#"{{"checks":[{}]}}"#, checks.join(",")))
+        })
+        .collect()
 }
 
 fn redis_benchmark(
@@ -84,14 +87,21 @@ fn redis_benchmark(
     requests: u64,
 ) -> anyhow::Result<(f64, f64, f64)> {
     let sha = SCRIPTS.get(Algorithm::Gcra).get_hash().to_owned();
-    // The very call sluice-server makes for one check (Redis' own time), on keys that
-    // redis-benchmark draws from the same keyspace.
+    // The very call sluice-server makes for one check, on keys that redis-benchmark draws from
+    // the same keyspace. The server passes Redis' clock as it carries it; redis-benchmark
+    // repeats one argument list, so every call gets this instant (Redis runs on this machine,
+    // so the system clock is its clock).
+    let now_us = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_micros(),
+    )?;
     let limit: Limit = serde_json::from_str(LIMIT)?;
     let key = format!(
         "sluice:{{bench0:client-__rand_int__}}:{}",
         Algorithm::Gcra.storage_code()
     );
-    let call = ScriptCall::new(&limit, key.clone(), None, 1, false);
+    let call = ScriptCall::new(&limit, key.clone(), ScriptTime::Carried(now_us), 1, false);
     let output = Command::new("redis-benchmark")
         .args([
             "-h",
@@ -144,6 +154,9 @@ pub fn run(configurations: &[(usize, usize)], duration: Duration) -> anyhow::Res
                 &redis.url(),
                 "--log",
                 "warn",
+                // Redis and redis-benchmark run one thread each; so does the server here.
+                "--threads",
+                "1",
             ])
             .stdin(Stdio::null())
             .spawn()
@@ -162,7 +175,7 @@ pub fn run(configurations: &[(usize, usize)], duration: Duration) -> anyhow::Res
             concurrency,
             Duration::from_secs(1),
             duration,
-            body(checks),
+            &bodies(checks),
         ))?;
         if sluice.errors > 0 {
             bail!("{} requests failed during the benchmark", sluice.errors);

@@ -69,6 +69,12 @@ pub struct Args {
     /// How long shutdown waits for requests in flight.
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s")]
     pub shutdown_grace: Millis,
+
+    /// Threads serving requests; 0 for one per CPU. One thread sends the commands of requests
+    /// that arrive together to Redis in one write, which costs least where Redis and the
+    /// server share a few cores.
+    #[arg(long, env = "SLUICE_THREADS", default_value_t = 0)]
+    pub threads: usize,
 }
 
 /// How logs are written.

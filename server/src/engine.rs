@@ -22,8 +22,9 @@ use sluice_core::record;
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::{DecideRequest, DecideResponse, LeaseRequest, LeaseResponse};
 
+use crate::clock::RedisClock;
 use crate::metrics::Metrics;
-use crate::scripts::{BatchCall, LeaseCall, ScriptCall};
+use crate::scripts::{BatchCall, LeaseCall, ScriptCall, ScriptTime};
 use crate::store::{Store, StoreError};
 
 /// Decides requests against the store.
@@ -31,6 +32,7 @@ pub struct Engine {
     store: Arc<Store>,
     key_prefix: String,
     metrics: Arc<Metrics>,
+    clock: Arc<RedisClock>,
 }
 
 /// A Cluster decision after its first phase: what each enforced check but the last answered
@@ -53,12 +55,24 @@ impl Probe {
 }
 
 impl Engine {
-    /// An engine writing keys under `key_prefix`.
+    /// An engine writing keys under `key_prefix`, on Redis' clock as the server carries it
+    /// ([`RedisClock`], read in the background while the store lives).
     pub fn new(store: Arc<Store>, key_prefix: String, metrics: Arc<Metrics>) -> Engine {
+        let clock = Arc::new(RedisClock::default());
+        clock.keep_reading(Arc::downgrade(&store));
         Engine {
             store,
             key_prefix,
             metrics,
+            clock,
+        }
+    }
+
+    /// The time of a call: the replay's when it gives one, else Redis' clock.
+    pub fn time(&self, replay_us: Option<i64>) -> ScriptTime {
+        match replay_us {
+            Some(us) => ScriptTime::Replay(us),
+            None => self.clock.script_time(),
         }
     }
 
@@ -67,19 +81,20 @@ impl Engine {
         &self.store
     }
 
-    /// Decides every check of `request`, all or nothing. `now_us` is the replay time, when the
-    /// server accepts one.
+    /// Decides every check of `request`, all or nothing. `replay_us` is the replay time, when
+    /// the server accepts one.
     pub async fn decide(
         &self,
         request: &DecideRequest,
-        now_us: Option<i64>,
+        replay_us: Option<i64>,
     ) -> Result<DecideResponse, StoreError> {
-        let calls = self.calls(request, now_us);
+        let time = self.time(replay_us);
+        let calls = self.calls(request, time);
         let results = async {
             match calls.len() {
                 1 => Ok(vec![self.store.run(&calls[0].0).await?]),
                 _ if self.store.runs_batches() => {
-                    self.store.run_batch(&BatchCall::new(now_us, calls)).await
+                    self.store.run_batch(&BatchCall::new(time, calls)).await
                 }
                 _ => {
                     let probe = self.probe(calls).await?;
@@ -108,21 +123,22 @@ impl Engine {
     pub async fn lease(
         &self,
         request: &LeaseRequest,
-        now_us: Option<i64>,
+        replay_us: Option<i64>,
     ) -> Result<LeaseResponse, StoreError> {
+        let time = self.time(replay_us);
         let state_key = |ask: &sluice_core::wire::LeaseAsk| {
             redis_key(&self.key_prefix, &ask.rule, &ask.key, ask.limit.algorithm())
         };
         let grants = if self.store.runs_batches() {
             let call = LeaseCall::new(
-                now_us,
+                time,
                 &request.holder,
                 request.asks.iter().map(|ask| (ask, state_key(ask))),
             );
             self.store.run_lease(&call).await
         } else {
             let calls = request.asks.iter().map(|ask| {
-                let call = LeaseCall::new(now_us, &request.holder, [(ask, state_key(ask))]);
+                let call = LeaseCall::new(time, &request.holder, [(ask, state_key(ask))]);
                 async move { self.store.run_lease(&call).await }
             });
             try_join_all(calls)
@@ -136,8 +152,8 @@ impl Engine {
         Ok(LeaseResponse { grants })
     }
 
-    /// Each check's script call, consuming, with whether it is a shadow check.
-    pub fn calls(&self, request: &DecideRequest, now_us: Option<i64>) -> Vec<(ScriptCall, bool)> {
+    /// Each check's script call at `time`, consuming, with whether it is a shadow check.
+    pub fn calls(&self, request: &DecideRequest, time: ScriptTime) -> Vec<(ScriptCall, bool)> {
         request
             .checks
             .iter()
@@ -149,7 +165,7 @@ impl Engine {
                     check.limit.algorithm(),
                 );
                 (
-                    ScriptCall::new(&check.limit, key, now_us, check.cost, check.count_denied),
+                    ScriptCall::new(&check.limit, key, time, check.cost, check.count_denied),
                     check.shadow,
                 )
             })

@@ -3,10 +3,11 @@
 //! Every Envoy's filter sends one `POST /v1/decide` per request ([`sluice_core::wire`]); the
 //! server runs the checks' scripts from `lua/` atomically in Redis ([`scripts`], [`store`]) and
 //! answers. Any number of replicas can serve the same Redis: they hold no state, and time comes
-//! from Redis.
+//! from Redis' clock.
 //!
 //! - [`config`]: flags and `SLUICE_*` environment variables.
 //! - [`store`]: Redis standalone, Cluster or Sentinel; reconnection; timeouts.
+//! - [`clock`]: Redis' clock, read once a second and carried between reads.
 //! - [`engine`]: the decision procedure.
 //! - [`http`]: `/v1/decide`, `/healthz`, `/readyz`, `/metrics`.
 //!
@@ -15,6 +16,7 @@
 
 #![deny(missing_docs)]
 
+pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod http;

@@ -7,6 +7,11 @@ use sluice_server::ServerConfig;
 use sluice_server::config::{Args, LogFormat};
 use tracing_subscriber::EnvFilter;
 
+// Every request allocates a little (HTTP, JSON, the Redis command); mimalloc's thread-local
+// free lists are cheaper than glibc's arenas for that (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(&args);
@@ -33,9 +38,7 @@ fn init_logging(args: &Args) {
 
 fn run(args: &Args) -> anyhow::Result<()> {
     let config = ServerConfig::try_from(args).map_err(anyhow::Error::msg)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = runtime(args.threads)?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen).await?;
         tracing::info!(listen = %listener.local_addr()?, topology = ?config.topology, "sluice-server started");
@@ -43,6 +46,22 @@ fn run(args: &Args) -> anyhow::Result<()> {
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// One thread: a current-thread runtime. Several: a work-stealing one, whose "run the task
+/// just woken next" rule hands each Redis command to the connection's writer at once, so
+/// commands that arrive together still leave in separate writes.
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    if threads == 1 {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if threads > 1 {
+        builder.worker_threads(threads);
+    }
+    builder.enable_all().build()
 }
 
 async fn shutdown_signal() {

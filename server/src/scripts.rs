@@ -133,6 +133,31 @@ pub fn script_params(limit: &Limit) -> Vec<u64> {
     }
 }
 
+/// Where a script call takes its time from: its first argument (see `clock` in
+/// `lua/prelude.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptTime {
+    /// The script reads Redis' `TIME` (one command more per call).
+    Redis,
+    /// Redis' clock as the server carries it between its reads of `TIME`
+    /// ([`crate::clock::RedisClock`]), in microseconds.
+    Carried(i64),
+    /// A replay's virtual time in microseconds: keys then live at least an hour, since Redis
+    /// expires them on its own clock.
+    Replay(i64),
+}
+
+impl ScriptTime {
+    /// The script's time argument.
+    pub fn arg(self) -> String {
+        match self {
+            ScriptTime::Redis => String::new(),
+            ScriptTime::Carried(us) => us.to_string(),
+            ScriptTime::Replay(us) => format!("r{us}"),
+        }
+    }
+}
+
 /// One check's call: the key, what is asked, and whether to consume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScriptCall {
@@ -140,8 +165,8 @@ pub struct ScriptCall {
     pub algorithm: Algorithm,
     /// `KEYS[1]`.
     pub key: String,
-    /// The replay time, or `None` for Redis' own.
-    pub now_us: Option<i64>,
+    /// Where the script takes its time from.
+    pub time: ScriptTime,
     /// Units asked for.
     pub cost: u64,
     /// Whether a denial consumes too.
@@ -153,19 +178,18 @@ pub struct ScriptCall {
 }
 
 impl ScriptCall {
-    /// The call deciding (and consuming) `cost` units of `limit` for `redis_key`, at `now_us`
-    /// when replaying (otherwise the script reads Redis `TIME`).
+    /// The call deciding (and consuming) `cost` units of `limit` for `redis_key` at `time`.
     pub fn new(
         limit: &Limit,
         redis_key: String,
-        now_us: Option<i64>,
+        time: ScriptTime,
         cost: u64,
         count_denied: bool,
     ) -> ScriptCall {
         ScriptCall {
             algorithm: limit.algorithm(),
             key: redis_key,
-            now_us,
+            time,
             cost,
             count_denied,
             commit: true,
@@ -192,7 +216,7 @@ impl ScriptCall {
     /// `ARGV` of the algorithm's script (see `lua/single.lua`).
     pub fn args(&self) -> Vec<String> {
         let mut args = Vec::with_capacity(4 + self.params.len());
-        args.push(self.now_us.map(|t| t.to_string()).unwrap_or_default());
+        args.push(self.time.arg());
         args.push(self.cost.to_string());
         args.push(flag(self.count_denied).to_owned());
         args.push(flag(self.commit).to_owned());
@@ -221,12 +245,12 @@ pub struct BatchCall {
 }
 
 impl BatchCall {
-    /// A batch of `(call, shadow)`, in order, at `now_us` when replaying. Each call's own time
-    /// and `commit` are not used: the batch reads the time once and decides what to consume.
-    pub fn new(now_us: Option<i64>, calls: Vec<(ScriptCall, bool)>) -> BatchCall {
+    /// A batch of `(call, shadow)`, in order, at `time`. Each call's own time and `commit` are
+    /// not used: the batch takes the time once and decides what to consume.
+    pub fn new(time: ScriptTime, calls: Vec<(ScriptCall, bool)>) -> BatchCall {
         let mut args =
             Vec::with_capacity(2 + calls.iter().map(|(c, _)| 5 + c.params.len()).sum::<usize>());
-        args.push(now_us.map(|t| t.to_string()).unwrap_or_default());
+        args.push(time.arg());
         args.push(calls.len().to_string());
         let mut keys = Vec::with_capacity(calls.len());
         for (call, shadow) in calls {
@@ -274,19 +298,15 @@ pub fn ledger_key(state_key: &str) -> String {
 }
 
 impl LeaseCall {
-    /// The call for `asks` (each with its state key) of `holder`, at `now_us` when replaying.
+    /// The call for `asks` (each with its state key) of `holder`, at `time`.
     pub fn new<'a>(
-        now_us: Option<i64>,
+        time: ScriptTime,
         holder: &str,
         asks: impl IntoIterator<Item = (&'a LeaseAsk, String)>,
     ) -> LeaseCall {
         let mut call = LeaseCall {
             keys: Vec::new(),
-            args: vec![
-                now_us.map(|t| t.to_string()).unwrap_or_default(),
-                holder.to_owned(),
-                String::new(),
-            ],
+            args: vec![time.arg(), holder.to_owned(), String::new()],
         };
         let mut count = 0;
         for (ask, state_key) in asks {
@@ -413,13 +433,15 @@ mod tests {
         )
         .unwrap();
         // 5 per 2 s: 400000 us per unit, one tick per microsecond.
-        let call = ScriptCall::new(&limit, "k".into(), Some(42), 3, true);
+        let call = ScriptCall::new(&limit, "k".into(), ScriptTime::Replay(42), 3, true);
         assert_eq!(
             call.args(),
-            ["42", "3", "1", "1", "400000", "1", "7", "250000"]
+            ["r42", "3", "1", "1", "400000", "1", "7", "250000"]
         );
-        let call = ScriptCall::new(&limit, "k".into(), None, 1, false).asking();
+        let call = ScriptCall::new(&limit, "k".into(), ScriptTime::Redis, 1, false).asking();
         assert_eq!(call.args()[..4], ["", "1", "0", "0"]);
+        let call = ScriptCall::new(&limit, "k".into(), ScriptTime::Carried(9), 1, false);
+        assert_eq!(call.args()[0], "9");
     }
 
     #[test]
@@ -429,21 +451,19 @@ mod tests {
                 .unwrap();
         let gcra: Limit =
             serde_json::from_str(r#"{"algorithm":"gcra","rate":49,"per":"1s","burst":4}"#).unwrap();
+        let at = ScriptTime::Replay(7);
         let batch = BatchCall::new(
-            Some(7),
+            at,
             vec![
-                (
-                    ScriptCall::new(&window, "a".into(), Some(7), 1, false),
-                    false,
-                ),
-                (ScriptCall::new(&gcra, "b".into(), Some(7), 2, true), true),
+                (ScriptCall::new(&window, "a".into(), at, 1, false), false),
+                (ScriptCall::new(&gcra, "b".into(), at, 2, true), true),
             ],
         );
         assert_eq!(batch.keys, ["a", "b"]);
         assert_eq!(
             batch.args,
             [
-                "7", "2", // time, checks
+                "r7", "2", // time, checks
                 "1", "1", "0", "0", "2", "5", "60000000", // fixed_window
                 "6", "2", "1", "1", "3", "1000000", "49", "4", // gcra
             ]

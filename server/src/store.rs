@@ -320,6 +320,21 @@ impl Store {
         .await
     }
 
+    /// Redis' clock, by `TIME`, in microseconds since the epoch.
+    pub async fn time_us(self: &Arc<Self>) -> Result<i64, StoreError> {
+        let backend = self.backend().await?;
+        let (seconds, micros): (i64, i64) = self
+            .within_timeout(async {
+                let cmd = redis::cmd("TIME");
+                match backend {
+                    Backend::Single(mut c) => cmd.query_async(&mut c).await,
+                    Backend::Cluster(mut c) => cmd.query_async(&mut c).await,
+                }
+            })
+            .await?;
+        Ok(seconds * 1_000_000 + micros)
+    }
+
     async fn within_timeout<T>(
         self: &Arc<Self>,
         call: impl Future<Output = Result<T, redis::RedisError>>,

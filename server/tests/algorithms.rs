@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -12,8 +13,12 @@ use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_core::verdict::Verdict;
+use sluice_core::wire::DecideRequest;
 use sluice_harness::RedisServer;
-use sluice_server::scripts::{ScriptCall, decode_reply};
+use sluice_server::engine::Engine;
+use sluice_server::metrics::Metrics;
+use sluice_server::scripts::{ScriptCall, ScriptTime, decode_reply};
+use sluice_server::store::{Store, Topology};
 
 /// A limit of 100 for each algorithm, with refills so slow that a burst sees none.
 fn hundred(algorithm: Algorithm) -> Limit {
@@ -44,9 +49,9 @@ async fn invoke(connection: &mut MultiplexedConnection, call: &ScriptCall) -> Ve
     decode_reply(reply).unwrap()
 }
 
-/// Sends `times.len()` requests at once, request i at `times[i]` (None: Redis TIME), spread over
+/// Sends `times.len()` requests at once, request i at `times[i]`, spread over
 /// 50 connections; returns how many were admitted.
-async fn burst(redis: &RedisServer, limit: &Limit, key: &str, times: &[Option<i64>]) -> usize {
+async fn burst(redis: &RedisServer, limit: &Limit, key: &str, times: &[ScriptTime]) -> usize {
     let connections = connections(redis, 50).await;
     let tasks = times.iter().enumerate().map(|(i, now)| {
         let mut connection = connections[i % connections.len()].clone();
@@ -85,7 +90,7 @@ async fn two_thousand_concurrent_requests_admit_exactly_the_limit_on_redis_time(
             &redis,
             &hundred(algorithm),
             &format!("burst:{algorithm}"),
-            &[None; 2000],
+            &[ScriptTime::Redis; 2000],
         )
         .await;
         assert_eq!(admitted, 100, "{algorithm}");
@@ -98,8 +103,9 @@ async fn callers_whose_clocks_are_out_of_order_never_over_admit() {
     // the classic range-count bug lets those with older clocks in (15 for a limit of 10).
     let redis = RedisServer::start().unwrap();
     let base: i64 = 1_763_701_200_000_000; // a whole hour
-    let mut times: Vec<Option<i64>> = (0..2000)
-        .map(|i| Some(base + (i * 7919 % 2000) * 300_000))
+    // Replicas carrying Redis' clock each on their own differ like this, only less.
+    let mut times: Vec<ScriptTime> = (0..2000)
+        .map(|i| ScriptTime::Carried(base + (i * 7919 % 2000) * 300_000))
         .collect();
     times.reverse();
     for algorithm in Algorithm::ALL {
@@ -124,7 +130,7 @@ async fn two_requests_in_the_same_microsecond_are_two_log_entries() {
         assert!(
             invoke(
                 &mut c,
-                &ScriptCall::new(&limit, "same-us".into(), Some(now), 1, false)
+                &ScriptCall::new(&limit, "same-us".into(), ScriptTime::Replay(now), 1, false)
             )
             .await
             .allowed
@@ -137,14 +143,14 @@ async fn two_requests_in_the_same_microsecond_are_two_log_entries() {
     );
     let third = invoke(
         &mut c,
-        &ScriptCall::new(&limit, "same-us".into(), Some(now), 1, false),
+        &ScriptCall::new(&limit, "same-us".into(), ScriptTime::Replay(now), 1, false),
     )
     .await;
     assert!(third.allowed && third.remaining == 0);
     assert!(
         !invoke(
             &mut c,
-            &ScriptCall::new(&limit, "same-us".into(), Some(now), 1, false)
+            &ScriptCall::new(&limit, "same-us".into(), ScriptTime::Replay(now), 1, false)
         )
         .await
         .allowed
@@ -172,8 +178,13 @@ async fn every_key_expires_and_none_is_left_after_the_longest_window() {
         for (key, count_denied) in [("plain", false), ("counted", true)] {
             let key = format!("{algorithm}:{key}");
             for cost in [1, 1, 2, 0, 1, 9, 1, 1, 1, 1] {
-                let call =
-                    ScriptCall::new(&short(algorithm), key.clone(), None, cost, count_denied);
+                let call = ScriptCall::new(
+                    &short(algorithm),
+                    key.clone(),
+                    ScriptTime::Redis,
+                    cost,
+                    count_denied,
+                );
                 invoke(&mut c, &call).await;
             }
             // Read the expiry at once: on a slow machine the first keys of a long loop may
@@ -203,7 +214,7 @@ async fn replayed_keys_outlive_a_fast_virtual_clock_but_still_expire() {
     let call = ScriptCall::new(
         &short(Algorithm::Gcra),
         "replayed".into(),
-        Some(1_763_701_200_000_000),
+        ScriptTime::Replay(1_763_701_200_000_000),
         1,
         false,
     );
@@ -224,7 +235,13 @@ async fn a_cost_above_capacity_is_denied_for_good_and_consumes_nothing() {
             let key = format!("huge:{algorithm}:{count_denied}");
             let verdict = invoke(
                 &mut c,
-                &ScriptCall::new(&hundred(algorithm), key.clone(), None, 101, count_denied),
+                &ScriptCall::new(
+                    &hundred(algorithm),
+                    key.clone(),
+                    ScriptTime::Redis,
+                    101,
+                    count_denied,
+                ),
             )
             .await;
             assert!(verdict.is_impossible(), "{algorithm}: {verdict:?}");
@@ -254,7 +271,7 @@ async fn a_key_holding_a_value_of_another_shape_is_an_error_that_names_it() {
             .run(&ScriptCall::new(
                 &hundred(algorithm),
                 key.clone(),
-                None,
+                ScriptTime::Redis,
                 1,
                 false,
             ))
@@ -283,7 +300,7 @@ async fn counted_denials_that_trim_the_log_never_reuse_a_member() {
     for _ in 0..40 {
         invoke(
             &mut c,
-            &ScriptCall::new(&limit, "trimmed".into(), Some(now), 1, true),
+            &ScriptCall::new(&limit, "trimmed".into(), ScriptTime::Replay(now), 1, true),
         )
         .await;
         let entries: u64 = c.zcard("trimmed").await.unwrap();
@@ -296,4 +313,57 @@ async fn counted_denials_that_trim_the_log_never_reuse_a_member() {
         entries, 6,
         "counted denials keep the newest 2 x limit entries"
     );
+}
+
+#[tokio::test]
+async fn the_server_carries_redis_clock_and_spares_each_decision_a_time_command() {
+    let redis = RedisServer::start().unwrap();
+    let store = Store::connect(Topology::Standalone(redis.url()), Duration::from_secs(1));
+    let engine = Engine::new(
+        Arc::clone(&store),
+        "clock".to_owned(),
+        Arc::new(Metrics::default()),
+    );
+    let mut c = connections(&redis, 1).await.pop().unwrap();
+    let mut carried = None;
+    for _ in 0..60 {
+        if let ScriptTime::Carried(us) = engine.time(None) {
+            carried = Some(us);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let carried = carried.expect("the server read Redis' TIME within 3 s");
+    let (seconds, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await.unwrap();
+    let redis_now = seconds * 1_000_000 + micros;
+    assert!(
+        (redis_now - carried).abs() < 20_000,
+        "carried {carried} against Redis' {redis_now}"
+    );
+
+    let time_calls = |info: String| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_time:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    let info = || {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("commandstats");
+        cmd
+    };
+    let before = time_calls(info().query_async(&mut c).await.unwrap());
+    let request: DecideRequest = serde_json::from_str(
+        r#"{"checks":[{"rule":"r","key":"k","limit":{"algorithm":"gcra","rate":10,"per":"1s","burst":5}}]}"#,
+    )
+    .unwrap();
+    let mut admitted = 0;
+    for _ in 0..100 {
+        let answer = engine.decide(&request, None).await.unwrap();
+        admitted += usize::from(answer.results[0].allowed);
+    }
+    let after = time_calls(info().query_async(&mut c).await.unwrap());
+    // The background read runs once a second; the 100 decisions themselves read no TIME.
+    assert!(after - before <= 1, "{} TIME calls", after - before);
+    assert!((5..=6).contains(&admitted), "admitted {admitted}");
 }

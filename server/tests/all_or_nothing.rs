@@ -169,7 +169,10 @@ async fn between_the_cluster_phases_a_race_costs_at_most_the_request_cost_on_eac
     .unwrap();
 
     // Phase one finds room in `tight` (`loose`, the last enforced check, is not asked)...
-    let probe = engine.probe(engine.calls(&request(1), None)).await.unwrap();
+    let probe = engine
+        .probe(engine.calls(&request(1), engine.time(None)))
+        .await
+        .unwrap();
     assert!(!probe.blocked());
     // ... another request takes `tight`'s only unit ...
     let other = engine.decide(&only_tight, None).await.unwrap();

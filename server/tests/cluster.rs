@@ -8,7 +8,7 @@ use sluice_core::algorithm::{Request, State, Update};
 use sluice_core::key::{LimitKey, RuleName, redis_key};
 use sluice_core::limit::Algorithm;
 use sluice_harness::RedisCluster;
-use sluice_server::scripts::ScriptCall;
+use sluice_server::scripts::{ScriptCall, ScriptTime};
 use sluice_server::store::Topology;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,7 +43,7 @@ async fn every_script_runs_on_a_cluster_with_keys_on_every_node() {
                     .run(&ScriptCall::new(
                         &limit,
                         key.clone(),
-                        Some(request.now_us),
+                        ScriptTime::Replay(request.now_us),
                         1,
                         false,
                     ))

@@ -23,7 +23,7 @@ use redis::aio::MultiplexedConnection;
 use sluice_core::algorithm::{CheckInput, Request, State, Update, decide_all};
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::RedisServer;
-use sluice_server::scripts::{BatchCall, ScriptCall};
+use sluice_server::scripts::{BatchCall, ScriptCall, ScriptTime};
 use sluice_server::store::{Store, Topology};
 
 /// Sequences per algorithm.
@@ -231,7 +231,7 @@ fn check_algorithm(algorithm: Algorithm) {
                     count_denied,
                 };
                 let model = limit.decide(state.as_ref(), request);
-                let call = ScriptCall::new(&limit, key.clone(), Some(now), cost, count_denied);
+                let call = ScriptCall::new(&limit, key.clone(), ScriptTime::Replay(now), cost, count_denied);
                 let context = format!(
                     "step {i} of {steps:?} (limit {limit:?}, start {start}, cost {cost}, count_denied {count_denied}, now {now})"
                 );
@@ -319,13 +319,13 @@ fn the_batch_script_decides_all_or_nothing_as_the_models_do() {
                     .iter()
                     .enumerate()
                     .map(|(c, limit)| {
-                        let call = ScriptCall::new(limit, keys[c].clone(), Some(now), costs[c], count_denied);
+                        let call = ScriptCall::new(limit, keys[c].clone(), ScriptTime::Replay(now), costs[c], count_denied);
                         (call, shadows[c])
                     })
                     .collect();
                 let script = redis
                     .runtime
-                    .block_on(redis.store.run_batch(&BatchCall::new(Some(now), calls)))
+                    .block_on(redis.store.run_batch(&BatchCall::new(ScriptTime::Replay(now), calls)))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 let inputs: Vec<CheckInput<'_>> = limits
                     .iter()

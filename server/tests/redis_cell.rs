@@ -19,7 +19,7 @@ mod common;
 use sluice_core::algorithm::{Request, State, Update};
 use sluice_core::limit::Limit;
 use sluice_harness::RedisServer;
-use sluice_server::scripts::ScriptCall;
+use sluice_server::scripts::{ScriptCall, ScriptTime};
 use sluice_server::store::Topology;
 
 /// (ms after start, quantity, limited, remaining, reset_after ms, retry_after ms or -1)
@@ -65,7 +65,7 @@ async fn check(limit: &Limit, key: &str, vectors: &[Vector]) {
             .run(&ScriptCall::new(
                 limit,
                 key.to_owned(),
-                Some(now),
+                ScriptTime::Replay(now),
                 quantity,
                 false,
             ))
