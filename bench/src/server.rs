@@ -24,20 +24,18 @@ const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":100
 /// Distinct client keys.
 const KEYSPACE: u64 = 10_000;
 
-/// One measured configuration.
+/// One run of one configuration: sluice, then redis-benchmark.
 #[derive(Debug, Clone)]
-pub struct Row {
-    /// Connections.
-    pub concurrency: usize,
-    /// Checks in each request.
-    pub checks: usize,
+pub struct Run {
     /// sluice-server's side.
     pub sluice: Measured,
     /// redis-benchmark's side: EVALSHA per second, p50 and p99 (ms).
     pub baseline: (f64, f64, f64),
+    /// Checks in each request.
+    checks: usize,
 }
 
-impl Row {
+impl Run {
     /// Decisions per second (checks decided).
     pub fn decisions_per_second(&self) -> f64 {
         self.sluice.rate() * self.checks as f64
@@ -46,6 +44,30 @@ impl Row {
     /// sluice's decisions per second over raw EVALSHA per second.
     pub fn ratio(&self) -> f64 {
         self.decisions_per_second() / self.baseline.0
+    }
+}
+
+/// One measured configuration: its runs, ordered by ratio.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Connections.
+    pub concurrency: usize,
+    /// Checks in each request.
+    pub checks: usize,
+    /// Each run, lowest ratio first.
+    pub runs: Vec<Run>,
+}
+
+impl Row {
+    /// The run of median ratio.
+    pub fn median(&self) -> &Run {
+        &self.runs[self.runs.len() / 2]
+    }
+
+    /// The lowest and the highest ratio.
+    pub fn ratio_range(&self) -> (f64, f64) {
+        let ratio = |r: Option<&Run>| r.map_or(f64::NAN, Run::ratio);
+        (ratio(self.runs.first()), ratio(self.runs.last()))
     }
 }
 
@@ -140,8 +162,13 @@ fn redis_benchmark(
     Ok((*rps, *p50, *p99))
 }
 
-/// Measures each (concurrency, checks per request) for `duration` after a warm-up.
-pub fn run(configurations: &[(usize, usize)], duration: Duration) -> anyhow::Result<Vec<Row>> {
+/// Measures each (concurrency, checks per request) `repeats` times, for `duration` after a
+/// warm-up each time; each run pairs sluice with redis-benchmark measured right after it.
+pub fn run(
+    configurations: &[(usize, usize)],
+    duration: Duration,
+    repeats: usize,
+) -> anyhow::Result<Vec<Row>> {
     let redis = RedisServer::start()?;
     let port = free_port()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -169,26 +196,34 @@ pub fn run(configurations: &[(usize, usize)], duration: Duration) -> anyhow::Res
     runtime.block_on(wait_ready(addr))?;
     let mut rows = Vec::new();
     for &(concurrency, checks) in configurations {
-        let sluice = runtime.block_on(load::run(
-            addr,
-            sluice_core::wire::DECIDE_PATH,
-            concurrency,
-            Duration::from_secs(1),
-            duration,
-            &bodies(checks),
-        ))?;
-        if sluice.errors > 0 {
-            bail!("{} requests failed during the benchmark", sluice.errors);
+        let mut runs = Vec::with_capacity(repeats);
+        for _ in 0..repeats.max(1) {
+            let sluice = runtime.block_on(load::run(
+                addr,
+                sluice_core::wire::DECIDE_PATH,
+                concurrency,
+                Duration::from_secs(1),
+                duration,
+                &bodies(checks),
+            ))?;
+            if sluice.errors > 0 {
+                bail!("{} requests failed during the benchmark", sluice.errors);
+            }
+            // About as many EVALSHA as the sluice run decided, so both run for a similar time.
+            let requests =
+                ((sluice.rate() * checks as f64 * duration.as_secs_f64()) as u64).max(50_000);
+            let baseline = redis_benchmark(&redis, concurrency, requests)?;
+            runs.push(Run {
+                sluice,
+                baseline,
+                checks,
+            });
         }
-        // About as many EVALSHA as the sluice run decided, so both run for a similar time.
-        let requests =
-            ((sluice.rate() * checks as f64 * duration.as_secs_f64()) as u64).max(50_000);
-        let baseline = redis_benchmark(&redis, concurrency, requests)?;
+        runs.sort_by(|a, b| a.ratio().total_cmp(&b.ratio()));
         rows.push(Row {
             concurrency,
             checks,
-            sluice,
-            baseline,
+            runs,
         });
     }
     drop(server);
