@@ -10,7 +10,9 @@
 //!   passes back through this filter's response callbacks; a second one hangs the stream;
 //! - a stream ends with `on_log`, `on_done`, `on_delete`;
 //! - a trap fails the VM; the failure policy then answers 503 (`wasm_fail_stream`) or skips
-//!   the filter, for that stream and every later one;
+//!   the filter, for that stream and every later one; or, with `FAIL_RELOAD`, the next stream
+//!   past the reload backoff gets a new VM (Envoy's `PluginConfig::maybeReloadHandleIfNeeded`),
+//!   while the failed VM's streams and callouts stay with it;
 //! - a paused stream nothing resumes ends with Envoy's stream idle timeout (408).
 //!
 //! The instance does no I/O: callouts and tick periods come out as [`Output`]s, and answers go
@@ -45,6 +47,25 @@ pub enum FailurePolicy {
     FailClosed,
     /// Skip the filter.
     FailOpen,
+    /// Answer 503, and give the worker a new VM on the first stream at least `backoff_ms`
+    /// after the last load (`reload_config.backoff.base_interval`, 1 s unless set). Envoy
+    /// jitters the interval upwards; the simulator waits exactly the base interval.
+    FailReload {
+        /// The backoff's base interval in milliseconds.
+        backoff_ms: u64,
+    },
+}
+
+/// What `FAIL_RELOAD` did: Envoy's `vm_reload_backoff`, `vm_reload_success` and
+/// `vm_reload_failure` events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reloads {
+    /// Streams that found the VM failed within the backoff.
+    pub backoff: u64,
+    /// New VMs started.
+    pub success: u64,
+    /// New VMs that failed to start.
+    pub failure: u64,
 }
 
 /// How an Envoy is set up.
@@ -188,6 +209,8 @@ struct StreamState {
     local_reply: Option<LocalReply>,
     /// The filter is skipped for this stream (its VM failed, fail-open).
     bypass: bool,
+    /// The worker's VM it began on (see [`Worker::generation`]).
+    vm_generation: u32,
 }
 
 struct Worker {
@@ -195,11 +218,23 @@ struct Worker {
     next_context: u32,
     streams: HashMap<u32, StreamState>,
     tick_period_ms: u32,
+    /// How many times the worker's VM was reloaded: a stream whose VM is gone is never
+    /// called into again.
+    generation: u32,
+    /// When the VM was last loaded (FAIL_RELOAD's backoff counts from there).
+    loaded_ns: u64,
+    /// The first callout token of the current VM: answers to older tokens were for a VM
+    /// that is gone, and Envoy drops them with it.
+    first_token: u32,
 }
 
 /// One Envoy process.
 pub struct Envoy {
     config: EnvoyConfig,
+    plugin: Plugin,
+    info: VmInfo,
+    clusters: Arc<BTreeSet<String>>,
+    reloads: Reloads,
     workers: Vec<Worker>,
     shared: Arc<SharedData>,
     metrics: Arc<MetricRegistry>,
@@ -210,10 +245,6 @@ pub struct Envoy {
 impl Envoy {
     /// Starts the canary and the workers' VMs at time `now_ns`.
     pub fn start(plugin: &Plugin, config: EnvoyConfig, now_ns: u64) -> Result<Envoy, StartError> {
-        let shared = Arc::new(SharedData::default());
-        let metrics = Arc::new(MetricRegistry::default());
-        let logs = LogSink::new(config.log_echo);
-        let clusters = Arc::new(config.clusters.clone());
         let info = VmInfo {
             vm_id: config.vm_id.clone(),
             plugin_name: config.plugin_name.clone(),
@@ -222,48 +253,98 @@ impl Envoy {
             plugin_configuration: config.plugin_configuration.clone(),
             node_id: config.node_id.clone(),
         };
-        let new_vm = |worker: usize| -> Result<Vm, StartError> {
-            let state = HostState::new(
-                info.clone(),
-                Arc::clone(&shared),
-                Arc::clone(&metrics),
-                Arc::clone(&clusters),
-                logs.for_worker(worker),
-            );
-            let mut vm = Vm::instantiate(plugin, state)?;
-            vm.set_now(now_ns);
-            if vm.start_root(ROOT_CONTEXT)? {
-                Ok(vm)
-            } else {
-                let log = logs
-                    .recent()
-                    .into_iter()
-                    .filter(|l| l.level >= Level::Warn)
-                    .map(|l| l.message)
-                    .collect();
-                Err(StartError::Rejected { log })
-            }
+        let mut envoy = Envoy {
+            clusters: Arc::new(config.clusters.clone()),
+            logs: LogSink::new(config.log_echo),
+            config,
+            plugin: plugin.clone(),
+            info,
+            reloads: Reloads::default(),
+            workers: Vec::new(),
+            shared: Arc::new(SharedData::default()),
+            metrics: Arc::new(MetricRegistry::default()),
+            now_ns,
         };
         // The canary runs start-up once on the main thread; its shared-data writes persist.
-        drop(new_vm(usize::MAX)?);
-        let workers = (0..config.workers.max(1))
+        drop(envoy.new_vm(usize::MAX, now_ns)?);
+        envoy.workers = (0..envoy.config.workers.max(1))
             .map(|w| {
                 Ok(Worker {
-                    vm: new_vm(w)?,
+                    vm: envoy.new_vm(w, now_ns)?,
                     next_context: ROOT_CONTEXT + 1,
                     streams: HashMap::default(),
                     tick_period_ms: 0,
+                    generation: 0,
+                    loaded_ns: now_ns,
+                    first_token: 0,
                 })
             })
             .collect::<Result<Vec<_>, StartError>>()?;
-        Ok(Envoy {
-            config,
-            workers,
-            shared,
-            metrics,
-            logs,
-            now_ns,
-        })
+        Ok(envoy)
+    }
+
+    /// A started VM for `worker` (`usize::MAX`: the canary): instantiated, its root context
+    /// created, `on_vm_start` and `on_configure` run and accepted.
+    fn new_vm(&self, worker: usize, now_ns: u64) -> Result<Vm, StartError> {
+        let state = HostState::new(
+            self.info.clone(),
+            Arc::clone(&self.shared),
+            Arc::clone(&self.metrics),
+            Arc::clone(&self.clusters),
+            self.logs.for_worker(worker),
+        );
+        let mut vm = Vm::instantiate(&self.plugin, state)?;
+        vm.set_now(now_ns);
+        if vm.start_root(ROOT_CONTEXT)? {
+            Ok(vm)
+        } else {
+            let log = self
+                .logs
+                .recent()
+                .into_iter()
+                .filter(|l| l.level >= Level::Warn)
+                .map(|l| l.message)
+                .collect();
+            Err(StartError::Rejected { log })
+        }
+    }
+
+    /// What FAIL_RELOAD has done so far.
+    pub fn reloads(&self) -> Reloads {
+        self.reloads
+    }
+
+    /// Envoy's FAIL_RELOAD, as a stream begins on a worker whose VM has failed: within the
+    /// backoff the stream meets the failed VM; past it, the worker gets a new VM (the load time
+    /// is taken either way), whose start-up callouts and tick period are put out.
+    fn reload_if_due(&mut self, worker: usize, now_ns: u64, out: &mut Vec<Output>) {
+        let FailurePolicy::FailReload { backoff_ms } = self.config.failure_policy else {
+            return;
+        };
+        let w = &self.workers[worker];
+        if w.vm.failure().is_none() {
+            return;
+        }
+        if now_ns.saturating_sub(w.loaded_ns) < backoff_ms.saturating_mul(1_000_000) {
+            self.reloads.backoff += 1;
+            return;
+        }
+        self.workers[worker].loaded_ns = now_ns;
+        match self.new_vm(worker, now_ns) {
+            Ok(mut vm) => {
+                let w = &mut self.workers[worker];
+                // Tokens go on from the failed VM's, so that its answers are told apart.
+                let first_token = w.vm.state().callouts.next_token;
+                vm.state_mut().callouts.next_token = first_token;
+                w.vm = vm;
+                w.first_token = first_token;
+                w.generation += 1;
+                self.reloads.success += 1;
+                let effects = self.workers[worker].vm.take_root_effects();
+                self.emit_callouts_and_tick(worker, effects.callouts, out);
+            }
+            Err(_) => self.reloads.failure += 1,
+        }
     }
 
     /// Starts with a fresh host (tests).
@@ -353,6 +434,7 @@ impl Envoy {
     pub fn begin(&mut self, worker: usize, request: Request, now_ns: u64) -> Vec<Output> {
         self.set_now(worker, now_ns);
         let mut out = Vec::new();
+        self.reload_if_due(worker, now_ns, &mut out);
         let w = &mut self.workers[worker];
         let context = w.next_context;
         w.next_context += 1;
@@ -366,6 +448,7 @@ impl Envoy {
                 started_ns: now_ns,
                 local_reply: None,
                 bypass: false,
+                vm_generation: w.generation,
             },
         );
         if failed {
@@ -399,8 +482,10 @@ impl Envoy {
     ) -> Vec<Output> {
         self.set_now(worker, now_ns);
         let mut out = Vec::new();
-        if self.workers[worker].vm.failure().is_some() {
-            // Envoy drops answers to a failed VM; its paused streams wait for the idle timeout.
+        let w = &self.workers[worker];
+        if w.vm.failure().is_some() || token < w.first_token {
+            // Envoy drops answers to a failed VM (or to one reloaded since); its paused
+            // streams wait for the idle timeout.
             return out;
         }
         match self.workers[worker].vm.on_http_call_response(token, reply) {
@@ -738,7 +823,11 @@ impl Envoy {
         out: &mut Vec<Output>,
     ) {
         let w = &mut self.workers[worker];
-        if w.vm.failure().is_none() {
+        let on_current_vm = w
+            .streams
+            .get(&context)
+            .is_some_and(|s| s.vm_generation == w.generation);
+        if w.vm.failure().is_none() && on_current_vm {
             let _ = w.vm.end_stream(context);
         }
         if let Some(stream) = w.streams.get_mut(&context) {
@@ -752,7 +841,7 @@ impl Envoy {
     /// The stream's VM has failed: apply the failure policy to it.
     fn vm_failed(&mut self, worker: usize, context: u32, out: &mut Vec<Output>) {
         match self.config.failure_policy {
-            FailurePolicy::FailClosed => {
+            FailurePolicy::FailClosed | FailurePolicy::FailReload { .. } => {
                 let reply = LocalReply {
                     status: 503,
                     details: "wasm_fail_stream".into(),

@@ -82,8 +82,13 @@ struct RunArgs {
     #[arg(long, default_value_t = 1)]
     workers: usize,
     /// Skip the filter when its VM fails, instead of answering 503.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "fail_reload")]
     fail_open: bool,
+    /// When a worker's VM fails, answer 503 and give the worker a new VM on the first request
+    /// at least this long after the last load (Envoy's FAIL_RELOAD and its backoff's
+    /// base_interval, e.g. 1s).
+    #[arg(long)]
+    fail_reload: Option<Millis>,
     /// In virtual time: the modelled time from a callout to its answer.
     #[arg(long, default_value = "1ms")]
     callout_latency: Millis,
@@ -264,10 +269,12 @@ fn setup(run: &RunArgs, policy: Vec<u8>, policy_name: String) -> anyhow::Result<
         topology: Topology {
             instances: run.instances.max(1),
             workers: run.workers.max(1),
-            failure_policy: if run.fail_open {
-                FailurePolicy::FailOpen
-            } else {
-                FailurePolicy::FailClosed
+            failure_policy: match (run.fail_open, run.fail_reload) {
+                (true, _) => FailurePolicy::FailOpen,
+                (false, Some(backoff)) => FailurePolicy::FailReload {
+                    backoff_ms: backoff.as_millis(),
+                },
+                (false, None) => FailurePolicy::FailClosed,
             },
             clock: match run.speed {
                 Some(speed) => Clock::RealTime { speed },

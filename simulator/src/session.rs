@@ -6,7 +6,7 @@ use sluice_core::policy::Policy;
 
 use std::collections::BTreeMap;
 
-use crate::envoy::{Completed, Envoy};
+use crate::envoy::{Completed, Envoy, Reloads};
 use crate::host::metrics::MetricValue;
 use crate::launch::Services;
 use crate::replay::{Clock, Observer, RunStats};
@@ -105,6 +105,14 @@ pub fn run(
                     "Envoy {i} worker {worker}: the VM failed: {failure}"
                 ));
             }
+        }
+        // A reloaded VM is healthy at the end; the traps that made it reload are still news.
+        let reloads = envoy.reloads();
+        if reloads != Reloads::default() {
+            vm_failures.push(format!(
+                "Envoy {i}: FAIL_RELOAD started {} new VM(s) after traps ({} failed to start); {} request(s) met a failed VM within the reload backoff",
+                reloads.success, reloads.failure, reloads.backoff
+            ));
         }
     }
     let topology = &setup.topology;

@@ -791,6 +791,68 @@ fn a_trap_with_fail_open_skips_the_filter_from_then_on() {
 }
 
 #[test]
+fn fail_reload_gives_a_trapped_worker_a_new_vm_once_the_backoff_has_passed() {
+    // Each VM's first stream makes a callout, its second traps.
+    let mut probe = Probe::try_start(
+        json!({
+            "on_request_headers": [
+                {"op": "http_call", "cluster": "limits", "headers": full_headers(), "timeout_ms": 100, "stream": 1},
+                {"op": "trap", "stream": 2},
+            ],
+            "on_http_call_response": [{"op": "log", "message": "answered"}],
+        }),
+        &Setup {
+            failure_policy: FailurePolicy::FailReload { backoff_ms: 1000 },
+            ..Setup::default()
+        },
+    )
+    .unwrap();
+    let mut statuses = Vec::new();
+    let mut send_at = |probe: &mut Probe, after_start_ms: u64| {
+        probe.now_ns = START_NS + after_start_ms * 1_000_000;
+        let outputs = probe.send(get("/", &[]));
+        statuses.extend(completed_statuses(&outputs));
+        outputs
+    };
+    let first = send_at(&mut probe, 0);
+    let old_token = callouts(&first)[0].token;
+    send_at(&mut probe, 0); // traps
+    send_at(&mut probe, 500); // within the backoff from the load at start-up
+    let reloaded = send_at(&mut probe, 1000); // a new VM: its first stream
+    send_at(&mut probe, 1000); // its second stream traps
+    send_at(&mut probe, 1999); // within the backoff from the reload
+    send_at(&mut probe, 2000); // and a third VM
+    assert_eq!(statuses, [200, 503, 503, 200, 503, 503, 200]);
+    assert_eq!(
+        probe.envoy.reloads(),
+        sluice_sim::envoy::Reloads {
+            backoff: 2,
+            success: 2,
+            failure: 0
+        }
+    );
+    let starts = probe
+        .events()
+        .iter()
+        .filter(|e| e.worker == 0 && e.kind() == "enter" && e.cb() == "on_vm_start")
+        .count();
+    assert_eq!(starts, 3, "start-up ran again in each new VM");
+
+    // The first VM's callout is answered after it was replaced: Envoy drops the answer with
+    // the VM, and the new VM never sees a token it did not issue.
+    let new_token = callouts(&reloaded)[0].token;
+    assert!(new_token > old_token, "tokens go on across reloads");
+    let before = probe.events().len();
+    assert!(probe.deliver(old_token, answer(200, "late")).is_empty());
+    assert_eq!(
+        probe.events().len(),
+        before,
+        "nothing ran for the old answer"
+    );
+    assert!(probe.envoy.failed(0).is_none());
+}
+
+#[test]
 fn ticks_set_at_start_up_fire_every_period_while_there_is_traffic() {
     let probe = Probe::start(json!({
         "on_configure": [{"op": "tick", "ms": 250}],
