@@ -620,9 +620,10 @@ impl Envoy {
                     self.complete(worker, context, out);
                 }
                 StreamAction::Reset => {
+                    // Envoy's Context::closeStream records these response code details.
                     let reply = LocalReply {
                         status: 0,
-                        details: "reset by filter".into(),
+                        details: "wasm_close_stream".into(),
                         body: Vec::new(),
                         headers: Vec::new(),
                     };

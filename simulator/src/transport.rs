@@ -2,8 +2,8 @@
 //!
 //! Failures arrive as Envoy delivers them: a timeout as a 504 (`upstream request timeout`), a
 //! refused or broken connection before the answer's headers as a 503, a cluster with no host
-//! as a 503 (`no healthy upstream`), and a reset after the headers as an answer without
-//! headers.
+//! as a 503 (`no healthy upstream`), and a reset after the headers or a body over 32 MiB as an
+//! answer without headers.
 //!
 //! Replays are deterministic: a callout that touches a limit key another callout still in
 //! flight touches waits for it, so Redis sees the checks of one key in the order the filter
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::Shared;
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Limited};
 use sluice_core::wire::REPLAY_TIME_HEADER;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -56,6 +56,10 @@ fn envoy_reply(status: u16, body: &str) -> CalloutReply {
         trailers: HeaderMap::default(),
     }
 }
+
+/// Envoy's async client fails a callout whose answer's body grows past this
+/// (`kBufferLimitForResponse`, 32 MiB, in `source/common/http/async_client_impl.h`).
+pub const RESPONSE_BUFFER_LIMIT: usize = 32 * 1024 * 1024;
 
 /// Envoy's answer when a connection fails before the answer's headers.
 const CONNECT_FAILURE: &str =
@@ -136,13 +140,14 @@ impl Transport {
                     .iter()
                     .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec())),
             );
-            match body.collect().await {
+            match Limited::new(body, RESPONSE_BUFFER_LIMIT).collect().await {
                 Ok(body) => CalloutReply {
                     headers: Some(HeaderMap::from_pairs(headers)),
                     body: Some(body.to_bytes().to_vec()),
                     trailers: HeaderMap::default(),
                 },
-                // Reset after the headers: Envoy delivers no headers at all.
+                // Reset after the headers, or an answer over the buffer limit: Envoy delivers
+                // no headers at all.
                 Err(_) => CalloutReply {
                     headers: None,
                     body: None,

@@ -12,8 +12,9 @@ use serde_json::json;
 use sluice_e2e::misbehaving::{self, Misbehaviour};
 use sluice_e2e::probe::{CANARY, Event, Probe, START_NS, Setup, callouts, completed_statuses, get};
 use sluice_sim::connect::Endpoint;
-use sluice_sim::envoy::{FailurePolicy, Output, StartError};
+use sluice_sim::envoy::{Completed, FailurePolicy, Output, StartError};
 use sluice_sim::host::headers::HeaderMap;
+use sluice_sim::host::log::Level;
 use sluice_sim::host::state::{CalloutReply, OutgoingCallout};
 use sluice_sim::replay::Replay;
 use sluice_sim::transport::{Dispatcher, Transport};
@@ -36,6 +37,16 @@ fn position(events: &[Event], kind: &str, cb: &str) -> usize {
         .iter()
         .position(|e| e.kind() == kind && e.cb() == cb)
         .unwrap_or_else(|| panic!("no {kind} of {cb} in {events:#?}"))
+}
+
+fn completed(outputs: &[Output]) -> Vec<&Completed> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Completed(d) => Some(d),
+            _ => None,
+        })
+        .collect()
 }
 
 fn answer(status: u16, body: &str) -> CalloutReply {
@@ -240,16 +251,40 @@ fn a_header_read_returns_the_first_value_only() {
 
 #[test]
 fn the_header_map_size_is_its_size_in_bytes_not_its_number_of_pairs() {
-    let mut probe = Probe::start(json!({"on_request_headers": [
-        {"op": "header_size", "map": 0},
-        {"op": "headers", "map": 0},
-    ]}));
+    let mut probe = Probe::start(json!({
+        "on_request_headers": [
+            {"op": "header_size", "map": 0},
+            {"op": "headers", "map": 0},
+        ],
+        "on_log": [{"op": "header_size", "map": 0}],
+    }));
     probe.send(get("/", &[]));
     let ops = probe.ops("on_request_headers");
     let pairs = ops[1].pairs();
     let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
     assert_eq!(ops[0].fields["size"].as_u64(), Some(bytes as u64));
     assert_ne!(bytes, pairs.len());
+    assert_eq!(
+        probe.ops("on_log")[0].status(),
+        BAD_ARGUMENT,
+        "Envoy sizes only a map it could modify: none in the access-log phase"
+    );
+}
+
+#[test]
+fn the_plugin_configuration_is_readable_only_during_on_configure() {
+    let script = json!({
+        "on_configure": [{"op": "buffer", "kind": 7}],
+        "on_request_headers": [{"op": "buffer", "kind": 7}, {"op": "buffer", "kind": 6}],
+    });
+    let mut probe = Probe::start(script.clone());
+    probe.send(get("/", &[]));
+    let configure = probe.ops("on_configure");
+    let configured: serde_json::Value = serde_json::from_str(configure[0].text()).unwrap();
+    assert_eq!(configured, script, "the plugin's configuration");
+    let ops = probe.ops("on_request_headers");
+    assert_eq!(ops[0].status(), NOT_FOUND, "outside on_configure");
+    assert_eq!(ops[1].status(), OK, "the VM's configuration, at any time");
 }
 
 #[test]
@@ -349,12 +384,48 @@ fn the_clock_is_the_replay_clock() {
     );
 }
 
+#[test]
+fn wasi_stdout_and_stderr_become_info_and_error_log_lines_without_their_trailing_newline() {
+    let mut probe = Probe::start(json!({"on_request_headers": [
+        {"op": "print", "fd": 1, "message": "to stdout\n"},
+        {"op": "print", "fd": 2, "message": "to stderr"},
+        {"op": "print", "fd": 2, "message": "\n"},
+    ]}));
+    probe.send(get("/", &[]));
+    let lines: Vec<(Level, String)> = probe
+        .envoy
+        .logs()
+        .recent()
+        .into_iter()
+        .filter(|l| !l.message.starts_with('{'))
+        .map(|l| (l.level, l.message))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (Level::Info, "to stdout".to_owned()),
+            (Level::Error, "to stderr".to_owned()),
+            (Level::Error, String::new())
+        ]
+    );
+}
+
+#[test]
+fn proxy_done_is_not_found_while_no_vm_is_shutting_down() {
+    let mut probe = Probe::start(json!({"on_request_headers": [{"op": "done"}]}));
+    probe.send(get("/", &[]));
+    assert_eq!(probe.ops("on_request_headers")[0].status(), NOT_FOUND);
+}
+
 // --- callouts -------------------------------------------------------------------------------
 
 #[test]
-fn a_callout_to_an_unknown_cluster_or_missing_path_method_or_authority_is_bad_argument() {
+fn a_callout_with_a_negative_timeout_an_unknown_cluster_or_no_path_method_or_authority_is_bad_argument()
+ {
     let call = |cluster: &str, headers: serde_json::Value| json!({"op": "http_call", "cluster": cluster, "headers": headers, "timeout_ms": 100});
     let mut probe = Probe::start(json!({"on_request_headers": [
+        // The ABI passes the timeout as a 32-bit word; Envoy reads it as a signed int.
+        {"op": "http_call", "cluster": "limits", "headers": full_headers(), "timeout_ms": u32::MAX},
         call("nowhere", full_headers()),
         call("limits", json!([[":method", "POST"], [":authority", "limits"]])),
         call("limits", json!([[":path", "/"], [":authority", "limits"]])),
@@ -372,14 +443,15 @@ fn a_callout_to_an_unknown_cluster_or_missing_path_method_or_authority_is_bad_ar
             BAD_ARGUMENT,
             BAD_ARGUMENT,
             BAD_ARGUMENT,
+            BAD_ARGUMENT,
             OK,
             OK
         ]
     );
     assert_eq!(
         (
-            ops[4].fields["token"].as_u64(),
-            ops[5].fields["token"].as_u64()
+            ops[5].fields["token"].as_u64(),
+            ops[6].fields["token"].as_u64()
         ),
         (Some(4), Some(8)),
         "tokens go up in fours (the low bits are the callout kind)"
@@ -394,7 +466,10 @@ fn a_callout_answer_reaches_the_root_context_after_the_calling_callback_returns(
             {"op": "http_call", "cluster": "limits", "headers": full_headers(), "timeout_ms": 100},
             {"op": "log", "message": "still in the callback"},
         ],
-        "on_http_call_response": [{"op": "callout_answer"}],
+        "on_http_call_response": [
+            {"op": "callout_answer"},
+            {"op": "header", "map": 7, "name": "grpc-status"},
+        ],
         "returns": {"on_request_headers": "pause"},
     }));
     let outputs = probe.send(get("/", &[]));
@@ -421,6 +496,13 @@ fn a_callout_answer_reaches_the_root_context_after_the_calling_callback_returns(
     let read = &probe.ops("on_http_call_response")[0].fields;
     assert_eq!(read["status_header"]["value"]["text"], "200");
     assert_eq!(read["body"]["value"]["text"], "fine");
+    assert_eq!(read["trailers"]["pairs"], json!([]), "no trailers came");
+    let trailer = &probe.ops("on_http_call_response")[1];
+    assert_eq!(
+        trailer.status(),
+        BAD_ARGUMENT,
+        "a trailer map that is not there"
+    );
 }
 
 #[test]
@@ -498,14 +580,17 @@ fn delivered_to_the_probe(reply: CalloutReply) -> (Vec<u64>, serde_json::Value) 
         "on_request_headers": [
             {"op": "http_call", "cluster": "limits", "headers": full_headers(), "timeout_ms": 100},
         ],
-        "on_http_call_response": [{"op": "callout_answer"}],
+        "on_http_call_response": [{"op": "callout_answer"}, {"op": "status"}],
         "returns": {"on_request_headers": "pause"},
     }));
     let token = callouts(&probe.send(get("/", &[])))[0].token;
     probe.deliver(token, reply);
     let events = probe.events();
     let args = events[position(&events, "enter", "on_http_call_response")].args();
-    (args, probe.ops("on_http_call_response")[0].fields.clone())
+    let ops = probe.ops("on_http_call_response");
+    let mut read = ops[0].fields.clone();
+    read["get_status"] = ops[1].fields.clone();
+    (args, read)
 }
 
 #[test]
@@ -545,6 +630,77 @@ fn a_callout_reset_arrives_without_headers_and_reading_them_is_bad_argument() {
     assert_eq!(read["status_header"]["status"], BAD_ARGUMENT);
     assert_eq!(read["body"]["status"], NOT_FOUND);
     assert_eq!(read["headers"]["pairs"], json!([]), "pairs of no map: none");
+    assert_eq!(read["get_status"]["code"], 11, "BrokenConnection");
+    assert_eq!(read["get_status"]["message"]["text"], "reset");
+}
+
+#[test]
+fn a_callout_answer_over_the_32_mib_response_buffer_limit_arrives_without_headers() {
+    let runtime = runtime();
+    let limit = sluice_sim::transport::RESPONSE_BUFFER_LIMIT;
+    let at_limit = runtime.block_on(misbehaving::start(Misbehaviour::Sized(limit)));
+    let reply = send(Endpoint::Tcp(at_limit.to_string()), 10_000, &runtime);
+    assert_eq!(
+        reply.body.as_ref().map(Vec::len),
+        Some(limit),
+        "at the limit"
+    );
+    let over = runtime.block_on(misbehaving::start(Misbehaviour::Sized(limit + 1)));
+    let reply = send(Endpoint::Tcp(over.to_string()), 10_000, &runtime);
+    assert!(
+        reply.headers.is_none() && reply.body.is_none(),
+        "one byte over"
+    );
+    let (args, read) = delivered_to_the_probe(reply);
+    assert_eq!((args[1], args[2]), (0, 0), "no headers, no body");
+    assert_eq!(read["get_status"]["code"], 11, "BrokenConnection");
+}
+
+#[test]
+fn the_root_status_stays_broken_connection_after_a_failed_callout_and_says_reset_only_during_it() {
+    let mut probe = Probe::start(json!({
+        "on_request_headers": [
+            {"op": "http_call", "cluster": "limits", "headers": full_headers(), "timeout_ms": 100},
+            {"op": "status"},
+        ],
+        "on_http_call_response": [{"op": "status"}],
+        "returns": {"on_request_headers": "pause"},
+    }));
+    let tokens: Vec<u32> = (0..3)
+        .map(|_| callouts(&probe.send(get("/", &[])))[0].token)
+        .collect();
+    let reset = CalloutReply {
+        headers: None,
+        body: None,
+        trailers: HeaderMap::default(),
+    };
+    probe.deliver(tokens[0], answer(200, "fine"));
+    probe.deliver(tokens[1], reset);
+    probe.deliver(tokens[2], answer(200, "fine"));
+    let seen: Vec<(u64, String)> = probe
+        .ops("on_http_call_response")
+        .iter()
+        .map(|e| {
+            let message = e.fields["message"]["text"].as_str().unwrap_or_default();
+            (e.fields["code"].as_u64().unwrap(), message.to_owned())
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (0, String::new()),
+            (11, "reset".to_owned()),
+            (11, String::new())
+        ],
+        "Envoy's root context keeps the code; a successful callout does not clear it"
+    );
+    probe.send(get("/", &[]));
+    let from_stream = probe.ops("on_request_headers").pop().unwrap();
+    assert_eq!(
+        (from_stream.op(), &from_stream.fields["code"]),
+        ("status", &json!(11)),
+        "read from a stream context: the root context's status"
+    );
 }
 
 // --- local replies, stream control ----------------------------------------------------------
@@ -553,11 +709,16 @@ fn a_callout_reset_arrives_without_headers_and_reading_them_is_bad_argument() {
 fn a_local_reply_passes_through_the_response_header_callback() {
     let mut probe = Probe::start(json!({
         "on_request_headers": [{"op": "local_reply", "status": 429, "body": "slow down",
-                                "headers": [["X-Why", "probe"]], "details": "probe_denied"}],
+                                "headers": [["X-Why", "probe"]], "details": "probe denied\tby rule"}],
         "on_response_headers": [{"op": "headers", "map": 2}],
     }));
     let outputs = probe.send(get("/", &[]));
     assert_eq!(completed_statuses(&outputs), [429]);
+    assert_eq!(
+        completed(&outputs)[0].local_reply.as_deref(),
+        Some("probe_denied_by_rule"),
+        "Envoy replaces white space in the details"
+    );
     let events = probe.events();
     assert!(
         position(&events, "leave", "on_request_headers")
@@ -618,15 +779,10 @@ fn close_stream_resets_the_stream() {
         "on_request_headers": [{"op": "close", "kind": 0}],
     }));
     let outputs = probe.send(get("/", &[]));
-    let done: Vec<_> = outputs
-        .iter()
-        .filter_map(|o| match o {
-            Output::Completed(d) => Some(d),
-            _ => None,
-        })
-        .collect();
+    let done = completed(&outputs);
     assert_eq!(done.len(), 1);
     assert_ne!(done[0].status, 200, "never reached the upstream");
+    assert_eq!(done[0].local_reply.as_deref(), Some("wasm_close_stream"));
     assert!(
         !entered(&probe.events(), 2).contains(&"on_response_headers".to_owned()),
         "a reset stream has no response for the filter"
@@ -759,14 +915,10 @@ fn a_trap_fails_the_vm_and_fail_closed_answers_503_from_then_on() {
     assert_eq!(completed_statuses(&first), [503]);
     assert_eq!(completed_statuses(&second), [503]);
     assert!(probe.envoy.failed(0).is_some());
-    let done = second
-        .iter()
-        .find_map(|o| match o {
-            Output::Completed(d) => Some(d.clone()),
-            _ => None,
-        })
-        .unwrap();
-    assert_eq!(done.local_reply.as_deref(), Some("wasm_fail_stream"));
+    assert_eq!(
+        completed(&second)[0].local_reply.as_deref(),
+        Some("wasm_fail_stream")
+    );
     assert!(
         entered(&probe.events(), 3).is_empty(),
         "no callback runs on a failed VM"

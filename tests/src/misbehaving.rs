@@ -15,6 +15,8 @@ pub enum Misbehaviour {
     Answer(u16, &'static str),
     /// Sends headers promising a body, a piece of it, then closes the connection.
     ResetMidBody,
+    /// Answers 200 with a body of this many bytes.
+    Sized(usize),
 }
 
 /// A misbehaving service on a free loopback port, for as long as the runtime lives.
@@ -41,6 +43,13 @@ pub async fn start(misbehaviour: Misbehaviour) -> SocketAddr {
                     Misbehaviour::ResetMidBody => {
                         let response = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"results\":[";
                         let _ = stream.write_all(response.as_bytes()).await;
+                    }
+                    Misbehaviour::Sized(len) => {
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n"
+                        );
+                        let _ = stream.write_all(head.as_bytes()).await;
+                        let _ = stream.write_all(&vec![b'x'; len]).await;
                     }
                 }
             });

@@ -22,6 +22,8 @@ pub enum Status {
     CasMismatch = 8,
     /// Anything else.
     InternalFailure = 10,
+    /// A callout reset or answered past the buffer limit (`proxy_get_status` only).
+    BrokenConnection = 11,
     /// Not supported by this host.
     Unimplemented = 12,
 }

@@ -63,7 +63,14 @@ fn send_local_response(
     };
     let reply = LocalReply {
         status: code as u32,
-        details: String::from_utf8_lossy(&details).into_owned(),
+        // Envoy's Context::sendLocalResponse: StringUtil::replaceAllEmptySpace.
+        details: String::from_utf8_lossy(&details)
+            .chars()
+            .map(|c| match c {
+                ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r' => '_',
+                c => c,
+            })
+            .collect(),
         body,
         headers: decode_pairs(&headers)
             .into_iter()
@@ -101,11 +108,17 @@ fn get_status(
     ptr_ptr: i32,
     size_ptr: i32,
 ) -> HostResult {
-    // The status of the last gRPC call; sluice's host makes none.
-    if let Err(s) = memory::write_u32(&mut caller, code_ptr, 0) {
+    // The root context's: the simulator makes no gRPC calls, so only a failed callout sets it.
+    let (code, message) = caller.data().callouts.status;
+    if let Err(s) = memory::write_u32(&mut caller, code_ptr, code) {
         return status(s);
     }
-    finish(memory::give(&mut caller, &[], ptr_ptr, size_ptr))
+    finish(memory::give(
+        &mut caller,
+        message.as_bytes(),
+        ptr_ptr,
+        size_ptr,
+    ))
 }
 
 fn call_foreign_function(
@@ -142,8 +155,10 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.func_wrap("env", "proxy_close_stream", close_stream)?;
     linker.func_wrap("env", "proxy_send_local_response", send_local_response)?;
     linker.func_wrap("env", "proxy_set_effective_context", set_effective_context)?;
+    // WasmBase::done: only a root context whose `on_done` answered "not yet" may call it, and
+    // the simulator never shuts a VM down, so no context is ever pending.
     linker.func_wrap("env", "proxy_done", |_: Caller<'_, HostState>| {
-        status(Status::Ok)
+        status(Status::NotFound)
     })?;
     linker.func_wrap("env", "proxy_set_tick_period_milliseconds", set_tick_period)?;
     linker.func_wrap(

@@ -104,11 +104,13 @@ fn readable(state: &mut HostState, map: i32) -> Access<&HeaderMap> {
             .as_ref()
             .and_then(|r| r.headers.as_ref())
             .ok_or(Status::BadArgument),
+        // Envoy's answer has no trailer map at all unless trailers came.
         MapType::CalloutResponseTrailers => state
             .callouts
             .reply
             .as_ref()
             .map(|r| &r.trailers)
+            .filter(|t| !t.is_empty())
             .ok_or(Status::BadArgument),
         MapType::RequestHeaders | MapType::ResponseHeaders => {
             let stream = state.target_stream().ok_or(Status::BadArgument)?;

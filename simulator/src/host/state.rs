@@ -158,6 +158,10 @@ pub struct Callouts {
     pub outgoing: Vec<OutgoingCallout>,
     /// The answer being delivered.
     pub reply: Option<CalloutReply>,
+    /// What `proxy_get_status` answers: Envoy's root context sets the code to
+    /// `BrokenConnection` when a callout fails and never clears it (no successful callout
+    /// does); the message is "reset" only while the failure is being delivered.
+    pub status: (u32, &'static str),
 }
 
 /// `Store<HostState>`'s data.
@@ -209,6 +213,7 @@ impl HostState {
                 next_token: 4,
                 outgoing: Vec::new(),
                 reply: None,
+                status: (0, ""),
             },
             tick_period_ms: 0,
             shared,

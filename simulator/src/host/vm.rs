@@ -7,7 +7,7 @@
 use wasmtime::{Store, TypedFunc, WasmParams, WasmResults};
 
 use super::Plugin;
-use super::abi::Action;
+use super::abi::{Action, Status};
 use super::state::{CalloutReply, HostState, OutgoingCallout, StreamAction, StreamHost};
 
 /// The VM has trapped; nothing more runs in it.
@@ -307,7 +307,11 @@ impl Vm {
         let num_headers = reply.headers.as_ref().map_or(0, |h| h.len()) as i32;
         let body_size = reply.body.as_ref().map_or(0, Vec::len) as i32;
         let num_trailers = reply.trailers.len() as i32;
-        self.store.data_mut().callouts.reply = Some(reply);
+        let callouts = &mut self.store.data_mut().callouts;
+        if reply.headers.is_none() {
+            callouts.status = (Status::BrokenConnection as u32, "reset");
+        }
+        callouts.reply = Some(reply);
         let result = self.run(
             root,
             self.callbacks.on_http_call_response.clone(),
@@ -319,7 +323,9 @@ impl Vm {
                 num_trailers,
             ),
         );
-        self.store.data_mut().callouts.reply = None;
+        let callouts = &mut self.store.data_mut().callouts;
+        callouts.reply = None;
+        callouts.status.1 = "";
         result?;
         Ok(self.effects(None))
     }

@@ -50,10 +50,12 @@ fn fd_write(
         }
     }
     let written = text.len() as u32;
-    if text.last() == Some(&b'\n') {
-        text.pop();
-    }
-    if !text.is_empty() {
+    // As proxy-wasm-cpp-host's writevImpl: one trailing newline goes, and any write of at
+    // least one byte is a log line, even one left empty.
+    if written != 0 {
+        if text.last() == Some(&b'\n') {
+            text.pop();
+        }
         caller
             .data()
             .logs

@@ -82,6 +82,8 @@ unsafe extern "C" {
     fn proxy_get_metric(id: u32, value: *mut u64) -> u32;
     fn proxy_get_current_time_nanoseconds(time: *mut u64) -> u32;
     fn proxy_set_effective_context(context: u32) -> u32;
+    fn proxy_get_status(code: *mut u32, message: *mut *mut u8, message_len: *mut usize) -> u32;
+    fn proxy_done() -> u32;
 }
 
 /// A status and, when there is one, what the call returned.
@@ -267,6 +269,20 @@ pub fn now_ns() -> Answer<u64> {
 pub fn set_effective_context(context: u32) -> u32 {
     // SAFETY: an integer call.
     unsafe { proxy_set_effective_context(context) }
+}
+
+/// `proxy_get_status`: the code and message of the root context's last failed call.
+pub fn get_status() -> (u32, u32, Option<Vec<u8>>) {
+    let mut code = 0u32;
+    // SAFETY: the host writes the three out-parameters.
+    let (status, message) = bytes_out(|p, l| unsafe { proxy_get_status(&mut code, p, l) });
+    (status, code, message)
+}
+
+/// `proxy_done`.
+pub fn done() -> u32 {
+    // SAFETY: a call without arguments.
+    unsafe { proxy_done() }
 }
 
 /// A serialized header map: count, (key length, value length) per pair, then each key and value

@@ -124,6 +124,16 @@ pub fn run(op: &Op) -> Value {
             let (status, now) = abi::now_ns();
             ("time", json!({"status": status, "ns": now}))
         }
+        Op::Status => {
+            let (status, code, message) = abi::get_status();
+            let message = message.as_deref().map(shown);
+            (
+                "status",
+                json!({"status": status, "code": code, "message": message}),
+            )
+        }
+        Op::Done => ("done", json!({"status": abi::done()})),
+        Op::Print { fd, message } => ("print", json!({"written": print(*fd, message)})),
         Op::EffectiveContext { context } => {
             let id = context.unwrap_or_else(|| with(|p| p.newest_stream));
             (
@@ -137,6 +147,18 @@ pub fn run(op: &Op) -> Value {
         fields.insert("op".into(), name.into());
     }
     result
+}
+
+/// Writes through WASI's `fd_write`, unbuffered, so that each call is one write.
+fn print(fd: u32, message: &str) -> bool {
+    use std::io::Write;
+    match fd {
+        1 => {
+            std::io::stdout().write_all(message.as_bytes()).is_ok()
+                && std::io::stdout().flush().is_ok()
+        }
+        _ => std::io::stderr().write_all(message.as_bytes()).is_ok(),
+    }
 }
 
 /// A counter in shared data, incremented with compare-and-swap.

@@ -188,6 +188,15 @@ pub enum Op {
         name: String,
     },
     Time,
+    /// `proxy_get_status`.
+    Status,
+    /// `proxy_done`.
+    Done,
+    /// Writes `message` to WASI's stdout (fd 1) or stderr (fd 2), as `print!` does.
+    Print {
+        fd: u32,
+        message: String,
+    },
     /// `proxy_set_effective_context`; without `context`, the newest stream context.
     EffectiveContext {
         context: Option<u32>,
