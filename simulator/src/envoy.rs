@@ -877,13 +877,18 @@ fn stream_host(request: &Request, now_ns: u64, context: u32) -> StreamHost {
             .iter()
             .map(|(k, v)| (k.as_bytes(), v.as_slice())),
     );
-    let request_id = format!(
-        "{:08x}-0000-4000-8000-{:012x}",
-        request.id as u32, request.id
-    );
-    if headers.get("x-request-id").is_none() {
-        headers.add(b"x-request-id", request_id.as_bytes());
-    }
+    // Envoy generates an x-request-id only when the request has none; request.id reads it.
+    let request_id = match headers.get("x-request-id") {
+        Some(id) => String::from_utf8_lossy(id).into_owned(),
+        None => {
+            let id = format!(
+                "{:08x}-0000-4000-8000-{:012x}",
+                request.id as u32, request.id
+            );
+            headers.add(b"x-request-id", id.as_bytes());
+            id
+        }
+    };
     if headers.get("x-forwarded-proto").is_none() {
         let scheme = headers.get(":scheme").unwrap_or(b"http").to_vec();
         headers.add(b"x-forwarded-proto", &scheme);

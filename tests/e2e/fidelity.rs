@@ -1,6 +1,7 @@
-//! The simulator hosts a module as Envoy's proxy-wasm host does: one test per behaviour of
-//! `shared/docs/ENVOY_HOST.md`, each driving the probe filter (`tests/probe`), which calls the
-//! ABI directly and logs exactly what the host passed and answered.
+//! The simulator hosts a module as Envoy's proxy-wasm host does: one test per row of
+//! `docs/fidelity.md` (which cites the Envoy code each copies), each driving the probe filter
+//! (`tests/probe`), which calls the ABI directly and logs exactly what the host passed and
+//! answered. The last test holds the table and this file to each other.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
 
@@ -333,6 +334,77 @@ fn properties_are_encoded_as_envoy_encodes_them() {
         ]
     );
     assert_eq!(ops[11].status(), NOT_FOUND, "an unknown property");
+}
+
+#[test]
+fn the_other_stream_properties_are_encoded_as_envoy_encodes_them() {
+    let path = |p: &[&str]| json!({"op": "property", "path": p});
+    let mut probe = Probe::start(json!({
+        "on_request_headers": [
+            path(&["destination", "address"]),
+            path(&["destination", "port"]),
+            path(&["request", "scheme"]),
+            path(&["request", "referer"]),
+            path(&["request", "useragent"]),
+            path(&["request", "id"]),
+            path(&["request", "protocol"]),
+            path(&["request", "headers", "x-tenant"]),
+            path(&["route_name"]),
+            path(&["cluster_name"]),
+            path(&["node", "id"]),
+            path(&["connection_id"]),
+            path(&["request", "headers"]),
+            {"op": "set_property", "path": "tenant_seen", "value": "acme"},
+            path(&["tenant_seen"]),
+        ],
+        "on_response_headers": [path(&["response", "code"])],
+    }));
+    probe.send(get(
+        "/",
+        &[
+            ("referer", "https://shop.example/cart"),
+            ("user-agent", "probe/1"),
+            ("x-request-id", "req-42"),
+            ("x-tenant", "acme"),
+        ],
+    ));
+    let ops = probe.ops("on_request_headers");
+    let node_id = sluice_sim::envoy::EnvoyConfig::new(Vec::new(), Vec::<String>::new()).node_id;
+    assert_eq!(ops[0].text(), "10.0.0.1:10000");
+    assert_eq!(ops[1].raw(), 10000i64.to_le_bytes(), "int64 LE");
+    let texts: Vec<&str> = ops[2..11].iter().map(Event::text).collect();
+    assert_eq!(
+        texts,
+        [
+            "https",
+            "https://shop.example/cart",
+            "probe/1",
+            "req-42",
+            "HTTP/1.1",
+            "acme",
+            "default",
+            "upstream",
+            node_id.as_str(),
+        ],
+        "strings raw; request.id is the request's own x-request-id"
+    );
+    assert_eq!(ops[11].raw().len(), 8, "connection_id: uint64 LE");
+    let headers = sluice_sim::host::abi::decode_pairs(&ops[12].raw());
+    assert!(
+        headers.contains(&(b"x-tenant".to_vec(), b"acme".to_vec())),
+        "request.headers: a serialized map"
+    );
+    assert_eq!(ops[13].status(), OK);
+    assert_eq!(
+        ops[14].text(),
+        "acme",
+        "set_property is read back as filter state"
+    );
+    assert_eq!(
+        probe.ops("on_response_headers")[0].raw(),
+        200i64.to_le_bytes(),
+        "response.code: int64 LE"
+    );
 }
 
 #[test]
@@ -1037,4 +1109,69 @@ fn ticks_set_at_start_up_fire_every_period_while_there_is_traffic() {
         [1, 2, 3, 4].map(|n| START_NS + n * 250_000_000),
         "every 250 ms of virtual time from start-up, until the traffic ends"
     );
+}
+
+// --- the table ------------------------------------------------------------------------------
+
+/// The file a test reference in docs/fidelity.md points to: `name` is in this file,
+/// `host_loading.rs::name` in another e2e test file, `host/x.rs::name` in the simulator.
+fn test_source(reference: &str) -> (std::path::PathBuf, &str) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    match reference.rsplit_once("::") {
+        Some((file, name)) if file.starts_with("host/") => {
+            (root.join("../simulator/src").join(file), name)
+        }
+        Some((file, name)) => (root.join("e2e").join(file), name),
+        None => (root.join("e2e/fidelity.rs"), reference),
+    }
+}
+
+#[test]
+fn every_row_of_the_fidelity_table_names_a_test_that_exists_or_states_a_difference() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let table = std::fs::read_to_string(root.join("../docs/fidelity.md")).unwrap();
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| Behaviour"))
+        .collect();
+    assert!(rows.len() >= 40, "{} rows", rows.len());
+    let mut named = BTreeSet::new();
+    for row in rows {
+        let test_cell = row.trim_end_matches('|').rsplit(" | ").next().unwrap();
+        // The tests come first; prose after them starts at a '.' or ':' outside backticks.
+        let mut inside = false;
+        let end = test_cell
+            .char_indices()
+            .find(|&(_, c)| {
+                inside ^= c == '`';
+                !inside && (c == '.' || c == ':')
+            })
+            .map_or(test_cell.len(), |(i, _)| i);
+        let references: Vec<&str> = test_cell[..end].split('`').skip(1).step_by(2).collect();
+        assert!(
+            !references.is_empty() || row.contains("**Difference**"),
+            "a row with neither a test nor a stated difference: {row}"
+        );
+        for reference in references {
+            let (file, name) = test_source(reference);
+            let source = std::fs::read_to_string(&file).unwrap();
+            assert!(
+                source.contains(&format!("fn {name}(")),
+                "{reference}: no such test in {}",
+                file.display()
+            );
+            named.insert(name.to_owned());
+        }
+    }
+    let source = std::fs::read_to_string(root.join("e2e/fidelity.rs")).unwrap();
+    let tests = source
+        .split("#[test]\nfn ")
+        .skip(1)
+        .filter_map(|rest| rest.split('(').next());
+    for test in tests {
+        assert!(
+            named.contains(test) || test.starts_with("every_row_of_the_fidelity_table"),
+            "{test} is in no row of docs/fidelity.md"
+        );
+    }
 }
