@@ -39,5 +39,6 @@ pub mod lease;
 pub mod limit;
 pub mod policy;
 pub mod record;
+pub mod rls;
 pub mod verdict;
 pub mod wire;
