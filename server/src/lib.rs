@@ -10,6 +10,8 @@
 //! - [`clock`]: Redis' clock, read once a second and carried between reads.
 //! - [`engine`]: the decision procedure.
 //! - [`http`]: `/v1/decide`, `/healthz`, `/readyz`, `/metrics`.
+//! - [`rls_config`]: the reference rate limit service's YAML files, for Envoy's gRPC API (not yet
+//!   served).
 //!
 //! [`spawn`] runs a server in-process on a TCP port, [`in_process`] one reached by calling it
 //! (the simulator does); the `sluice-server` binary is a thin shell over [`serve`].
@@ -22,6 +24,7 @@ pub mod engine;
 pub mod http;
 pub mod memory;
 pub mod metrics;
+pub mod rls_config;
 pub mod scripts;
 pub mod store;
 
