@@ -8,6 +8,7 @@ use redis::aio::MultiplexedConnection;
 use sluice_core::key::{LimitKey, RuleName, redis_key};
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::RedisServer;
+use sluice_server::clock::read_time_us;
 use sluice_server::scripts::{ScriptCall, ScriptTime};
 
 const NOW: i64 = 1_763_700_000_000_000;
@@ -27,11 +28,6 @@ async fn decide(
     }
     let _: Vec<i64> = invocation.invoke_async(c).await?;
     Ok(())
-}
-
-async fn redis_time_us(c: &mut MultiplexedConnection) -> anyhow::Result<i64> {
-    let (seconds, micros): (i64, i64) = redis::cmd("TIME").query_async(c).await?;
-    Ok(seconds * 1_000_000 + micros)
 }
 
 async fn usage(c: &mut MultiplexedConnection, key: &str) -> anyhow::Result<i64> {
@@ -159,7 +155,7 @@ pub async fn run() -> anyhow::Result<String> {
         }
         let replayed =
             commands_per_decision(&mut c, &limit, |i| ScriptTime::Replay(NOW + i * 10_000)).await?;
-        let redis_now = redis_time_us(&mut c).await?;
+        let redis_now = read_time_us(&mut c).await?;
         let carried =
             commands_per_decision(&mut c, &limit, |i| ScriptTime::Carried(redis_now + i * 10))
                 .await?;

@@ -46,6 +46,15 @@ impl Default for RedisClock {
     }
 }
 
+/// Redis' clock by `TIME`, in microseconds since the epoch.
+pub async fn read_time_us<C>(connection: &mut C) -> redis::RedisResult<i64>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let (seconds, micros): (i64, i64) = redis::cmd("TIME").query_async(connection).await?;
+    Ok(seconds * 1_000_000 + micros)
+}
+
 impl RedisClock {
     fn local_us(&self, at: Instant) -> i64 {
         i64::try_from(at.saturating_duration_since(self.origin).as_micros()).unwrap_or(i64::MAX)

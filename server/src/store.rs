@@ -23,6 +23,7 @@ use tokio::sync::{Mutex, RwLock};
 
 use redis::Script;
 
+use crate::clock::read_time_us;
 use crate::scripts::{BadReply, BatchCall, LeaseCall, ScriptCall, decode_reply};
 
 /// Where Redis is.
@@ -323,16 +324,13 @@ impl Store {
     /// Redis' clock, by `TIME`, in microseconds since the epoch.
     pub async fn time_us(self: &Arc<Self>) -> Result<i64, StoreError> {
         let backend = self.backend().await?;
-        let (seconds, micros): (i64, i64) = self
-            .within_timeout(async {
-                let cmd = redis::cmd("TIME");
-                match backend {
-                    Backend::Single(mut c) => cmd.query_async(&mut c).await,
-                    Backend::Cluster(mut c) => cmd.query_async(&mut c).await,
-                }
-            })
-            .await?;
-        Ok(seconds * 1_000_000 + micros)
+        self.within_timeout(async {
+            match backend {
+                Backend::Single(mut c) => read_time_us(&mut c).await,
+                Backend::Cluster(mut c) => read_time_us(&mut c).await,
+            }
+        })
+        .await
     }
 
     async fn within_timeout<T>(

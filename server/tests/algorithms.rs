@@ -15,6 +15,7 @@ use sluice_core::limit::{Algorithm, Limit};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::DecideRequest;
 use sluice_harness::RedisServer;
+use sluice_server::clock::read_time_us;
 use sluice_server::engine::Engine;
 use sluice_server::metrics::Metrics;
 use sluice_server::scripts::{ScriptCall, ScriptTime, decode_reply};
@@ -70,8 +71,8 @@ async fn burst(redis: &RedisServer, limit: &Limit, key: &str, times: &[ScriptTim
 async fn away_from_boundary(redis: &RedisServer, window: Duration, margin: Duration) {
     let mut c = connections(redis, 1).await.pop().unwrap();
     loop {
-        let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut c).await.unwrap();
-        let into = Duration::from_micros((s * 1_000_000 + us) % window.as_micros() as u64);
+        let now_us = read_time_us(&mut c).await.unwrap() as u64;
+        let into = Duration::from_micros(now_us % window.as_micros() as u64);
         if into > margin && window - into > margin {
             return;
         }
@@ -334,8 +335,7 @@ async fn the_server_carries_redis_clock_and_spares_each_decision_a_time_command(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let carried = carried.expect("the server read Redis' TIME within 3 s");
-    let (seconds, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await.unwrap();
-    let redis_now = seconds * 1_000_000 + micros;
+    let redis_now = read_time_us(&mut c).await.unwrap();
     assert!(
         (redis_now - carried).abs() < 20_000,
         "carried {carried} against Redis' {redis_now}"

@@ -11,9 +11,11 @@ use std::sync::Arc;
 
 use serde_json::json;
 use sluice_e2e::misbehaving::{self, Misbehaviour};
-use sluice_e2e::probe::{CANARY, Event, Probe, START_NS, Setup, callouts, completed_statuses, get};
+use sluice_e2e::probe::{
+    CANARY, Event, Probe, START_NS, Setup, callouts, completed, completed_statuses, get,
+};
 use sluice_sim::connect::Endpoint;
-use sluice_sim::envoy::{Completed, FailurePolicy, Output, StartError};
+use sluice_sim::envoy::{FailurePolicy, Output, StartError};
 use sluice_sim::host::headers::HeaderMap;
 use sluice_sim::host::log::Level;
 use sluice_sim::host::state::{CalloutReply, OutgoingCallout};
@@ -38,16 +40,6 @@ fn position(events: &[Event], kind: &str, cb: &str) -> usize {
         .iter()
         .position(|e| e.kind() == kind && e.cb() == cb)
         .unwrap_or_else(|| panic!("no {kind} of {cb} in {events:#?}"))
-}
-
-fn completed(outputs: &[Output]) -> Vec<&Completed> {
-    outputs
-        .iter()
-        .filter_map(|o| match o {
-            Output::Completed(d) => Some(d),
-            _ => None,
-        })
-        .collect()
 }
 
 fn answer(status: u16, body: &str) -> CalloutReply {

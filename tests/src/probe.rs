@@ -6,7 +6,9 @@
 use std::net::IpAddr;
 
 use serde_json::Value;
-use sluice_sim::envoy::{Envoy, EnvoyConfig, FailurePolicy, Output, Request, StartError};
+use sluice_sim::envoy::{
+    Completed, Envoy, EnvoyConfig, FailurePolicy, Output, Request, StartError,
+};
 use sluice_sim::host::Host;
 use sluice_sim::host::state::{CalloutReply, OutgoingCallout};
 
@@ -223,10 +225,15 @@ pub fn callouts(outputs: &[Output]) -> Vec<OutgoingCallout> {
 
 /// The statuses of the requests `outputs` completed.
 pub fn completed_statuses(outputs: &[Output]) -> Vec<u16> {
+    completed(outputs).iter().map(|done| done.status).collect()
+}
+
+/// The streams that ended among `outputs`.
+pub fn completed(outputs: &[Output]) -> Vec<&Completed> {
     outputs
         .iter()
         .filter_map(|o| match o {
-            Output::Completed(done) => Some(done.status),
+            Output::Completed(done) => Some(done),
             _ => None,
         })
         .collect()
