@@ -89,6 +89,28 @@ impl RuleName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// A rule name made from any text, for names chosen elsewhere (the rate limit service's
+    /// descriptor paths): each character a rule name may not hold becomes `_`, and a name too
+    /// long keeps its end, where such paths differ. Distinct texts may share a name.
+    pub fn lossy(text: &str) -> RuleName {
+        let mut name: String = text
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if name.is_empty() {
+            name.push('_');
+        }
+        // Every character is ASCII now, so any byte offset is a character boundary.
+        let start = name.len().saturating_sub(MAX_RULE_NAME_LEN);
+        RuleName(name.split_off(start))
+    }
 }
 
 impl TryFrom<String> for RuleName {

@@ -1,11 +1,16 @@
 //! Settings: every one a flag and an environment variable (`SLUICE_*`).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use sluice_core::duration::Millis;
+use sluice_core::rls::answer::RlsHeaders;
 
+use crate::rls::RlsState;
+use crate::rls::config::WatchedConfig;
 use crate::store::Topology;
 
 /// Command-line and environment settings, as given.
@@ -75,6 +80,55 @@ pub struct Args {
     /// server share a few cores.
     #[arg(long, env = "SLUICE_THREADS", default_value_t = 0)]
     pub threads: usize,
+
+    /// Serve Envoy's gRPC rate limit API (envoy.service.ratelimit.v3) with this configuration in
+    /// the reference service's YAML: files, or directories of .yaml/.yml files
+    /// (comma-separated).
+    #[arg(long, env = "SLUICE_RLS_CONFIG", value_delimiter = ',')]
+    pub rls_config: Vec<PathBuf>,
+
+    /// How often the rate limit configuration's files are checked for changes.
+    #[arg(long, env = "SLUICE_RLS_RELOAD_EVERY", default_value = "1s")]
+    pub rls_reload_every: Millis,
+
+    /// The rate limit headers gRPC answers ask Envoy to add to responses.
+    #[arg(
+        long,
+        env = "SLUICE_RLS_RESPONSE_HEADERS",
+        value_enum,
+        default_value = "none"
+    )]
+    pub rls_response_headers: RlsHeaderStyle,
+
+    /// How many over-limit counters the gRPC API remembers, to answer them without Redis until
+    /// they could admit again; 0 turns the cache off.
+    #[arg(long, env = "SLUICE_RLS_LOCAL_CACHE", default_value_t = 100_000)]
+    pub rls_local_cache: usize,
+
+    /// Serve the gRPC API on this address alone, not on --listen's.
+    #[arg(long, env = "SLUICE_GRPC_LISTEN", requires = "rls_config")]
+    pub grpc_listen: Option<SocketAddr>,
+}
+
+/// The rate limit headers of gRPC answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RlsHeaderStyle {
+    /// None.
+    None,
+    /// The reference service's RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
+    Reference,
+    /// The IETF draft's RateLimit-Policy and RateLimit.
+    Ietf,
+}
+
+impl From<RlsHeaderStyle> for RlsHeaders {
+    fn from(style: RlsHeaderStyle) -> RlsHeaders {
+        match style {
+            RlsHeaderStyle::None => RlsHeaders::None,
+            RlsHeaderStyle::Reference => RlsHeaders::Reference,
+            RlsHeaderStyle::Ietf => RlsHeaders::Ietf,
+        }
+    }
 }
 
 /// How logs are written.
@@ -101,6 +155,8 @@ pub struct ServerConfig {
     pub replay_time: bool,
     /// Shutdown grace.
     pub shutdown_grace: Duration,
+    /// Envoy's gRPC rate limit service, with its configuration loaded.
+    pub rls: Option<Arc<RlsState>>,
 }
 
 impl ServerConfig {
@@ -113,6 +169,7 @@ impl ServerConfig {
             token: None,
             replay_time: false,
             shutdown_grace: Duration::from_secs(10),
+            rls: None,
         }
     }
 }
@@ -153,6 +210,21 @@ impl TryFrom<&Args> for ServerConfig {
             token: args.token.clone(),
             replay_time: args.replay_time,
             shutdown_grace: Duration::from_millis(args.shutdown_grace.as_millis()),
+            rls: rls_state(args)?,
         })
     }
+}
+
+fn rls_state(args: &Args) -> Result<Option<Arc<RlsState>>, String> {
+    if args.rls_config.is_empty() {
+        return Ok(None);
+    }
+    let config =
+        WatchedConfig::load(args.rls_config.clone()).map_err(|e| format!("--rls-config: {e}"))?;
+    Ok(Some(Arc::new(RlsState::new(
+        config,
+        args.rls_local_cache,
+        args.rls_response_headers.into(),
+        Duration::from_millis(args.rls_reload_every.as_millis().max(1)),
+    ))))
 }

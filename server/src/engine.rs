@@ -76,6 +76,12 @@ impl Engine {
         }
     }
 
+    /// The time now (µs since the epoch): the replay's when it gives one, else Redis' clock as
+    /// carried; `None` before the clock's first reading.
+    pub fn now_us(&self, replay_us: Option<i64>) -> Option<i64> {
+        replay_us.or_else(|| self.clock.now_us(std::time::Instant::now()))
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<Store> {
         &self.store

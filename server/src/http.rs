@@ -17,6 +17,7 @@ use sluice_core::wire::{
 
 use crate::engine::Engine;
 use crate::metrics::Metrics;
+use crate::rls::RlsState;
 
 /// What the handlers share.
 pub struct AppState {
@@ -28,6 +29,8 @@ pub struct AppState {
     pub token: Option<String>,
     /// Whether callers may supply the time (replay mode).
     pub replay_time: bool,
+    /// Envoy's gRPC rate limit service, when configured.
+    pub rls: Option<Arc<RlsState>>,
 }
 
 /// The router.
@@ -117,7 +120,7 @@ async fn lease(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bod
 }
 
 /// Checks the bearer token, if the server wants one; the error says what is wrong.
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), &'static str> {
+pub(crate) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), &'static str> {
     let Some(token) = &state.token else {
         return Ok(());
     };
@@ -136,7 +139,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn replay_time(state: &AppState, headers: &HeaderMap) -> Result<Option<i64>, String> {
+pub(crate) fn replay_time(state: &AppState, headers: &HeaderMap) -> Result<Option<i64>, String> {
     let Some(value) = headers.get(REPLAY_TIME_HEADER) else {
         return Ok(None);
     };

@@ -10,8 +10,8 @@
 //! - [`clock`]: Redis' clock, read once a second and carried between reads.
 //! - [`engine`]: the decision procedure.
 //! - [`http`]: `/v1/decide`, `/healthz`, `/readyz`, `/metrics`.
-//! - [`rls_config`]: the reference rate limit service's YAML files, for Envoy's gRPC API (not yet
-//!   served).
+//! - [`rls`]: Envoy's gRPC rate limit service API, with the reference service's configuration,
+//!   served beside `/v1/` when a configuration is given.
 //!
 //! [`spawn`] runs a server in-process on a TCP port, [`in_process`] one reached by calling it
 //! (the simulator does); the `sluice-server` binary is a thin shell over [`serve`].
@@ -24,16 +24,17 @@ pub mod engine;
 pub mod http;
 pub mod memory;
 pub mod metrics;
-pub mod rls_config;
+pub mod rls;
 pub mod scripts;
 pub mod store;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use config::ServerConfig;
@@ -41,41 +42,124 @@ pub use config::ServerConfig;
 use crate::engine::Engine;
 use crate::http::{AppState, router};
 use crate::metrics::Metrics;
+use crate::rls::RlsState;
+use crate::rls::config::Reload;
 use crate::store::Store;
 
 /// Serves on `listener` until `shutdown` completes, then lets requests in flight finish for up
-/// to the configured grace period.
+/// to the configured grace period. The gRPC API is served on the same port.
 pub async fn serve(
     config: ServerConfig,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    // Answers are small and latency is the product: no Nagle delay on accepted connections.
-    let listener = listener.tap_io(|stream| {
-        let _ = stream.set_nodelay(true);
-    });
+    serve_on(config, listener, None, shutdown).await
+}
+
+/// As [`serve`], with the gRPC API on `grpc_listener` alone when one is given.
+pub async fn serve_on(
+    config: ServerConfig,
+    listener: TcpListener,
+    grpc_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let state = app_state(&config);
-    let (stopping_tx, stopping_rx) = oneshot::channel::<()>();
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown.await;
-        tracing::info!("shutting down: finishing requests in flight");
-        let _ = stopping_tx.send(());
-    });
-    let grace = config.shutdown_grace;
-    tokio::select! {
-        result = server.into_future() => result,
-        () = async {
-            // Only counts once shutdown has begun.
-            if stopping_rx.await.is_ok() {
-                tokio::time::sleep(grace).await;
-            } else {
-                std::future::pending::<()>().await;
+    let mut app = router(Arc::clone(&state));
+    let mut grpc_app = None;
+    let mut background = Vec::new();
+    if let Some(rls) = &state.rls {
+        background.push(watch_rls_config(rls, &state.metrics));
+    }
+    // Without a configuration the rate limit service still answers, to say how to get one.
+    let (grpc, health_task) = grpc_router(&state);
+    background.push(health_task);
+    match grpc_listener {
+        Some(grpc_listener) => grpc_app = Some((grpc_listener, grpc)),
+        None => app = app.merge(grpc),
+    }
+    // Every server stops taking connections at once when `shutdown` completes.
+    let (stopping_tx, stopping_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut stopping = stopping_rx.clone();
+        async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        }
+    };
+    let servers = async {
+        let http = axum::serve(nodelay(listener), app).with_graceful_shutdown(stopped());
+        match grpc_app {
+            Some((grpc_listener, grpc)) => {
+                let grpc =
+                    axum::serve(nodelay(grpc_listener), grpc).with_graceful_shutdown(stopped());
+                tokio::try_join!(http.into_future(), grpc.into_future()).map(drop)
             }
+            None => http.await,
+        }
+    };
+    let grace = config.shutdown_grace;
+    let result = tokio::select! {
+        result = servers => result,
+        () = async {
+            shutdown.await;
+            tracing::info!("shutting down: finishing requests in flight");
+            let _ = stopping_tx.send(true);
+            tokio::time::sleep(grace).await;
         } => {
             tracing::warn!(?grace, "requests still in flight after the grace period; stopping anyway");
             Ok(())
         }
+    };
+    for task in background {
+        task.abort();
     }
+    result
+}
+
+/// Answers are small and latency is the product: no Nagle delay on accepted connections.
+fn nodelay(
+    listener: TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
+    listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    })
+}
+
+/// The rate limit service and gRPC health checking, as routes, and the task that keeps the
+/// health status.
+fn grpc_router(state: &Arc<AppState>) -> (axum::Router, JoinHandle<()>) {
+    let (health, health_task) = rls::service::health_service(state, HEALTH_CHECK_EVERY);
+    let rate_limit = rls::service::rate_limit_service(Arc::clone(state));
+    let route = |name: &str| format!("/{name}/{{*method}}");
+    let router = axum::Router::new()
+        .route_service(&route(RATE_LIMIT_SERVICE), rate_limit)
+        .route_service(&route(HEALTH_SERVICE), health);
+    (router, health_task)
+}
+
+const RATE_LIMIT_SERVICE: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rls::service::RlsService> as tonic::server::NamedService>::NAME;
+const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
+const HEALTH_CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// Reloads the rate limit configuration when its files change, counting each load.
+fn watch_rls_config(rls: &Arc<RlsState>, metrics: &Arc<Metrics>) -> JoinHandle<()> {
+    metrics.rls().config_load(true);
+    let metrics = Arc::clone(metrics);
+    let weak = Arc::downgrade(rls);
+    rls.config.keep_watching(rls.poll, move |reload| match reload {
+        Reload::Loaded => {
+            if let Some(rls) = weak.upgrade() {
+                // Remembered denials may not hold under the new limits.
+                rls.cache.clear();
+            }
+            metrics.rls().config_load(true);
+            tracing::info!("rate limit configuration reloaded");
+        }
+        Reload::Failed(e) => {
+            metrics.rls().config_load(false);
+            tracing::error!(error = %e, "rate limit configuration not reloaded; the previous one stays in force");
+        }
+        Reload::Unchanged => {}
+    })
 }
 
 /// The state every handler shares: the engine over a Redis connection, metrics, settings.
@@ -87,6 +171,7 @@ fn app_state(config: &ServerConfig) -> Arc<AppState> {
         metrics,
         token: config.token.clone(),
         replay_time: config.replay_time,
+        rls: config.rls.clone(),
     })
 }
 

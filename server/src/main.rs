@@ -41,8 +41,17 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let runtime = runtime(args.threads)?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen).await?;
-        tracing::info!(listen = %listener.local_addr()?, topology = ?config.topology, "sluice-server started");
-        sluice_server::serve(config, listener, shutdown_signal()).await?;
+        let grpc_listener = match args.grpc_listen {
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+            None => None,
+        };
+        let grpc = match (&config.rls, &grpc_listener) {
+            (None, _) => "off".to_owned(),
+            (Some(_), Some(l)) => l.local_addr()?.to_string(),
+            (Some(_), None) => "on the same port".to_owned(),
+        };
+        tracing::info!(listen = %listener.local_addr()?, %grpc, topology = ?config.topology, "sluice-server started");
+        sluice_server::serve_on(config, listener, grpc_listener, shutdown_signal()).await?;
         tracing::info!("stopped");
         Ok(())
     })

@@ -5,7 +5,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 
 use sluice_core::wire::{LeaseAsk, LeaseGrant};
 
+use crate::rls::stats::RlsStats;
 use crate::store::StoreError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -48,6 +49,7 @@ pub struct Metrics {
     split_decision_races: Counter,
     lease_answers: Family<LeaseLabels, Counter>,
     lease_units: Family<LeaseLabels, Counter>,
+    rls: RlsStats,
 }
 
 impl Default for Metrics {
@@ -105,6 +107,7 @@ impl Default for Metrics {
             split_decision_races,
             lease_answers,
             lease_units,
+            rls: RlsStats::default(),
             decisions,
             decision_counters: RwLock::default(),
             decision_seconds,
@@ -198,11 +201,18 @@ impl Metrics {
         self.bad_requests.inc();
     }
 
+    /// The rate limit service's stats, under the reference service's names.
+    pub fn rls(&self) -> &RlsStats {
+        &self.rls
+    }
+
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut text = String::new();
         // Writing to a String cannot fail.
-        let _ = encode(&mut text, &self.registry);
+        let _ = encode_registry(&mut text, &self.registry);
+        let _ = encode_registry(&mut text, self.rls.registry());
+        let _ = encode_eof(&mut text);
         text
     }
 }

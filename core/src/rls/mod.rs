@@ -23,7 +23,9 @@
 //! assert!(config.lookup("shop", &[("path", "/")]).is_none());
 //! ```
 
+pub mod answer;
 pub mod raw;
+pub mod request;
 #[cfg(test)]
 mod tests;
 
@@ -252,17 +254,7 @@ impl RlsConfig {
             level = &node.children;
         }
         let rule = found?;
-        let counter = entries
-            .iter()
-            .map(|(k, v)| {
-                if v.is_empty() {
-                    (*k).to_owned()
-                } else {
-                    format!("{k}_{v}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(".");
+        let counter = counter_of(entries.iter().copied());
         let stats_key = match entries.last() {
             Some((_, value)) if rule.detailed_metric && valueless_match => {
                 format!("{}_{value}", rule.full_key)
@@ -275,6 +267,23 @@ impl RlsConfig {
             stats_key,
         })
     }
+}
+
+/// Every `key_value` (or `key`, for an empty value) of a descriptor, joined by `.`: what the
+/// reference names a descriptor by.
+fn counter_of<'a>(entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let mut counter = String::new();
+    for (i, (key, value)) in entries.enumerate() {
+        if i > 0 {
+            counter.push('.');
+        }
+        counter.push_str(key);
+        if !value.is_empty() {
+            counter.push('_');
+            counter.push_str(value);
+        }
+    }
+    counter
 }
 
 type LoadError = (String, String);
@@ -366,6 +375,12 @@ fn load_rule(
         return Ok(rule(Unit::Second, 0, None));
     }
     let unit = unit.ok_or_else(|| err("unit", "a limit needs a unit".into()))?;
+    if u32::try_from(raw.requests_per_unit).is_err() {
+        return Err(err(
+            "requests_per_unit",
+            format!("at most {} (answers carry it as a uint32)", u32::MAX),
+        ));
+    }
     let limit = match &raw.sluice {
         Some(sluice) => {
             let limit =

@@ -202,3 +202,263 @@ fn every_error_names_its_path_and_reason() {
     let err = RlsConfig::from_raw([same.clone(), same]).unwrap_err();
     assert_eq!((err.file, err.path.as_str()), (1, "domain"));
 }
+
+mod requests {
+    use super::super::answer::{Code, HitCounts, RlsHeaders};
+    use super::super::request::{Applied, LimitOverride, RlsDescriptor, RlsRequest};
+    use super::*;
+    use crate::verdict::Verdict;
+
+    fn descriptor(entries: &[(&str, &str)]) -> RlsDescriptor {
+        RlsDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..RlsDescriptor::default()
+        }
+    }
+
+    fn request(domain: &str, descriptors: Vec<RlsDescriptor>) -> RlsRequest {
+        RlsRequest {
+            domain: domain.to_owned(),
+            descriptors,
+            hits_addend: 0,
+        }
+    }
+
+    fn verdict(allowed: bool, limit: u64, remaining: u64) -> Verdict {
+        Verdict {
+            allowed,
+            limit,
+            remaining,
+            reset_ms: 30_500,
+            retry_after_ms: (!allowed).then_some(30_500),
+            delay_ms: 0,
+        }
+    }
+
+    fn kind(applied: &Applied) -> &'static str {
+        match applied {
+            Applied::NoLimit => "none",
+            Applied::Unlimited => "unlimited",
+            Applied::Replaced => "replaced",
+            Applied::Limited(_) => "limited",
+        }
+    }
+
+    #[test]
+    fn a_named_limit_is_replaced_and_unlimited_or_unmatched_descriptors_have_no_check() {
+        // The reference's "replaces" example: a per-path limit replaces the generic one.
+        let config = config(serde_json::json!({
+            "domain": "example",
+            "descriptors": [
+                {"key": "api", "rate_limit": {"unit": "minute", "requests_per_unit": 10, "name": "api"}},
+                {"key": "path", "value": "/special", "rate_limit": {"unit": "minute", "requests_per_unit": 50,
+                    "replaces": [{"name": "api"}]}},
+                {"key": "internal", "rate_limit": {"unlimited": true}},
+            ]
+        }))
+        .unwrap();
+        let plan = config
+            .plan(&request(
+                "example",
+                vec![
+                    descriptor(&[("api", "v1")]),
+                    descriptor(&[("path", "/special")]),
+                    descriptor(&[("internal", "yes")]),
+                    descriptor(&[("other", "x")]),
+                ],
+            ))
+            .unwrap();
+        let kinds: Vec<_> = plan.descriptors.iter().map(kind).collect();
+        assert_eq!(kinds, ["replaced", "limited", "unlimited", "none"]);
+        let answer = plan.answer(&[verdict(true, 50, 49)], RlsHeaders::None);
+        assert_eq!(answer.overall_code, Code::Ok);
+        assert_eq!(answer.statuses[0].current_limit, None);
+        assert_eq!(answer.statuses[1].limit_remaining, 49);
+        assert_eq!(answer.statuses[2].limit_remaining, u32::MAX);
+        assert_eq!(answer.statuses[3].limit_remaining, 0);
+    }
+
+    #[test]
+    fn hits_addend_of_a_descriptor_wins_over_the_requests_which_wins_over_one() {
+        let config = config(serde_json::json!({
+            "domain": "d", "descriptors": [{"key": "k", "rate_limit": rate("second", 10)}]
+        }))
+        .unwrap();
+        let mut request = request(
+            "d",
+            vec![descriptor(&[("k", "a")]), descriptor(&[("k", "b")])],
+        );
+        let costs = |request: &RlsRequest| -> Vec<u64> {
+            config
+                .plan(request)
+                .unwrap()
+                .planned()
+                .map(|(_, p)| p.check.cost)
+                .collect()
+        };
+        assert_eq!(costs(&request), [1, 1]);
+        request.hits_addend = 3;
+        assert_eq!(costs(&request), [3, 3]);
+        request.descriptors[1].hits_addend = Some(0);
+        assert_eq!(costs(&request), [3, 0], "0 only asks");
+    }
+
+    #[test]
+    fn a_descriptor_s_own_limit_is_a_fixed_window_named_by_its_entries_in_a_known_domain() {
+        let config = config(serde_json::json!({"domain": "d", "descriptors": []})).unwrap();
+        let mut own = descriptor(&[("user", "alice"), ("path", "")]);
+        own.limit = Some(LimitOverride {
+            requests_per_unit: 7,
+            unit: Unit::Hour.proto(),
+        });
+        let plan = config.plan(&request("d", vec![own.clone()])).unwrap();
+        let (_, planned) = plan.planned().next().unwrap();
+        assert_eq!(planned.rule.full_key, "d.user_alice.path");
+        assert_eq!(planned.check.limit.capacity(), 7);
+        assert_eq!(planned.check.limit.nominal_rate().1.as_millis(), 3_600_000);
+        let unknown = config
+            .plan(&request("elsewhere", vec![own.clone()]))
+            .unwrap();
+        assert_eq!(kind(&unknown.descriptors[0]), "none");
+        own.limit = Some(LimitOverride {
+            requests_per_unit: 7,
+            unit: 6,
+        });
+        let err = config.plan(&request("d", vec![own])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "descriptors[0].limit.unit: unit 6 is not one of SECOND, MINUTE, HOUR, DAY, WEEK or MONTH"
+        );
+    }
+
+    #[test]
+    fn a_request_without_domain_or_descriptors_or_with_negative_hits_is_refused_by_path() {
+        let config = RlsConfig::default();
+        let err = |r: &RlsRequest| config.plan(r).unwrap_err().to_string();
+        assert_eq!(
+            err(&request("", vec![descriptor(&[("k", "v")])])),
+            "domain: rate limit domain must not be empty"
+        );
+        assert_eq!(
+            err(&request("d", vec![])),
+            "descriptors: rate limit descriptor list must not be empty"
+        );
+        let mut negative = descriptor(&[("k", "v")]);
+        negative.is_negative_hits = true;
+        assert_eq!(
+            err(&request("d", vec![descriptor(&[("k", "v")]), negative])),
+            "descriptors[1].is_negative_hits: refunding hits is not supported"
+        );
+    }
+
+    #[test]
+    fn shadow_mode_answers_ok_and_the_headers_name_the_descriptor_over_or_closest_to_its_limit() {
+        let config = config(serde_json::json!({
+            "domain": "d",
+            "descriptors": [
+                {"key": "a", "rate_limit": rate("minute", 10)},
+                {"key": "b", "shadow_mode": true, "rate_limit": rate("minute", 5)},
+                {"key": "c", "rate_limit": rate("minute", 20)},
+            ]
+        }))
+        .unwrap();
+        let plan = config
+            .plan(&request(
+                "d",
+                vec![
+                    descriptor(&[("a", "1")]),
+                    descriptor(&[("b", "1")]),
+                    descriptor(&[("c", "1")]),
+                ],
+            ))
+            .unwrap();
+        let verdicts = [
+            verdict(true, 10, 4),
+            verdict(false, 5, 0),
+            verdict(true, 20, 2),
+        ];
+        let answer = plan.answer(&verdicts, RlsHeaders::Reference);
+        assert_eq!(
+            answer.overall_code,
+            Code::Ok,
+            "only the shadow limit is over"
+        );
+        let codes: Vec<_> = answer.statuses.iter().map(|s| s.code).collect();
+        assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok]);
+        assert_eq!(answer.statuses[1].limit_remaining, 0);
+        let header = |answer: &super::super::answer::Answer, name: &str| {
+            answer
+                .headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        // As the reference does, the shadow limit over its limit reports 0 left, the least.
+        assert_eq!(header(&answer, "RateLimit-Limit").as_deref(), Some("5"));
+        assert_eq!(header(&answer, "RateLimit-Remaining").as_deref(), Some("0"));
+        assert_eq!(header(&answer, "RateLimit-Reset").as_deref(), Some("31"));
+
+        let denied = [
+            verdict(false, 10, 0),
+            verdict(true, 5, 3),
+            verdict(true, 20, 2),
+        ];
+        let answer = plan.answer(&denied, RlsHeaders::Ietf);
+        assert_eq!(answer.overall_code, Code::OverLimit);
+        assert_eq!(answer.statuses[0].code, Code::OverLimit);
+        assert_eq!(
+            header(&answer, "ratelimit-policy").as_deref(),
+            Some("\"d.a\";q=10;w=60")
+        );
+        assert_eq!(
+            header(&answer, "ratelimit").as_deref(),
+            Some("\"d.a\";r=0;t=31")
+        );
+    }
+
+    #[test]
+    fn hits_are_counted_as_the_reference_counts_them() {
+        let config = config(serde_json::json!({
+            "domain": "d", "descriptors": [{"key": "k", "shadow_mode": true, "rate_limit": rate("second", 10)}]
+        }))
+        .unwrap();
+        let mut request = request("d", vec![descriptor(&[("k", "v")])]);
+        request.hits_addend = 4;
+        let plan = config.plan(&request).unwrap();
+        let (_, planned) = plan.planned().next().unwrap();
+        // 5 used before, 4 taken: 9 of 10, past the near-limit threshold of 8 by one.
+        let allowed = HitCounts::of(planned, &verdict(true, 10, 1), true, false);
+        assert_eq!(
+            (
+                allowed.total_hits,
+                allowed.within_limit,
+                allowed.near_limit,
+                allowed.over_limit
+            ),
+            (4, 4, 1, 0)
+        );
+        // 7 used, 4 asked: 11, one over the limit, two near it (8 to 10), none taken.
+        let denied = HitCounts::of(planned, &verdict(false, 10, 3), false, false);
+        assert_eq!(
+            (
+                denied.over_limit,
+                denied.near_limit,
+                denied.within_limit,
+                denied.shadow_mode
+            ),
+            (1, 2, 0, 1)
+        );
+        let cached = HitCounts::of(planned, &verdict(false, 10, 0), false, true);
+        assert_eq!(
+            (
+                cached.over_limit,
+                cached.over_limit_with_local_cache,
+                cached.shadow_mode
+            ),
+            (4, 4, 4)
+        );
+    }
+}

@@ -1,9 +1,11 @@
 //! The reference rate limit service's configuration files (envoyproxy/ratelimit's YAML), read
 //! from files or from every `.yaml` and `.yml` file of a directory, then validated once by
-//! [`RlsConfig::from_raw`].
+//! [`RlsConfig::from_raw`]; and [`WatchedConfig`], which reloads them when they change.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
 
 use sluice_core::rls::RlsConfig;
 use sluice_core::rls::raw::RawRlsConfig;
@@ -96,6 +98,113 @@ pub fn load(paths: &[PathBuf]) -> Result<RlsConfig, RlsLoadError> {
     })
 }
 
+/// What a reload compares: each file's path, length and modification time.
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
+    files(paths)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|file| {
+            let meta = std::fs::metadata(&file).ok();
+            let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
+            let modified = meta.and_then(|m| m.modified().ok());
+            (file, len, modified)
+        })
+        .collect()
+}
+
+/// The configuration in force, reloaded when its files change. A request takes the `Arc` in
+/// force when it starts and decides on it to the end, so a reload never disturbs a request in
+/// flight; a configuration that fails to load leaves the one in force in place.
+#[derive(Debug)]
+pub struct WatchedConfig {
+    paths: Vec<PathBuf>,
+    current: RwLock<Arc<RlsConfig>>,
+    seen: RwLock<Fingerprint>,
+}
+
+/// What a reload did.
+#[derive(Debug)]
+pub enum Reload {
+    /// Nothing changed on disk.
+    Unchanged,
+    /// The files changed and the new configuration is in force.
+    Loaded,
+    /// The files changed but do not load; the previous configuration stays in force.
+    Failed(RlsLoadError),
+}
+
+impl WatchedConfig {
+    /// Loads `paths` (files, or directories of `.yaml`/`.yml` files); fails as [`load`] does.
+    pub fn load(paths: Vec<PathBuf>) -> Result<WatchedConfig, RlsLoadError> {
+        let seen = fingerprint(&paths);
+        let config = load(&paths)?;
+        Ok(WatchedConfig {
+            paths,
+            current: RwLock::new(Arc::new(config)),
+            seen: RwLock::new(seen),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn current(&self) -> Arc<RlsConfig> {
+        // A poisoned lock only means a panic elsewhere mid-swap; the Arc inside is whole.
+        Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Loads the files again if they changed since the last look.
+    pub fn reload_if_changed(&self) -> Reload {
+        let now = fingerprint(&self.paths);
+        {
+            let mut seen = self.seen.write().unwrap_or_else(|e| e.into_inner());
+            if *seen == now {
+                return Reload::Unchanged;
+            }
+            *seen = now;
+        }
+        match load(&self.paths) {
+            Ok(config) => {
+                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+                Reload::Loaded
+            }
+            Err(e) => Reload::Failed(e),
+        }
+    }
+
+    /// Looks for changes every `every` while the returned task runs, calling `on_reload` with
+    /// each change's outcome.
+    pub fn keep_watching(
+        self: &Arc<Self>,
+        every: Duration,
+        on_reload: impl Fn(&Reload) + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let watched = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                let Some(watched) = watched.upgrade() else {
+                    return;
+                };
+                let paths = watched.paths.clone();
+                // Reading and parsing files blocks; keep it off the runtime's workers.
+                let outcome =
+                    tokio::task::spawn_blocking(move || watched.reload_if_changed()).await;
+                match outcome {
+                    Ok(Reload::Unchanged) => {}
+                    Ok(reload) => on_reload(&reload),
+                    Err(e) => {
+                        tracing::error!(?paths, error = %e, "reloading the rate limit configuration failed")
+                    }
+                }
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +277,54 @@ mod tests {
             "the second file names the domain again"
         );
         assert_eq!(err.path, "domain");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_change_is_loaded_and_a_broken_change_keeps_the_configuration_in_force() {
+        let dir = directory(&[(
+            "reload.yaml",
+            "domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        )]);
+        let watched = WatchedConfig::load(vec![dir.clone()]).unwrap();
+        assert!(matches!(watched.reload_if_changed(), Reload::Unchanged));
+        let before = watched.current();
+        let limit_of = |config: &RlsConfig| {
+            config
+                .lookup("shop", &[("k", "v")])
+                .map(|f| f.rule.requests_per_unit)
+        };
+        std::fs::write(
+            dir.join("reload.yaml"),
+            "domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 20}\n",
+        )
+        .unwrap();
+        assert!(matches!(watched.reload_if_changed(), Reload::Loaded));
+        assert_eq!(limit_of(&watched.current()), Some(20));
+        assert_eq!(
+            limit_of(&before),
+            Some(1),
+            "a request in flight keeps its configuration"
+        );
+
+        std::fs::write(
+            dir.join("reload.yaml"),
+            "domain: shop\ndescriptors: [{key: k, rate_limit: {unit: eon}}]\n",
+        )
+        .unwrap();
+        let Reload::Failed(e) = watched.reload_if_changed() else {
+            panic!("a broken file must fail to load");
+        };
+        assert!(
+            e.to_string()
+                .contains("rate_limit.unit: unknown unit `eon`"),
+            "{e}"
+        );
+        assert_eq!(
+            limit_of(&watched.current()),
+            Some(20),
+            "the last good configuration stays"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,0 +1,284 @@
+//! One `ShouldRateLimit` call, before Redis: which rule applies to each of the request's
+//! descriptors, and the checks sluice decides for them, all or nothing.
+//!
+//! As the reference service (envoyproxy/ratelimit `src/service/ratelimit.go`) does:
+//! - each descriptor is looked up on its own ([`RlsConfig::lookup`]); one that carries its own
+//!   limit (`RateLimitDescriptor.limit`) is held to that, as a fixed window, in a known domain;
+//! - a matched limit whose `name` another matched limit `replaces` does not apply;
+//! - an `unlimited` limit applies no limit;
+//! - a descriptor's `hits_addend` is its cost when set (0 only asks), else the request's, else 1.
+//!
+//! Unlike the reference, a request denied by one descriptor consumes nothing from the others
+//! (sluice's all-or-nothing contract, [`crate::algorithm::decide_all`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::duration::Millis;
+use crate::key::{LimitKey, RuleName};
+use crate::limit::{Limit, MAX_AMOUNT, RawLimit};
+use crate::wire::{Check, MAX_CHECKS};
+
+use super::{RlsConfig, RlsRule, Unit};
+
+/// A request, as `envoy.service.ratelimit.v3.RateLimitRequest` carries it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RlsRequest {
+    /// The configuration domain.
+    pub domain: String,
+    /// The descriptors, each decided against its own limit.
+    pub descriptors: Vec<RlsDescriptor>,
+    /// Units each descriptor consumes when it sets none; 0 means 1.
+    pub hits_addend: u32,
+}
+
+/// One descriptor of a request. A request holds at most [`MAX_CHECKS`] of them, each asking at
+/// most [`MAX_AMOUNT`] hits, as `/v1/decide` allows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RlsDescriptor {
+    /// (key, value) entries, outermost first.
+    pub entries: Vec<(String, String)>,
+    /// The request's own limit for this descriptor, overriding the configuration's.
+    pub limit: Option<LimitOverride>,
+    /// Units this descriptor consumes (0 only asks), overriding the request's.
+    pub hits_addend: Option<u64>,
+    /// A refund of hits, which sluice does not take.
+    pub is_negative_hits: bool,
+}
+
+/// `RateLimitDescriptor.RateLimitOverride`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitOverride {
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// The unit, as the protobuf enumeration's value.
+    pub unit: i32,
+}
+
+/// What applies to one descriptor.
+#[derive(Debug, Clone)]
+pub enum Applied {
+    /// No limit matches it.
+    NoLimit,
+    /// Its limit is `unlimited`.
+    Unlimited,
+    /// Its limit is replaced by another matched limit's `replaces`.
+    Replaced,
+    /// It is decided by a check.
+    Limited(Planned),
+}
+
+/// A descriptor held to a rule.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The rule.
+    pub rule: Arc<RlsRule>,
+    /// Its stats name (see [`super::Found::stats_key`]).
+    pub stats_key: String,
+    /// The check sluice decides for it.
+    pub check: Check,
+    /// A key for the descriptor's counter, unique in the whole configuration (domain included):
+    /// what a local cache of over-limit counters is keyed by.
+    pub counter_id: String,
+}
+
+/// The rules and checks of one request.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// One per descriptor of the request, in its order.
+    pub descriptors: Vec<Applied>,
+}
+
+impl Plan {
+    /// The planned descriptors with their positions, in request order.
+    pub fn planned(&self) -> impl Iterator<Item = (usize, &Planned)> {
+        self.descriptors
+            .iter()
+            .enumerate()
+            .filter_map(|(i, applied)| match applied {
+                Applied::Limited(planned) => Some((i, planned)),
+                _ => None,
+            })
+    }
+}
+
+/// A request the service cannot decide: where in it, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RlsRequestError {
+    /// The field, as `descriptors[1].limit.unit`.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl fmt::Display for RlsRequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.reason)
+    }
+}
+
+impl std::error::Error for RlsRequestError {}
+
+impl RlsConfig {
+    /// Which rule applies to each descriptor of `request`, and the check for each that has one.
+    pub fn plan(&self, request: &RlsRequest) -> Result<Plan, RlsRequestError> {
+        let error = |path: String, reason: &str| RlsRequestError {
+            path,
+            reason: reason.to_owned(),
+        };
+        // The reference service's messages.
+        if request.domain.is_empty() {
+            return Err(error(
+                "domain".into(),
+                "rate limit domain must not be empty",
+            ));
+        }
+        if request.descriptors.is_empty() {
+            return Err(error(
+                "descriptors".into(),
+                "rate limit descriptor list must not be empty",
+            ));
+        }
+        if request.descriptors.len() > MAX_CHECKS {
+            return Err(error(
+                "descriptors".into(),
+                &format!(
+                    "at most {MAX_CHECKS} descriptors per request, not {}",
+                    request.descriptors.len()
+                ),
+            ));
+        }
+        if u64::from(request.hits_addend) > MAX_AMOUNT {
+            return Err(error(
+                "hits_addend".into(),
+                &format!("must be at most {MAX_AMOUNT}"),
+            ));
+        }
+        let known_domain = self.domains.contains_key(&request.domain);
+        let mut matched = Vec::with_capacity(request.descriptors.len());
+        for (i, descriptor) in request.descriptors.iter().enumerate() {
+            if descriptor.hits_addend.is_some_and(|hits| hits > MAX_AMOUNT) {
+                return Err(error(
+                    format!("descriptors[{i}].hits_addend"),
+                    &format!("must be at most {MAX_AMOUNT}"),
+                ));
+            }
+            if descriptor.is_negative_hits {
+                return Err(error(
+                    format!("descriptors[{i}].is_negative_hits"),
+                    "refunding hits is not supported",
+                ));
+            }
+            let found = match &descriptor.limit {
+                Some(limit) if known_domain => Some(override_rule(
+                    &request.domain,
+                    descriptor,
+                    *limit,
+                    &format!("descriptors[{i}].limit"),
+                )?),
+                _ => {
+                    let entries: Vec<(&str, &str)> = descriptor
+                        .entries
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect();
+                    self.lookup(&request.domain, &entries)
+                        .map(|found| (found.rule, found.stats_key, found.counter))
+                }
+            };
+            matched.push(found);
+        }
+        let replaced: Vec<String> = matched
+            .iter()
+            .flatten()
+            .flat_map(|(rule, _, _)| rule.replaces.iter().cloned())
+            .collect();
+        let descriptors = matched
+            .into_iter()
+            .zip(&request.descriptors)
+            .map(|(found, descriptor)| {
+                let Some((rule, stats_key, counter)) = found else {
+                    return Applied::NoLimit;
+                };
+                let Some(limit) = &rule.limit else {
+                    return Applied::Unlimited;
+                };
+                if rule
+                    .name
+                    .as_deref()
+                    .is_some_and(|name| replaced.iter().any(|r| r == name))
+                {
+                    return Applied::Replaced;
+                }
+                let cost = descriptor
+                    .hits_addend
+                    .unwrap_or(u64::from(request.hits_addend.max(1)));
+                let check = Check {
+                    // Two rules may share a lossy name; their Redis keys still differ, since the key
+                    // holds the domain and the whole descriptor.
+                    rule: RuleName::lossy(&rule.full_key),
+                    key: LimitKey::from_parts([request.domain.as_bytes(), counter.as_bytes()]),
+                    limit: *limit,
+                    cost,
+                    count_denied: false,
+                    shadow: rule.shadow_mode,
+                };
+                Applied::Limited(Planned {
+                    counter_id: format!("{}:{}", request.domain, counter),
+                    rule,
+                    stats_key,
+                    check,
+                })
+            })
+            .collect();
+        Ok(Plan { descriptors })
+    }
+}
+
+/// The rule of a descriptor that carries its own limit: a fixed window, named as the reference
+/// names it (`domain.key_value...`), never shadow, replacing nothing.
+fn override_rule(
+    domain: &str,
+    descriptor: &RlsDescriptor,
+    limit: LimitOverride,
+    path: &str,
+) -> Result<(Arc<RlsRule>, String, String), RlsRequestError> {
+    let error = |field: &str, reason: String| RlsRequestError {
+        path: format!("{path}.{field}"),
+        reason,
+    };
+    let unit = Unit::from_proto(limit.unit).ok_or_else(|| {
+        error(
+            "unit",
+            format!(
+                "unit {} is not one of SECOND, MINUTE, HOUR, DAY, WEEK or MONTH",
+                limit.unit
+            ),
+        )
+    })?;
+    let fixed_window = Limit::try_from(RawLimit {
+        algorithm: "fixed_window".into(),
+        limit: Some(u64::from(limit.requests_per_unit)),
+        window: Millis::new(unit.millis()),
+        ..RawLimit::default()
+    })
+    .map_err(|e| error("requests_per_unit", e.to_string()))?;
+    let counter = super::counter_of(
+        descriptor
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    );
+    let full_key = format!("{domain}.{counter}");
+    let rule = RlsRule {
+        full_key: full_key.clone(),
+        unit,
+        requests_per_unit: u64::from(limit.requests_per_unit),
+        limit: Some(fixed_window),
+        shadow_mode: false,
+        name: None,
+        replaces: Vec::new(),
+        detailed_metric: false,
+    };
+    Ok((Arc::new(rule), full_key, counter))
+}

@@ -1,0 +1,185 @@
+//! The gRPC service: `ShouldRateLimit` from protobuf to [`RlsRequest`] and from [`Answer`]
+//! back, and gRPC health checking.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code as ProtoCode, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use sluice_core::rls::answer::{Answer, Code};
+use sluice_core::rls::request::{LimitOverride, RlsDescriptor, RlsRequest};
+use tonic::{Request, Response, Status};
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::http::{AppState, authorize, replay_time};
+
+use super::RlsError;
+
+/// `envoy.service.ratelimit.v3.RateLimitService` over the server's state.
+#[derive(Clone)]
+pub struct RlsService {
+    state: Arc<AppState>,
+}
+
+/// The gRPC service, ready to route.
+pub fn rate_limit_service(state: Arc<AppState>) -> RateLimitServiceServer<RlsService> {
+    RateLimitServiceServer::new(RlsService { state })
+}
+
+/// The health service, reporting the server as a whole (`""`) serving while Redis answers, and
+/// the rate limit service too when it has a configuration; and a task checking every `every`.
+pub fn health_service(
+    state: &Arc<AppState>,
+    every: Duration,
+) -> (
+    tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (reporter, service) = tonic_health::server::health_reporter();
+    let store = Arc::downgrade(state.engine.store());
+    let configured = state.rls.is_some();
+    let task = tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(store) = store.upgrade() else {
+                return;
+            };
+            let status = match store.ping().await {
+                Ok(()) => ServingStatus::Serving,
+                Err(_) => ServingStatus::NotServing,
+            };
+            report(&reporter, status, configured).await;
+        }
+    });
+    (service, task)
+}
+
+async fn report(reporter: &HealthReporter, status: ServingStatus, configured: bool) {
+    reporter.set_service_status("", status).await;
+    let service = if configured {
+        status
+    } else {
+        ServingStatus::NotServing
+    };
+    reporter
+        .set_service_status(
+            <RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME,
+            service,
+        )
+        .await;
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RlsService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let state = &self.state;
+        let Some(rls) = &state.rls else {
+            return Err(Status::unimplemented(
+                "this server has no rate limit configuration: start it with --rls-config",
+            ));
+        };
+        let headers = request.metadata().clone().into_headers();
+        authorize(state, &headers).map_err(Status::unauthenticated)?;
+        let replay_us = replay_time(state, &headers).map_err(Status::invalid_argument)?;
+        let request = from_proto(request.into_inner());
+        let answer = rls
+            .decide(&state.engine, &state.metrics, &request, replay_us)
+            .await;
+        state
+            .metrics
+            .rls()
+            .call("ShouldRateLimit", started.elapsed());
+        match answer {
+            Ok(answer) => Ok(Response::new(to_proto(answer))),
+            Err(RlsError::Request(e)) => {
+                tracing::debug!(error = %e, "bad rate limit request");
+                Err(Status::invalid_argument(e.to_string()))
+            }
+            Err(RlsError::Store(e)) => {
+                tracing::warn!(error = %e, "rate limit decision failed");
+                Err(Status::unavailable(e.to_string()))
+            }
+        }
+    }
+}
+
+fn from_proto(request: RateLimitRequest) -> RlsRequest {
+    RlsRequest {
+        domain: request.domain,
+        descriptors: request.descriptors.into_iter().map(descriptor).collect(),
+        hits_addend: request.hits_addend,
+    }
+}
+
+fn descriptor(descriptor: RateLimitDescriptor) -> RlsDescriptor {
+    RlsDescriptor {
+        entries: descriptor
+            .entries
+            .into_iter()
+            .map(|e| (e.key, e.value))
+            .collect(),
+        limit: descriptor.limit.map(|l| LimitOverride {
+            requests_per_unit: l.requests_per_unit,
+            unit: l.unit,
+        }),
+        hits_addend: descriptor.hits_addend.map(|h| h.value),
+        is_negative_hits: descriptor.is_negative_hits,
+    }
+}
+
+fn code(code: Code) -> i32 {
+    match code {
+        Code::Ok => ProtoCode::Ok as i32,
+        Code::OverLimit => ProtoCode::OverLimit as i32,
+    }
+}
+
+fn to_proto(answer: Answer) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: code(answer.overall_code),
+        statuses: answer
+            .statuses
+            .into_iter()
+            .map(|s| DescriptorStatus {
+                code: code(s.code),
+                current_limit: s.current_limit.map(|l| RateLimit {
+                    name: l.name,
+                    requests_per_unit: l.requests_per_unit,
+                    unit: l.unit.proto(),
+                }),
+                limit_remaining: s.limit_remaining,
+                duration_until_reset: s.until_reset_ms.map(|ms| ProtoDuration {
+                    seconds: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
+                    // Below 1e9, so it fits.
+                    nanos: i32::try_from(ms % 1000 * 1_000_000).unwrap_or(0),
+                }),
+                quota: None,
+            })
+            .collect(),
+        response_headers_to_add: answer
+            .headers
+            .into_iter()
+            .map(|(key, value)| HeaderValue {
+                key,
+                value,
+                ..HeaderValue::default()
+            })
+            .collect(),
+        ..RateLimitResponse::default()
+    }
+}
