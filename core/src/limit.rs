@@ -208,6 +208,18 @@ pub enum Limit {
 }
 
 impl Limit {
+    /// A fixed window of `window` that admits nothing (only a request of cost 0, which asks):
+    /// the rate limit service's `requests_per_unit: 0`, which blocks a descriptor outright.
+    /// Its denials are impossible ones (no wait admits them), in the models and the scripts
+    /// alike. A policy cannot name it: a limit of 0 is refused there as a likely mistake.
+    pub fn deny_all(window: Millis) -> Limit {
+        let longest = Millis::new(MAX_DURATION_MS).unwrap_or(Millis::MIN);
+        Limit::FixedWindow(WindowLimit {
+            limit: 0,
+            window: window.min(longest),
+        })
+    }
+
     /// The algorithm this limit uses.
     pub fn algorithm(&self) -> Algorithm {
         match self {

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sluice_e2e::filter_wasm;
+use sluice_e2e::{filter_wasm, venv_python};
 use sluice_sim::{Simulation, Topology};
 
 fn root() -> PathBuf {
@@ -18,15 +18,7 @@ fn root() -> PathBuf {
 /// Runs `scripts/check_envoy.py <args>` with the virtualenv's Python; its stdout, or a panic
 /// with its stderr.
 fn check_envoy(args: &[&str]) -> String {
-    let python = std::env::var_os("SLUICE_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join(".venv/bin/python"));
-    assert!(
-        python.exists(),
-        "{} is missing: run `bash scripts/setup.sh` (it makes the virtualenv with xds-protos)",
-        python.display()
-    );
-    let output = Command::new(&python)
+    let output = Command::new(venv_python())
         .arg(root().join("scripts/check_envoy.py"))
         .args(args)
         .output()

@@ -22,6 +22,20 @@ use sluice_sim::replay::Observer;
 use sluice_sim::trace::TraceRecord;
 use sluice_sim::{Run, Simulation, Topology};
 
+/// The Python of the virtualenv `scripts/setup.sh` makes, with Envoy's API (`xds-protos`) and
+/// its gRPC stubs (or `SLUICE_PYTHON`).
+pub fn venv_python() -> PathBuf {
+    let python = std::env::var_os("SLUICE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python"));
+    assert!(
+        python.exists(),
+        "{} is missing: run `bash scripts/setup.sh` (it makes the virtualenv with xds-protos)",
+        python.display()
+    );
+    python
+}
+
 /// The filter built by `make wasm` (or `SLUICE_WASM`).
 pub fn filter_wasm() -> Vec<u8> {
     built_wasm("sluice_filter", "SLUICE_WASM")

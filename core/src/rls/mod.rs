@@ -4,9 +4,9 @@
 //!
 //! A request carries descriptors, each a list of (key, value) entries. One descriptor is looked
 //! up by walking the tree an entry at a level: at each level the entry's `key_value` is tried
-//! first, then a `key_prefix*` wildcard, then the bare `key` (any value). The limit found at the
-//! level of the descriptor's last entry applies; a descriptor longer or shorter than the tree has
-//! none. Every distinct descriptor (all its keys and values) is counted apart, so a bare `key`
+//! first, then a value with `*` wildcards (each any run of characters), then the bare `key` (any
+//! value). The limit found at the level of the descriptor's last entry applies; a descriptor
+//! longer or shorter than the tree has none. Every distinct descriptor (all its keys and values) is counted apart, so a bare `key`
 //! limits each value on its own.
 //!
 //! ```
@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::duration::Millis;
 use crate::limit::{Limit, RawLimit};
 
 use self::raw::{RawDescriptor, RawRateLimit, RawRlsConfig};
@@ -89,6 +90,14 @@ impl Unit {
             Unit::Day => 86_400_000,
             Unit::Week => 7 * 86_400_000,
             Unit::Month => 30 * 86_400_000,
+        }
+    }
+
+    /// The unit's length, as a limit's window.
+    pub const fn window(self) -> Millis {
+        match Millis::new(self.millis()) {
+            Some(window) => window,
+            None => Millis::MIN,
         }
     }
 
@@ -156,7 +165,7 @@ pub struct Found {
 struct Level {
     /// By `key` or `key_value`.
     nodes: BTreeMap<String, Node>,
-    /// The `key_prefix*` entries, in the order written.
+    /// The entries whose value holds a `*`, in the order written.
     wildcards: Vec<String>,
 }
 
@@ -240,7 +249,7 @@ impl RlsConfig {
                 None => match level
                     .wildcards
                     .iter()
-                    .find(|w| key_value.starts_with(w.trim_end_matches('*')))
+                    .find(|w| wildcard_match(w, &key_value))
                 {
                     Some(wildcard) => (level.nodes.get(wildcard), true),
                     None => (level.nodes.get(*key), false),
@@ -267,6 +276,28 @@ impl RlsConfig {
             stats_key,
         })
     }
+}
+
+/// Whether `text` matches `pattern`, where each `*` stands for any run of characters (none
+/// included).
+fn wildcard_match(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let mut parts: Vec<&str> = parts.collect();
+    // With no `*`, the pattern must be the whole text.
+    let Some(last) = parts.pop() else {
+        return rest.is_empty();
+    };
+    for part in parts {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// Every `key_value` (or `key`, for an empty value) of a descriptor, joined by `.`: what the
@@ -314,7 +345,7 @@ fn load_level(descriptors: &[RawDescriptor], parent: &str, path: &str) -> Result
             None => None,
         };
         let children = load_level(&raw.descriptors, &full_key, &format!("{here}.descriptors"))?;
-        if name.ends_with('*') {
+        if raw.value.contains('*') {
             level.wildcards.push(name.clone());
         }
         level.nodes.insert(name, Node { rule, children });
@@ -400,10 +431,12 @@ fn load_rule(
             }
             limit
         }
+        // The reference blocks a descriptor outright with a limit of 0.
+        None if raw.requests_per_unit == 0 => Limit::deny_all(unit.window()),
         None => Limit::try_from(RawLimit {
             algorithm: "fixed_window".into(),
             limit: Some(raw.requests_per_unit),
-            window: crate::duration::Millis::new(unit.millis()),
+            window: Some(unit.window()),
             ..RawLimit::default()
         })
         .map_err(|e| err("requests_per_unit", e.to_string()))?,

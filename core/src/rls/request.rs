@@ -14,7 +14,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::duration::Millis;
 use crate::key::{LimitKey, RuleName};
 use crate::limit::{Limit, MAX_AMOUNT, RawLimit};
 use crate::wire::{Check, MAX_CHECKS};
@@ -256,13 +255,17 @@ fn override_rule(
             ),
         )
     })?;
-    let fixed_window = Limit::try_from(RawLimit {
-        algorithm: "fixed_window".into(),
-        limit: Some(u64::from(limit.requests_per_unit)),
-        window: Millis::new(unit.millis()),
-        ..RawLimit::default()
-    })
-    .map_err(|e| error("requests_per_unit", e.to_string()))?;
+    let window = unit.window();
+    let fixed_window = match limit.requests_per_unit {
+        0 => Limit::deny_all(window),
+        n => Limit::try_from(RawLimit {
+            algorithm: "fixed_window".into(),
+            limit: Some(u64::from(n)),
+            window: Some(window),
+            ..RawLimit::default()
+        })
+        .map_err(|e| error("requests_per_unit", e.to_string()))?,
+    };
     let counter = super::counter_of(
         descriptor
             .entries

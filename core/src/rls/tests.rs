@@ -462,3 +462,54 @@ mod requests {
         );
     }
 }
+
+#[test]
+fn a_limit_of_zero_blocks_every_request_but_one_that_only_asks() {
+    // The reference's example 3: an address on a block list.
+    use crate::algorithm::Request;
+    let config = config(serde_json::json!({
+        "domain": "edge_proxy_per_ip",
+        "descriptors": [{"key": "remote_address", "value": "50.0.0.5", "rate_limit": rate("second", 0)}]
+    }))
+    .unwrap();
+    let found = config
+        .lookup("edge_proxy_per_ip", &[("remote_address", "50.0.0.5")])
+        .unwrap();
+    let limit = found.rule.limit.unwrap();
+    let at = |cost| Request {
+        now_us: 1_700_000_000_000_000,
+        cost,
+        count_denied: false,
+    };
+    let denied = limit.decide(None, at(1)).verdict;
+    assert!(denied.is_impossible(), "no wait admits it: {denied:?}");
+    assert!(limit.decide(None, at(0)).verdict.allowed);
+}
+
+#[test]
+fn a_star_anywhere_in_a_value_matches_any_run_of_characters() {
+    // The reference's example 9.
+    let config = config(serde_json::json!({
+        "domain": "example9",
+        "descriptors": [
+            {"key": "path", "value": "/api/*/action", "rate_limit": rate("minute", 20)},
+            {"key": "route", "value": "/api/*/resource/*/action", "rate_limit": rate("minute", 30)},
+        ]
+    }))
+    .unwrap();
+    let limit_of = |key, value| {
+        config
+            .lookup("example9", &[(key, value)])
+            .map(|f| f.rule.requests_per_unit)
+    };
+    assert_eq!(limit_of("path", "/api/123/action"), Some(20));
+    assert_eq!(limit_of("path", "/api//action"), Some(20));
+    assert_eq!(limit_of("path", "/api/123/other"), None);
+    assert_eq!(limit_of("route", "/api/v1/resource/123/action"), Some(30));
+    assert_eq!(limit_of("route", "/api/v1/resource/action"), None);
+    assert!(super::wildcard_match("k_a*a", "k_aa"));
+    assert!(
+        !super::wildcard_match("k_a*a", "k_a"),
+        "the parts may not overlap"
+    );
+}

@@ -1,0 +1,54 @@
+//! The reference rate limit service's documented examples (`examples/ratelimit/`), asked of a
+//! real sluice-server over real Redis by a client nobody here wrote: the Python stubs of
+//! Envoy's API package (`xds-protos`), driven by `tests/e2e/rls_reference.py`.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::rls::answer::RlsHeaders;
+use sluice_e2e::venv_python;
+use sluice_harness::RedisServer;
+use sluice_server::ServerConfig;
+use sluice_server::rls::RlsState;
+use sluice_server::rls::config::WatchedConfig;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_services_documented_examples_give_the_documented_answers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let redis = RedisServer::start().unwrap();
+    let config = WatchedConfig::load(vec![root.join("examples/ratelimit")]).unwrap();
+    let mut settings = ServerConfig::standalone(redis.url());
+    settings.replay_time = true;
+    settings.rls = Some(Arc::new(RlsState::new(
+        config,
+        1000,
+        RlsHeaders::Reference,
+        Duration::from_secs(1),
+    )));
+    let server = sluice_server::spawn(settings, ([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let (grpc, metrics) = (
+        server.addr().to_string(),
+        format!("{}/metrics", server.url()),
+    );
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(venv_python())
+            .arg(root.join("tests/e2e/rls_reference.py"))
+            .args(["--grpc", &grpc, "--metrics", &metrics])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    print!("{stdout}");
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("11 examples ok"), "{stdout}");
+    server.stop().await.unwrap();
+}
