@@ -6,6 +6,8 @@
     check_envoy.py plugin-configs        the sluice policies embedded in envoy/, as JSON lines
     check_envoy.py compose-and-workflows the compose file and the workflows are valid YAML, and
                                          every file they name exists
+    check_envoy.py rate-limit-descriptors the native rate limit filters' domains and the
+                                         descriptors their route actions send, as JSON lines
 
 Run by `make test` (tests/e2e/envoy_config.rs) with the virtualenv scripts/setup.sh makes.
 """
@@ -193,9 +195,9 @@ def named_files(command):
             yield token
 
 
-def compose_and_workflows():
-    problems = []
-    compose_path = ENVOY / "docker-compose.yml"
+def check_compose(compose_path, problems):
+    """A compose file: every service has an image or a build, and every file it builds from
+    or mounts exists."""
     compose = load_yaml(compose_path)
     for name, service in compose.get("services", {}).items():
         if not isinstance(service, dict) or not ("image" in service or "build" in service):
@@ -215,6 +217,12 @@ def compose_and_workflows():
                 if "target/" not in source and not path.exists():
                     problems.append(f"{compose_path}: service {name} mounts {source}, which is absent")
     print(f"{compose_path.relative_to(ROOT)}: valid YAML, {len(compose['services'])} services")
+
+
+def compose_and_workflows():
+    problems = []
+    for compose_path in sorted(ENVOY.glob("docker-compose*.yml")):
+        check_compose(compose_path, problems)
 
     workflows = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
     if not workflows:
@@ -240,6 +248,58 @@ def compose_and_workflows():
         raise SystemExit("\n".join(problems))
 
 
+# What each rate limit action contributes to a descriptor, with a sample value (see Envoy's
+# config.route.v3.RateLimit.Action).
+def action_entry(action):
+    if "remote_address" in action:
+        return ["remote_address", "203.0.113.7"]
+    if "request_headers" in action:
+        return [action["request_headers"]["descriptor_key"], "sample"]
+    if "generic_key" in action:
+        generic = action["generic_key"]
+        return [generic.get("descriptor_key", "generic_key"), generic["descriptor_value"]]
+    if "header_value_match" in action:
+        match = action["header_value_match"]
+        return [match.get("descriptor_key", "header_match"), match["descriptor_value"]]
+    if "source_cluster" in action:
+        return ["source_cluster", "sample"]
+    if "destination_cluster" in action:
+        return ["destination_cluster", "sample"]
+    raise SystemExit(f"an action this check does not know: {action}")
+
+
+def rate_limit_descriptors():
+    """For each Envoy config with envoy.filters.http.ratelimit: its domain and every descriptor
+    a rate_limits entry (of a virtual host or a route) sends."""
+    for path in sorted(ENVOY.glob("*.yaml")):
+        document = load_yaml(path)
+        filters = [
+            node for node in typed_nodes(document)
+            if node["@type"].endswith("envoy.extensions.filters.http.ratelimit.v3.RateLimit")
+        ]
+        if not filters:
+            continue
+        entries = []
+
+        def collect(node):
+            if isinstance(node, dict):
+                for limit in node.get("rate_limits", []) if isinstance(node.get("rate_limits"), list) else []:
+                    entries.append([action_entry(a) for a in limit.get("actions", [])])
+                for value in node.values():
+                    collect(value)
+            elif isinstance(node, list):
+                for value in node:
+                    collect(value)
+
+        collect(document)
+        for limit_filter in filters:
+            print(json.dumps({
+                "source": str(path.relative_to(ROOT)),
+                "domain": limit_filter["domain"],
+                "descriptors": entries,
+            }))
+
+
 def main(argv):
     if len(argv) < 2:
         raise SystemExit(__doc__)
@@ -252,6 +312,8 @@ def main(argv):
         plugin_configs()
     elif command == "compose-and-workflows":
         compose_and_workflows()
+    elif command == "rate-limit-descriptors":
+        rate_limit_descriptors()
     else:
         raise SystemExit(f"unknown command {command}\n{__doc__}")
 

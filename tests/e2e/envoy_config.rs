@@ -125,3 +125,30 @@ fn the_compose_file_and_the_workflow_are_valid_and_name_only_files_that_exist() 
         "{out}"
     );
 }
+
+#[test]
+fn every_descriptor_the_native_rate_limit_config_sends_has_a_limit_in_envoy_ratelimit() {
+    let out = check_envoy(&["rate-limit-descriptors"]);
+    let config = sluice_server::rls::config::load(&[root().join("envoy/ratelimit")])
+        .unwrap_or_else(|e| panic!("envoy/ratelimit does not load: {e}"));
+    let mut checked = 0;
+    for line in out.lines() {
+        let entry: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let domain = entry["domain"].as_str().expect("domain");
+        for descriptor in entry["descriptors"].as_array().expect("descriptors") {
+            let entries: Vec<(&str, &str)> = descriptor
+                .as_array()
+                .expect("entries")
+                .iter()
+                .map(|e| (e[0].as_str().expect("key"), e[1].as_str().expect("value")))
+                .collect();
+            assert!(
+                config.lookup(domain, &entries).is_some(),
+                "{}: the descriptor {entries:?} of domain {domain} has no limit in envoy/ratelimit/",
+                entry["source"]
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "no descriptors found: {out}");
+}
