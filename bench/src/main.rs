@@ -2,6 +2,7 @@
 //! same run, because these machines are noisy; `all` writes them to BENCHMARKS.md.
 
 mod filter;
+mod grpc;
 mod lease;
 mod load;
 mod memory;
@@ -42,6 +43,12 @@ enum Command {
         /// Configurations as connections:checks, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "16:1,32:1,64:1,32:3")]
         load: Vec<String>,
+    },
+    /// Envoy's gRPC rate limit API beside /v1/decide, on one server.
+    Grpc {
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
     },
     /// Redis memory per key and commands per decision, for each algorithm.
     Memory,
@@ -89,6 +96,45 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Requests in flight for the gRPC comparison.
+const GRPC_IN_FLIGHT: usize = 16;
+
+fn grpc_section(seconds: u64) -> anyhow::Result<String> {
+    let pairs = grpc::run(GRPC_IN_FLIGHT, Duration::from_secs(seconds), SERVER_RUNS)?;
+    let mut out = String::new();
+    writeln!(
+        out,
+        "The release `sluice-server` (`--threads 1`) answering Envoy's `ShouldRateLimit` (a tonic client, {GRPC_IN_FLIGHT} requests in flight on one HTTP/2 connection, as Envoy's native rate limit filter multiplexes them) and `POST /v1/decide` (the lean HTTP/1.1 client above, {GRPC_IN_FLIGHT} keep-alive connections), one after the other, {SERVER_RUNS} pairs of {seconds} s: the same `gcra` decision for keys spread over 10,000 clients. The row is the pair of median ratio, with the range.\n"
+    )?;
+    writeln!(
+        out,
+        "| API | decisions/s | p50 ms | p99 ms |\n|---|---|---|---|"
+    )?;
+    let median = &pairs[pairs.len() / 2];
+    for (api, m) in [
+        ("gRPC `ShouldRateLimit`", &median.grpc),
+        ("`/v1/decide`", &median.decide),
+    ] {
+        writeln!(
+            out,
+            "| {api} | {:.0} | {:.2} | {:.2} |",
+            m.rate(),
+            m.quantile_ms(0.5),
+            m.quantile_ms(0.99)
+        )?;
+    }
+    let (low, high) = (
+        pairs.first().map_or(f64::NAN, grpc::Pair::ratio),
+        pairs.last().map_or(f64::NAN, grpc::Pair::ratio),
+    );
+    writeln!(
+        out,
+        "\ngRPC over `/v1/decide`: {:.2} (median; {low:.2} .. {high:.2}).",
+        median.ratio()
+    )?;
+    Ok(out)
 }
 
 /// How many times each server configuration is measured.
@@ -431,6 +477,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 counts.callouts, counts.allowed, counts.denied
             );
         }
+        Command::Grpc { seconds } => print!("{}", grpc_section(seconds)?),
         Command::Replay => {
             let modules = Modules::built();
             print!("{}", replay_section(&modules)?);
@@ -452,6 +499,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 doc,
                 "## Server: decisions per second\n\n{}",
                 server_section(seconds, &DEFAULT_LOAD)?
+            )?;
+            eprintln!("bench: the gRPC API beside /v1/decide ...");
+            writeln!(
+                doc,
+                "## Server: Envoy's gRPC rate limit API beside /v1/decide\n\n{}",
+                grpc_section(seconds)?
             )?;
             eprintln!("bench: Redis memory per key ...");
             writeln!(

@@ -20,9 +20,9 @@ use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
 use crate::load::{self, Measured};
 
 /// A limit that always admits, so every decision writes.
-const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
+pub(crate) const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
 /// Distinct client keys.
-const KEYSPACE: u64 = 10_000;
+pub(crate) const KEYSPACE: u64 = 10_000;
 
 /// One run of one configuration: sluice, then redis-benchmark.
 #[derive(Debug, Clone)]
@@ -71,7 +71,7 @@ impl Row {
     }
 }
 
-struct ServerProcess(Child);
+pub(crate) struct ServerProcess(pub(crate) Child);
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
@@ -80,7 +80,7 @@ impl Drop for ServerProcess {
     }
 }
 
-fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe.with_file_name(name);
     if path.exists() {
@@ -230,7 +230,7 @@ pub fn run(
     Ok(rows)
 }
 
-async fn wait_ready(addr: SocketAddr) -> anyhow::Result<()> {
+pub(crate) async fn wait_ready(addr: SocketAddr) -> anyhow::Result<()> {
     for _ in 0..200 {
         if let Ok(stream) = tokio::net::TcpStream::connect(addr).await {
             let (mut sender, conn) =
