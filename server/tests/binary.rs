@@ -31,12 +31,42 @@ fn every_setting_is_a_flag_and_an_environment_variable() {
         ("--log-format", "SLUICE_LOG_FORMAT"),
         ("--log", "SLUICE_LOG"),
         ("--shutdown-grace", "SLUICE_SHUTDOWN_GRACE"),
+        ("--rls-config", "SLUICE_RLS_CONFIG"),
+        ("--rls-reload-every", "SLUICE_RLS_RELOAD_EVERY"),
+        ("--rls-response-headers", "SLUICE_RLS_RESPONSE_HEADERS"),
+        ("--rls-local-cache", "SLUICE_RLS_LOCAL_CACHE"),
+        ("--grpc-listen", "SLUICE_GRPC_LISTEN"),
     ] {
         assert!(
             help.contains(flag) && help.contains(&format!("env: {variable}")),
             "{flag} / {variable} missing from --help:\n{help}"
         );
     }
+}
+
+#[test]
+fn a_bad_rate_limit_configuration_stops_the_server_naming_the_file_the_path_and_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("edge.yaml");
+    std::fs::write(
+        &file,
+        "domain: edge\ndescriptors:\n  - key: k\n    share_threshold: true\n",
+    )
+    .unwrap();
+    let output = Command::new(BINARY)
+        .args(["--listen", "127.0.0.1:0", "--rls-config"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "--rls-config: {}: descriptors[0].share_threshold: unknown field `share_threshold`",
+            file.display()
+        )),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -65,12 +65,19 @@ fn parse(file: &Path, text: &str) -> Result<RawRlsConfig, RlsLoadError> {
     let deserializer = serde_yaml_ng::Deserializer::from_str(text);
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let path = e.path().to_string();
-        // serde_yaml_ng starts some messages with the path itself.
+        // serde_yaml_ng starts some messages with the path, or with its parent's (an unknown
+        // field is named in the path, and its mapping in the message): once is enough.
         let message = e.into_inner().to_string();
-        let reason = message
-            .strip_prefix(&format!("{path}: "))
-            .unwrap_or(&message)
-            .to_owned();
+        let reason = match message.split_once(": ") {
+            Some((head, rest))
+                if path == head
+                    || path.starts_with(&format!("{head}."))
+                    || path.starts_with(&format!("{head}[")) =>
+            {
+                rest.to_owned()
+            }
+            _ => message,
+        };
         RlsLoadError {
             file: file.to_owned(),
             path,
@@ -264,7 +271,7 @@ mod tests {
         )]);
         let err = load(std::slice::from_ref(&dir)).unwrap_err().to_string();
         assert!(
-            err.contains("descriptors[0]: unknown field `rate_limt`"),
+            err.contains("bad-key.yaml: descriptors[0].rate_limt: unknown field `rate_limt`"),
             "{err}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
