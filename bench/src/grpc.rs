@@ -4,12 +4,11 @@
 //! asks, multiplexed), and `POST /v1/decide` by the lean HTTP/1.1 load generator over as many
 //! keep-alive connections as the gRPC client has requests in flight.
 
+use std::ffi::OsStr;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-use bytes::Bytes;
+use anyhow::bail;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -18,7 +17,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use sluice_harness::{RedisServer, free_port};
 
 use crate::load::{self, Measured};
-use crate::server::{KEYSPACE, LIMIT, ServerProcess, sibling_binary, wait_ready};
+use crate::server::{LIMIT, ServerProcess, bodies, client_key, wait_ready};
 
 /// The two APIs' rates in one pair of runs.
 #[derive(Debug, Clone)]
@@ -40,17 +39,6 @@ fn configuration() -> String {
     format!(
         "domain: bench\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000\n      sluice: {LIMIT}\n"
     )
-}
-
-fn decide_bodies() -> Vec<Bytes> {
-    (0..KEYSPACE)
-        .map(|i| {
-            let key = i.wrapping_mul(2_654_435_761) % KEYSPACE;
-            Bytes::from(format!(
-                r#"{{"checks":[{{"rule":"bench","key":"client-{key}","limit":{LIMIT}}}]}}"#
-            ))
-        })
-        .collect()
 }
 
 fn request(key: u64) -> RateLimitRequest {
@@ -88,8 +76,7 @@ async fn grpc_load(
                 if sent >= stop {
                     break;
                 }
-                let key = i.wrapping_mul(2_654_435_761) % KEYSPACE;
-                let answered = client.should_rate_limit(request(key)).await;
+                let answered = client.should_rate_limit(request(client_key(i))).await;
                 if sent >= measure_from {
                     match answered {
                         Ok(r) if r.get_ref().overall_code == Code::Ok as i32 => {
@@ -102,23 +89,10 @@ async fn grpc_load(
                 }
                 i += in_flight as u64;
             }
-            Ok::<_, anyhow::Error>((ok, errors, latencies))
+            Ok((ok, errors, latencies))
         }));
     }
-    let mut measured = Measured {
-        requests: 0,
-        errors: 0,
-        elapsed: duration,
-        latencies_us: Vec::new(),
-    };
-    for task in tasks {
-        let (ok, errors, latencies) = task.await??;
-        measured.requests += ok;
-        measured.errors += errors;
-        measured.latencies_us.extend(latencies);
-    }
-    measured.latencies_us.sort_unstable();
-    Ok(measured)
+    Measured::gather(tasks, duration).await
 }
 
 /// `repeats` pairs at `in_flight` requests in flight, each API measured for `duration` after a
@@ -129,21 +103,14 @@ pub fn run(in_flight: usize, duration: Duration, repeats: usize) -> anyhow::Resu
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("bench.yaml"), configuration())?;
     let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-    let server = ServerProcess(
-        Command::new(sibling_binary("sluice-server")?)
-            .args(["--listen", &addr.to_string(), "--redis", &redis.url()])
-            .args(["--log", "warn", "--threads", "1"])
-            .arg("--rls-config")
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .spawn()
-            .context("starting sluice-server")?,
-    );
+    let server =
+        ServerProcess::start(addr, &redis, &[OsStr::new("--rls-config"), dir.as_os_str()])?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(wait_ready(addr))?;
-    let bodies = decide_bodies();
+    // The same decision as the gRPC side: one gcra check per request.
+    let bodies = bodies(1);
     let warmup = Duration::from_secs(1);
     let mut pairs = Vec::with_capacity(repeats);
     for _ in 0..repeats.max(1) {

@@ -28,7 +28,31 @@ pub struct Measured {
     pub latencies_us: Vec<u32>,
 }
 
+/// What one closed-loop caller counted: answered, failed, and each answer's latency (µs).
+pub type CallerCounts = (u64, u64, Vec<u32>);
+
 impl Measured {
+    /// The sum of every caller's counts over the measured `duration`.
+    pub async fn gather(
+        callers: Vec<tokio::task::JoinHandle<anyhow::Result<CallerCounts>>>,
+        duration: Duration,
+    ) -> anyhow::Result<Measured> {
+        let mut measured = Measured {
+            requests: 0,
+            errors: 0,
+            elapsed: duration,
+            latencies_us: Vec::new(),
+        };
+        for caller in callers {
+            let (ok, errors, latencies) = caller.await??;
+            measured.requests += ok;
+            measured.errors += errors;
+            measured.latencies_us.extend(latencies);
+        }
+        measured.latencies_us.sort_unstable();
+        Ok(measured)
+    }
+
     /// Requests per second.
     pub fn rate(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64().max(1e-9)
@@ -91,20 +115,7 @@ pub async fn run(
             Ok::<_, anyhow::Error>((ok, errors, latencies))
         }));
     }
-    let mut measured = Measured {
-        requests: 0,
-        errors: 0,
-        elapsed: duration,
-        latencies_us: Vec::new(),
-    };
-    for task in tasks {
-        let (ok, errors, latencies) = task.await??;
-        measured.requests += ok;
-        measured.errors += errors;
-        measured.latencies_us.extend(latencies);
-    }
-    measured.latencies_us.sort_unstable();
-    Ok(measured)
+    Measured::gather(tasks, duration).await
 }
 
 /// The whole request, head and body.

@@ -6,6 +6,7 @@
 //! decide with the `gcra` script for keys spread over 10,000 clients. Load generator, server and
 //! Redis share the machine, so the ratio says what the HTTP service costs over raw Redis here.
 
+use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -22,7 +23,7 @@ use crate::load::{self, Measured};
 /// A limit that always admits, so every decision writes.
 pub(crate) const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
 /// Distinct client keys.
-pub(crate) const KEYSPACE: u64 = 10_000;
+const KEYSPACE: u64 = 10_000;
 
 /// One run of one configuration: sluice, then redis-benchmark.
 #[derive(Debug, Clone)]
@@ -71,7 +72,26 @@ impl Row {
     }
 }
 
-pub(crate) struct ServerProcess(pub(crate) Child);
+pub(crate) struct ServerProcess(Child);
+
+impl ServerProcess {
+    /// The release `sluice-server` beside this binary, on `addr` over `redis`, with one
+    /// thread (Redis and redis-benchmark run one each), and `extra` arguments.
+    pub(crate) fn start(
+        addr: SocketAddr,
+        redis: &RedisServer,
+        extra: &[&OsStr],
+    ) -> anyhow::Result<ServerProcess> {
+        let child = Command::new(sibling_binary("sluice-server")?)
+            .args(["--listen", &addr.to_string(), "--redis", &redis.url()])
+            .args(["--log", "warn", "--threads", "1"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting sluice-server")?;
+        Ok(ServerProcess(child))
+    }
+}
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
@@ -80,7 +100,7 @@ impl Drop for ServerProcess {
     }
 }
 
-pub(crate) fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
+fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe.with_file_name(name);
     if path.exists() {
@@ -90,11 +110,16 @@ pub(crate) fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// The client key of the `i`th request: every key of the keyspace, in a scrambled order.
+pub(crate) fn client_key(i: u64) -> u64 {
+    i.wrapping_mul(2_654_435_761) % KEYSPACE
+}
+
 /// One request body per client key, in a scrambled order.
-fn bodies(checks: usize) -> Vec<Bytes> {
+pub(crate) fn bodies(checks: usize) -> Vec<Bytes> {
     (0..KEYSPACE)
         .map(|i| {
-            let key = i.wrapping_mul(2_654_435_761) % KEYSPACE;
+            let key = client_key(i);
             let checks: Vec<String> = (0..checks)
                 .map(|c| format!(r#"{{"rule":"bench{c}","key":"client-{key}","limit":{LIMIT}}}"#))
                 .collect();
@@ -172,23 +197,7 @@ pub fn run(
     let redis = RedisServer::start()?;
     let port = free_port()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let server = ServerProcess(
-        Command::new(sibling_binary("sluice-server")?)
-            .args([
-                "--listen",
-                &addr.to_string(),
-                "--redis",
-                &redis.url(),
-                "--log",
-                "warn",
-                // Redis and redis-benchmark run one thread each; so does the server here.
-                "--threads",
-                "1",
-            ])
-            .stdin(Stdio::null())
-            .spawn()
-            .context("starting sluice-server")?,
-    );
+    let server = ServerProcess::start(addr, &redis, &[])?;
     // The load generator gets one thread, as redis-benchmark has one.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

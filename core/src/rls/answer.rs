@@ -71,9 +71,11 @@ impl Plan {
     /// The answer, given the verdict of each planned check in [`Plan::planned`] order.
     pub fn answer(&self, verdicts: &[Verdict], headers: RlsHeaders) -> Answer {
         let mut verdict_of = verdicts.iter();
-        let mut statuses = Vec::with_capacity(self.descriptors.len());
-        // The reference's choice of the descriptor whose numbers go in the headers.
-        let mut closest: Option<(u32, &Planned, &Verdict)> = None;
+        let mut statuses: Vec<DescriptorStatus> = Vec::with_capacity(self.descriptors.len());
+        // The reference's choice of the descriptor whose numbers go in the headers: the one
+        // with least left, or the last one over its limit (which has 0 left). Its status's
+        // index, its plan and its verdict.
+        let mut closest: Option<(usize, &Planned, &Verdict)> = None;
         for applied in &self.descriptors {
             let status = match applied {
                 Applied::NoLimit | Applied::Replaced => DescriptorStatus {
@@ -94,15 +96,12 @@ impl Plan {
                         break;
                     };
                     let status = status_of(&planned.rule, verdict);
-                    if status.code == Code::OverLimit
-                        || closest.is_none_or(|(least, _, _)| status.limit_remaining < least)
-                    {
-                        let least = if status.code == Code::OverLimit {
-                            0
-                        } else {
-                            status.limit_remaining
-                        };
-                        closest = Some((least, planned, verdict));
+                    let closer = status.code == Code::OverLimit
+                        || closest.is_none_or(|(least, _, _)| {
+                            status.limit_remaining < statuses[least].limit_remaining
+                        });
+                    if closer {
+                        closest = Some((statuses.len(), planned, verdict));
                     }
                     status
                 }
@@ -115,7 +114,9 @@ impl Plan {
             Code::Ok
         };
         let headers = match closest {
-            Some((_, planned, verdict)) => response_headers(headers, planned, verdict),
+            Some((i, planned, verdict)) => {
+                response_headers(headers, planned, verdict, &statuses[i])
+            }
             None => Vec::new(),
         };
         Answer {
@@ -152,11 +153,11 @@ fn response_headers(
     style: RlsHeaders,
     planned: &Planned,
     verdict: &Verdict,
+    status: &DescriptorStatus,
 ) -> Vec<(String, String)> {
     match style {
         RlsHeaders::None => Vec::new(),
         RlsHeaders::Reference => {
-            let status = status_of(&planned.rule, verdict);
             vec![
                 (
                     "RateLimit-Limit".to_owned(),

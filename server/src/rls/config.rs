@@ -88,9 +88,12 @@ fn parse(file: &Path, text: &str) -> Result<RawRlsConfig, RlsLoadError> {
 
 /// Reads and validates every file `paths` name.
 pub fn load(paths: &[PathBuf]) -> Result<RlsConfig, RlsLoadError> {
-    let files = files(paths)?;
+    load_files(&files(paths)?)
+}
+
+fn load_files(files: &[PathBuf]) -> Result<RlsConfig, RlsLoadError> {
     let mut raws = Vec::with_capacity(files.len());
-    for file in &files {
+    for file in files {
         let text = std::fs::read_to_string(file).map_err(|e| RlsLoadError {
             file: file.clone(),
             path: String::new(),
@@ -108,10 +111,10 @@ pub fn load(paths: &[PathBuf]) -> Result<RlsConfig, RlsLoadError> {
 /// What a reload compares: each file's path, length and modification time.
 type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
-fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
-    files(paths)
-        .unwrap_or_default()
-        .into_iter()
+fn fingerprint(files: &[PathBuf]) -> Fingerprint {
+    files
+        .iter()
+        .cloned()
         .map(|file| {
             let meta = std::fs::metadata(&file).ok();
             let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
@@ -145,8 +148,9 @@ pub enum Reload {
 impl WatchedConfig {
     /// Loads `paths` (files, or directories of `.yaml`/`.yml` files); fails as [`load`] does.
     pub fn load(paths: Vec<PathBuf>) -> Result<WatchedConfig, RlsLoadError> {
-        let seen = fingerprint(&paths);
-        let config = load(&paths)?;
+        let files = files(&paths)?;
+        let seen = fingerprint(&files);
+        let config = load_files(&files)?;
         Ok(WatchedConfig {
             paths,
             current: RwLock::new(Arc::new(config)),
@@ -162,7 +166,9 @@ impl WatchedConfig {
 
     /// Loads the files again if they changed since the last look.
     pub fn reload_if_changed(&self) -> Reload {
-        let now = fingerprint(&self.paths);
+        // A directory that cannot be listed now is a change, and fails to load below.
+        let files = files(&self.paths);
+        let now = fingerprint(files.as_deref().unwrap_or_default());
         {
             let mut seen = self.seen.write().unwrap_or_else(|e| e.into_inner());
             if *seen == now {
@@ -170,7 +176,7 @@ impl WatchedConfig {
             }
             *seen = now;
         }
-        match load(&self.paths) {
+        match files.and_then(|files| load_files(&files)) {
             Ok(config) => {
                 *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
                 Reload::Loaded
