@@ -93,11 +93,6 @@ impl Root {
     }
 }
 
-/// Host time in milliseconds since the epoch.
-pub fn now_ms(context: &dyn Context) -> u64 {
-    now_us(context) / 1000
-}
-
 /// Host time in microseconds since the epoch.
 pub fn now_us(context: &dyn Context) -> u64 {
     context
@@ -179,6 +174,14 @@ impl Context for Root {
             shared.stats.lease_answer(rule, grant);
         });
     }
+
+    /// The VM is going away: what the counters kept goes to Envoy first.
+    fn on_done(&mut self) -> bool {
+        if let Some(shared) = &self.shared {
+            shared.stats.flush();
+        }
+        true
+    }
 }
 
 impl RootContext for Root {
@@ -191,6 +194,7 @@ impl RootContext for Root {
             Ok(policy) => {
                 let fingerprint = fingerprint(&configuration);
                 let stats = Stats::define(policy.rules.iter().map(|r| r.name.as_str()));
+                self.ticker.set_counting(true);
                 let cache = DenyCache::new(fingerprint.clone(), policy.deny_cache_slots);
                 let holder = holder(self, &format!("sluice.{fingerprint}.holder"));
                 let leases =
@@ -220,6 +224,7 @@ impl RootContext for Root {
         self.held.borrow_mut().release_due(now / 1000);
         if let Some(shared) = self.shared.clone() {
             self.send_lease_call(&shared, now);
+            shared.stats.flush();
         }
     }
 

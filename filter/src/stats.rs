@@ -7,53 +7,103 @@
 //! `lease_asks` (asks answered), `lease_units` (units granted), `lease_empty` (answers with
 //! nothing to lease), `lease_failures` (asks that got no answer). Globally: `callouts`,
 //! `callout_failures`, `lease_calls`, `lease_call_failures`.
+//!
+//! Increments are kept here and handed to Envoy on the root context's tick, at most
+//! [`FLUSH_EVERY`] apart, and when the counters are dropped or the VM is done: a host call per
+//! counter per request was the largest part of the filter's host calls, and Envoy's own stats
+//! sinks flush every 5 s.
+
+use std::cell::Cell;
+use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use sluice_core::record::RuleOutcome;
 use sluice_core::wire::LeaseGrant;
 
+/// How long increments may wait before Envoy sees them.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// One Envoy counter and the increments it has not been given yet.
+struct Counter {
+    id: u32,
+    pending: Cell<u64>,
+}
+
+impl Counter {
+    fn define(name: &str) -> Counter {
+        Counter {
+            // Envoy answers Ok for a valid type; an id of 0 only makes later increments
+            // NotFound.
+            id: hostcalls::define_metric(MetricType::Counter, name).unwrap_or(0),
+            pending: Cell::new(0),
+        }
+    }
+
+    fn flush(&self) {
+        let by = self.pending.replace(0);
+        // Errors (an unknown id) are not worth a failed request; Envoy refuses increments by
+        // 0.
+        if let Ok(by) = i64::try_from(by)
+            && by > 0
+        {
+            let _ = hostcalls::increment_metric(self.id, by);
+        }
+    }
+}
+
+fn bump(counter: &Counter) {
+    bump_by(counter, 1);
+}
+
+fn bump_by(counter: &Counter, by: u64) {
+    counter
+        .pending
+        .set(counter.pending.get().saturating_add(by));
+}
+
 /// One rule's counters.
 struct RuleStats {
-    allowed: u32,
-    denied: u32,
-    shadow_denied: u32,
-    failures: u32,
-    cache_hits: u32,
-    shaped: u32,
-    callouts: u32,
-    local: u32,
-    lease_asks: u32,
-    lease_units: u32,
-    lease_empty: u32,
-    lease_failures: u32,
+    allowed: Counter,
+    denied: Counter,
+    shadow_denied: Counter,
+    failures: Counter,
+    cache_hits: Counter,
+    shaped: Counter,
+    callouts: Counter,
+    local: Counter,
+    lease_asks: Counter,
+    lease_units: Counter,
+    lease_empty: Counter,
+    lease_failures: Counter,
+}
+
+impl RuleStats {
+    fn all(&self) -> [&Counter; 12] {
+        [
+            &self.allowed,
+            &self.denied,
+            &self.shadow_denied,
+            &self.failures,
+            &self.cache_hits,
+            &self.shaped,
+            &self.callouts,
+            &self.local,
+            &self.lease_asks,
+            &self.lease_units,
+            &self.lease_empty,
+            &self.lease_failures,
+        ]
+    }
 }
 
 /// Every counter the filter keeps.
 pub struct Stats {
     rules: Vec<RuleStats>,
-    callouts: u32,
-    callout_failures: u32,
-    lease_calls: u32,
-    lease_call_failures: u32,
-}
-
-fn counter(name: &str) -> u32 {
-    // Envoy answers Ok for a valid type; an id of 0 only makes later increments NotFound.
-    hostcalls::define_metric(MetricType::Counter, name).unwrap_or(0)
-}
-
-fn bump(id: u32) {
-    bump_by(id, 1);
-}
-
-fn bump_by(id: u32, by: u64) {
-    // Errors (an unknown id) are not worth a failed request; Envoy refuses increments by 0.
-    if let Ok(by) = i64::try_from(by)
-        && by > 0
-    {
-        let _ = hostcalls::increment_metric(id, by);
-    }
+    callouts: Counter,
+    callout_failures: Counter,
+    lease_calls: Counter,
+    lease_call_failures: Counter,
 }
 
 impl Stats {
@@ -62,7 +112,7 @@ impl Stats {
         let rules = rule_names
             .into_iter()
             .map(|rule| {
-                let name = |stat: &str| counter(&format!("sluice.rule.{rule}.{stat}"));
+                let name = |stat: &str| Counter::define(&format!("sluice.rule.{rule}.{stat}"));
                 RuleStats {
                     allowed: name("allowed"),
                     denied: name("denied"),
@@ -81,11 +131,22 @@ impl Stats {
             .collect();
         Stats {
             rules,
-            callouts: counter("sluice.callouts"),
-            callout_failures: counter("sluice.callout_failures"),
-            lease_calls: counter("sluice.lease_calls"),
-            lease_call_failures: counter("sluice.lease_call_failures"),
+            callouts: Counter::define("sluice.callouts"),
+            callout_failures: Counter::define("sluice.callout_failures"),
+            lease_calls: Counter::define("sluice.lease_calls"),
+            lease_call_failures: Counter::define("sluice.lease_call_failures"),
         }
+    }
+
+    /// Hands Envoy every increment kept so far.
+    pub fn flush(&self) {
+        for counter in self.rules.iter().flat_map(RuleStats::all) {
+            counter.flush();
+        }
+        self.callouts.flush();
+        self.callout_failures.flush();
+        self.lease_calls.flush();
+        self.lease_call_failures.flush();
     }
 
     /// Counts what happened to rule `rule` (an index into the policy's rules); `local` when
@@ -95,44 +156,44 @@ impl Stats {
             return;
         };
         if local && outcome != RuleOutcome::Skipped {
-            bump(s.local);
+            bump(&s.local);
         }
         match outcome {
-            RuleOutcome::Allowed => bump(s.allowed),
-            RuleOutcome::Denied => bump(s.denied),
-            RuleOutcome::ShadowDenied => bump(s.shadow_denied),
-            RuleOutcome::CachedDeny => bump(s.cache_hits),
-            RuleOutcome::Failed => bump(s.failures),
+            RuleOutcome::Allowed => bump(&s.allowed),
+            RuleOutcome::Denied => bump(&s.denied),
+            RuleOutcome::ShadowDenied => bump(&s.shadow_denied),
+            RuleOutcome::CachedDeny => bump(&s.cache_hits),
+            RuleOutcome::Failed => bump(&s.failures),
             RuleOutcome::Skipped => {}
         }
         if delayed {
-            bump(s.shaped);
+            bump(&s.shaped);
         }
     }
 
     /// Counts a callout sent, carrying the checks of `rules`.
     pub fn callout(&self, rules: impl IntoIterator<Item = usize>) {
-        bump(self.callouts);
+        bump(&self.callouts);
         for rule in rules {
             if let Some(s) = self.rules.get(rule) {
-                bump(s.callouts);
+                bump(&s.callouts);
             }
         }
     }
 
     /// Counts a callout that brought no usable answer.
     pub fn callout_failure(&self) {
-        bump(self.callout_failures);
+        bump(&self.callout_failures);
     }
 
     /// Counts a lease callout sent.
     pub fn lease_call(&self) {
-        bump(self.lease_calls);
+        bump(&self.lease_calls);
     }
 
     /// Counts a lease callout the host refused.
     pub fn lease_failure(&self) {
-        bump(self.lease_call_failures);
+        bump(&self.lease_call_failures);
     }
 
     /// Counts one lease ask of rule `rule` and its grant (`None`: no usable answer).
@@ -141,14 +202,21 @@ impl Stats {
             return;
         };
         match grant {
-            None => bump(s.lease_failures),
+            None => bump(&s.lease_failures),
             Some(grant) => {
-                bump(s.lease_asks);
-                bump_by(s.lease_units, grant.granted);
+                bump(&s.lease_asks);
+                bump_by(&s.lease_units, grant.granted);
                 if grant.granted == 0 && grant.more_in_ms > 0 {
-                    bump(s.lease_empty);
+                    bump(&s.lease_empty);
                 }
             }
         }
+    }
+}
+
+impl Drop for Stats {
+    /// A configuration replaced while its last requests finished still counts them.
+    fn drop(&mut self) {
+        self.flush();
     }
 }

@@ -22,7 +22,7 @@ use crate::answer;
 use crate::callout;
 use crate::ffi;
 use crate::lease::{Local, Reservation};
-use crate::root::{Shared, now_ms, now_us};
+use crate::root::{Shared, now_us};
 
 /// The rule a planned check comes from. Planned checks come from this policy's
 /// `checks_for`, so the index is always in range.
@@ -220,8 +220,8 @@ impl Stream {
             .collect()
     }
 
-    /// Decides from the verdicts and remembers what came of each rule.
-    /// `now` is the host time in ms.
+    /// Decides from the verdicts and remembers what came of each rule. `now` (ms) is what the
+    /// deny cache judges live entries by.
     fn conclude(&mut self, shared: &Shared, verdicts: &[Option<Verdict>], now: u64) -> Act {
         let asked_at = self.asked_at_ms;
         let decided: Vec<(bool, bool)> = self
@@ -428,7 +428,11 @@ impl Context for Stream {
         let act = match self.read_answer(num_headers, body_size) {
             Ok(remote) => {
                 let verdicts = self.all_verdicts(&remote);
-                self.conclude(&shared, &verdicts, now_ms(self))
+                // The callout's time, not a fresh clock read (a host call): against it, the
+                // deny cache keeps another key's entry only if it outlasts the new one, which
+                // then outlasts the answer too.
+                let asked_at = self.asked_at_ms;
+                self.conclude(&shared, &verdicts, asked_at)
             }
             Err(reason) => self.fail(&shared, &reason),
         };
