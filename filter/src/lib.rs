@@ -14,6 +14,7 @@
 
 #![deny(missing_docs)]
 
+mod alloc;
 mod answer;
 mod cache;
 mod callout;
@@ -28,6 +29,10 @@ mod ticker;
 
 use proxy_wasm::traits::RootContext;
 use proxy_wasm::types::LogLevel;
+
+#[cfg(target_family = "wasm")]
+#[global_allocator]
+static ALLOCATOR: alloc::ClassCache = alloc::ClassCache::new();
 
 /// The module's `_initialize`, as the SDK writes it (it calls the C runtime's constructors).
 #[allow(missing_docs, unsafe_code)]
