@@ -37,22 +37,44 @@ pub fn entry_id(rule: &RuleName, key: &LimitKey) -> String {
     id
 }
 
+/// The shared-data keys of `slots` slots for the configuration whose fingerprint is
+/// `fingerprint` (so that two configurations never read each other's entries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotKeys {
+    /// `sluice.<fingerprint>.deny.`, written once rather than for every check.
+    prefix: String,
+    slots: u32,
+}
+
+impl SlotKeys {
+    /// The keys of `slots` slots (at least one).
+    pub fn new(fingerprint: &str, slots: u32) -> SlotKeys {
+        SlotKeys {
+            prefix: format!("sluice.{fingerprint}.deny."),
+            slots: slots.max(1),
+        }
+    }
+
+    /// The key of the slot `id` maps to.
+    pub fn key(&self, id: &str) -> String {
+        // FNV-1a: every worker's VM must pick the same slot for an id, so the hash is fixed
+        // (no random seed); it runs on every request, so it is a cheap one. A client choosing
+        // keys that collide only evicts its own entries, which costs callouts, never a wrong
+        // answer.
+        let mut hasher = fnv::FnvHasher::default();
+        hasher.write(id.as_bytes());
+        let slot = hasher.finish() % u64::from(self.slots);
+        let mut key = String::with_capacity(self.prefix.len() + 20);
+        key.push_str(&self.prefix);
+        push_decimal(&mut key, slot);
+        key
+    }
+}
+
 /// The shared-data key of the slot `id` maps to, among `slots`, for the configuration whose
-/// fingerprint is `fingerprint` (so that two configurations never read each other's entries).
+/// fingerprint is `fingerprint`.
 pub fn slot_key(fingerprint: &str, id: &str, slots: u32) -> String {
-    // FNV-1a: every worker's VM must pick the same slot for an id, so the hash is fixed (no
-    // random seed); it runs on every request, so it is a cheap one. A client choosing keys that
-    // collide only evicts its own entries, which costs callouts, never a wrong answer.
-    let mut hasher = fnv::FnvHasher::default();
-    hasher.write(id.as_bytes());
-    let slot = hasher.finish() % u64::from(slots.max(1));
-    // Built by hand, not with `format!`: this runs for every check of every request.
-    let mut key = String::with_capacity(fingerprint.len() + 32);
-    key.push_str("sluice.");
-    key.push_str(fingerprint);
-    key.push_str(".deny.");
-    push_decimal(&mut key, slot);
-    key
+    SlotKeys::new(fingerprint, slots).key(id)
 }
 
 fn push_decimal(out: &mut String, mut n: u64) {

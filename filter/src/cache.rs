@@ -5,7 +5,7 @@
 //! denials at once cannot lose the longer one.
 
 use proxy_wasm::hostcalls;
-use sluice_core::deny_cache::{Entry, slot_key};
+use sluice_core::deny_cache::{Entry, SlotKeys};
 
 use crate::cas;
 
@@ -14,14 +14,17 @@ const CAS_ATTEMPTS: usize = 4;
 
 /// The cache of one configuration.
 pub struct DenyCache {
-    fingerprint: String,
+    keys: SlotKeys,
     slots: u32,
 }
 
 impl DenyCache {
     /// A cache of `slots` slots (0: off) for the configuration with `fingerprint`.
     pub fn new(fingerprint: String, slots: u32) -> DenyCache {
-        DenyCache { fingerprint, slots }
+        DenyCache {
+            keys: SlotKeys::new(&fingerprint, slots),
+            slots,
+        }
     }
 
     /// Whether the cache is on.
@@ -41,7 +44,7 @@ impl DenyCache {
         if !self.enabled() {
             return None;
         }
-        let (entry, _) = self.read(&slot_key(&self.fingerprint, id, self.slots));
+        let (entry, _) = self.read(&self.keys.key(id));
         entry.filter(|e| e.denies(id, now_ms))
     }
 
@@ -50,7 +53,7 @@ impl DenyCache {
         if !self.enabled() {
             return;
         }
-        let key = slot_key(&self.fingerprint, &entry.id, self.slots);
+        let key = self.keys.key(&entry.id);
         cas::update(
             &key,
             CAS_ATTEMPTS,

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
-use sluice_core::deny_cache::{entry_id, slot_key};
+use sluice_core::deny_cache::{SlotKeys, entry_id};
 use sluice_core::key::{LimitKey, RuleName};
 use sluice_core::lease::{Allowance, Ending, LEASE_SLOTS, LeaseConfig, Take};
 use sluice_core::policy::Rule;
@@ -129,8 +129,8 @@ struct WorkerState {
 
 /// The leases of one configuration, seen from one worker's VM.
 pub struct Leases {
-    /// The configuration's fingerprint, as the prefix of the lease slots' keys.
-    slot_prefix: String,
+    /// The lease slots' keys, under the configuration's fingerprint.
+    slot_keys: SlotKeys,
     holder: String,
     /// The shortest tick any leased rule wants; `None` when no rule leases.
     tick: Option<Duration>,
@@ -152,7 +152,7 @@ impl Leases {
             .min()
             .map(Duration::from_millis);
         Leases {
-            slot_prefix: format!("{fingerprint}.lease"),
+            slot_keys: SlotKeys::new(&format!("{fingerprint}.lease"), LEASE_SLOTS),
             holder,
             tick,
             ticker,
@@ -161,7 +161,7 @@ impl Leases {
     }
 
     fn slot(&self, id: &str) -> String {
-        slot_key(&self.slot_prefix, id, LEASE_SLOTS)
+        self.slot_keys.key(id)
     }
 
     /// How long before a lease ends the tick renews it or gives its units back: two ticks.

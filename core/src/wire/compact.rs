@@ -67,13 +67,37 @@ pub fn write_decide_request<'a>(
 /// Writes `s` as a JSON string, as serde writes it.
 pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
     // An escaped key is printable ASCII; only `"` and `\` would need JSON's escapes.
-    if s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+    if needs_escape(s.as_bytes()) {
         let _ = serde_json::to_writer(&mut *out, s);
     } else {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
     }
+}
+
+/// Whether any byte is `"`, `\\` or a control character, eight bytes at a time (this runs on
+/// every key the filter writes).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    // Whether any byte of `v` is below `n` (n <= 128): the classic borrow test, exact about
+    // whether there is one.
+    let any_below = |v: u64, n: u8| v.wrapping_sub(ONES * u64::from(n)) & !v & HIGHS != 0;
+    let any_equal = |v: u64, b: u8| any_below(v ^ (ONES * u64::from(b)), 1);
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let v = u64::from_le_bytes(word);
+        if any_below(v, 0x20) || any_equal(v, b'"') || any_equal(v, b'\\') {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&b| b == b'"' || b == b'\\' || b < 0x20)
 }
 
 /// Reads a `/v1/decide` answer that should hold `checks` verdicts.
@@ -134,31 +158,32 @@ impl Reader<'_> {
     }
 
     fn number(&mut self) -> Option<u64> {
-        let digits = self.bytes[self.at..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        // JSON has no leading zeros; serde writes none.
-        // u64::MAX has 20 digits: anything longer is out of range.
-        if digits == 0 || digits > 20 || (digits > 1 && self.bytes[self.at] == b'0') {
+        // One pass over the digits; JSON has no leading zeros (serde writes none).
+        let rest = self.bytes.get(self.at..)?;
+        let mut value: u64 = 0;
+        let mut digits = 0;
+        for &b in rest {
+            let digit = b.wrapping_sub(b'0');
+            if digit > 9 {
+                break;
+            }
+            if digits == 1 && value == 0 {
+                return None;
+            }
+            // Up to 19 digits cannot overflow; checking every one would multiply in 128 bits
+            // (a library call in wasm).
+            value = if digits < 19 {
+                value * 10 + u64::from(digit)
+            } else {
+                value.checked_mul(10)?.checked_add(u64::from(digit))?
+            };
+            digits += 1;
+        }
+        if digits == 0 {
             return None;
         }
-        let text = &self.bytes[self.at..self.at + digits];
         self.at += digits;
-        // Up to 19 digits cannot overflow; only a 20-digit number needs checking.
-        let fold = |digits: &[u8]| {
-            digits
-                .iter()
-                .fold(0u64, |v, &d| v * 10 + u64::from(d - b'0'))
-        };
-        if digits < 20 {
-            Some(fold(text))
-        } else {
-            let (head, last) = text.split_at(digits - 1);
-            fold(head)
-                .checked_mul(10)?
-                .checked_add(u64::from(last[0] - b'0'))
-        }
+        Some(value)
     }
 
     fn verdict(&mut self) -> Option<Verdict> {
@@ -199,6 +224,21 @@ impl Reader<'_> {
 mod tests {
     use super::*;
     use crate::wire::DecideRequest;
+
+    #[test]
+    fn a_character_json_escapes_is_found_wherever_it_is() {
+        let plain = "abcdefghijklmnopqrstuvwxyz0123456789~!@$^&*()[]";
+        assert!(!needs_escape(plain.as_bytes()));
+        for special in [b'"', b'\\', b'\n', 0x00, 0x1f] {
+            for at in 0..plain.len() {
+                let mut text = plain.as_bytes().to_vec();
+                text[at] = special;
+                assert!(needs_escape(&text), "{special:#x} at {at}");
+            }
+        }
+        // The bytes next to the ones looked for are not.
+        assert!(!needs_escape(b" !#[]^`{|}~ !#[]^`{|}~"));
+    }
 
     #[test]
     fn the_body_is_what_serde_writes() {
