@@ -137,8 +137,20 @@ impl fmt::Display for RuleName {
 #[serde(try_from = "String", into = "String")]
 pub struct LimitKey(String);
 
+/// The bytes a key escapes: outside printable ASCII, and `% { } : #`. A table, because this
+/// is asked of every byte of every key part.
+const ESCAPED: [bool; 256] = {
+    let mut table = [true; 256];
+    let mut b = 0x21;
+    while b <= 0x7e {
+        table[b] = matches!(b as u8, b'%' | b'{' | b'}' | b':' | b'#');
+        b += 1;
+    }
+    table
+};
+
 fn needs_escape(b: u8) -> bool {
-    !(0x21..=0x7e).contains(&b) || b"%{}:#".contains(&b)
+    ESCAPED[usize::from(b)]
 }
 
 fn escape_into(out: &mut String, bytes: &[u8]) {
