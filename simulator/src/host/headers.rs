@@ -39,11 +39,16 @@ impl HeaderMap {
 
     /// The first value of `name`.
     pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.get_bytes(name.as_bytes())
+    }
+
+    /// The first value of `name`, given as bytes (a name that is not UTF-8 matches none).
+    pub fn get_bytes(&self, name: &[u8]) -> Option<&[u8]> {
         // Names are stored in lower case: comparing without case is comparing with `name`
         // lower-cased.
         self.pairs
             .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .find(|(k, _)| k.as_bytes().eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_slice())
     }
 
@@ -158,14 +163,19 @@ fn get_value(
     ptr_ptr: i32,
     size_ptr: i32,
 ) -> HostResult {
-    let key = or_status!(memory::read(&mut caller, key_ptr, key_len));
-    let value = match readable(caller.data_mut(), map) {
-        Ok(headers) => match headers.get(&String::from_utf8_lossy(&key)) {
-            Some(v) => v.to_vec(),
-            None => return status(Status::NotFound),
-        },
-        Err(s) => return status(s),
-    };
+    let value = or_status!(memory::with_bytes(
+        &mut caller,
+        key_ptr,
+        key_len,
+        |key, state| {
+            let headers = readable(state, map)?;
+            headers
+                .get_bytes(key)
+                .map(<[u8]>::to_vec)
+                .ok_or(Status::NotFound)
+        }
+    ));
+    let value = or_status!(value);
     finish(memory::give(&mut caller, &value, ptr_ptr, size_ptr))
 }
 
@@ -176,21 +186,26 @@ fn modify(
     value: Option<(i32, i32)>,
     edit: fn(&mut HeaderMap, &[u8], &[u8]),
 ) -> HostResult {
-    let key = or_status!(memory::read(&mut caller, key.0, key.1));
-    let value = match value
-        .map(|(p, l)| memory::read(&mut caller, p, l))
-        .transpose()
-    {
-        Ok(v) => v.unwrap_or_default(),
-        Err(s) => return status(s),
+    // The value is copied out (both regions cannot be borrowed with the state); the name is
+    // read in place.
+    let value = match value {
+        Some((p, l)) => or_status!(memory::read(&mut caller, p, l)),
+        None => Vec::new(),
     };
-    match writable(caller.data_mut(), map) {
-        Ok(headers) => {
-            edit(headers, &key, &value);
-            status(Status::Ok)
+    let edited = or_status!(memory::with_bytes(
+        &mut caller,
+        key.0,
+        key.1,
+        |key, state| {
+            let headers = writable(state, map)?;
+            edit(headers, key, &value);
+            Ok(())
         }
-        Err(s) => status(s),
-    }
+    ));
+    status(match edited {
+        Ok(()) => Status::Ok,
+        Err(s) => s,
+    })
 }
 
 fn get_pairs(

@@ -42,6 +42,24 @@ pub fn read(caller: &mut Caller<'_, HostState>, ptr: i32, len: i32) -> Access<Ve
         .ok_or(Status::InvalidMemoryAccess)
 }
 
+/// Runs `f` on the `len` bytes at `ptr` and the host's state, without copying the bytes out
+/// (Envoy's host reads a call's arguments in place too).
+pub fn with_bytes<R>(
+    caller: &mut Caller<'_, HostState>,
+    ptr: i32,
+    len: i32,
+    f: impl FnOnce(&[u8], &mut HostState) -> R,
+) -> Access<R> {
+    let memory = memory(caller)?;
+    let start = ptr as u32 as usize;
+    let end = start
+        .checked_add(len as u32 as usize)
+        .ok_or(Status::InvalidMemoryAccess)?;
+    let (data, state) = memory.data_and_store_mut(caller);
+    let bytes = data.get(start..end).ok_or(Status::InvalidMemoryAccess)?;
+    Ok(f(bytes, state))
+}
+
 /// Writes `bytes` at `ptr`.
 pub fn write(caller: &mut Caller<'_, HostState>, ptr: i32, bytes: &[u8]) -> Access<()> {
     let memory = memory(caller)?;

@@ -139,8 +139,13 @@ fn get_property(
     ptr_ptr: i32,
     size_ptr: i32,
 ) -> HostResult {
-    let path = or_status!(memory::read(&mut caller, path_ptr, path_len));
-    match lookup(caller.data_mut(), &path) {
+    let found = or_status!(memory::with_bytes(
+        &mut caller,
+        path_ptr,
+        path_len,
+        |path, state| lookup(state, path)
+    ));
+    match found {
         Ok(value) => finish(memory::give(&mut caller, &value, ptr_ptr, size_ptr)),
         Err(s) => status(s),
     }

@@ -123,9 +123,13 @@ fn get(
     size_ptr: i32,
     cas_ptr: i32,
 ) -> HostResult {
-    let key = or_status!(memory::read(&mut caller, key_ptr, key_len));
-    let state = caller.data();
-    let Some((value, cas)) = state.shared.get(&state.info.vm_id, &key) else {
+    let found = or_status!(memory::with_bytes(
+        &mut caller,
+        key_ptr,
+        key_len,
+        |key, state| state.shared.get(&state.info.vm_id, key)
+    ));
+    let Some((value, cas)) = found else {
         return status(Status::NotFound);
     };
     finish(
