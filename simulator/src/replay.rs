@@ -98,11 +98,13 @@ const LATER: u8 = 1;
 
 /// Waits for a callout's answer by polling Redis' socket without sleeping, for a while, before
 /// parking. The answer is tens of microseconds away; sleeping in `epoll_wait` and being woken
-/// by Redis costs both processes a cross-core wake-up on every callout.
+/// by Redis costs both processes a cross-core wake-up on every callout. Each round also offers
+/// the CPU to whatever else is ready to run on it (Redis itself, when the two share a core).
 async fn spin_until_done<T>(handle: JoinHandle<T>) -> Result<T, tokio::task::JoinError> {
     const SPIN: Duration = Duration::from_micros(500);
     let started = Instant::now();
     while !handle.is_finished() && started.elapsed() < SPIN {
+        std::thread::yield_now();
         tokio::task::yield_now().await;
     }
     handle.await
