@@ -71,12 +71,6 @@ impl SlotKeys {
     }
 }
 
-/// The shared-data key of the slot `id` maps to, among `slots`, for the configuration whose
-/// fingerprint is `fingerprint`.
-pub fn slot_key(fingerprint: &str, id: &str, slots: u32) -> String {
-    SlotKeys::new(fingerprint, slots).key(id)
-}
-
 fn push_decimal(out: &mut String, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
@@ -169,12 +163,12 @@ mod tests {
 
     #[test]
     fn slot_keys_name_the_configuration_and_the_slot() {
-        assert_eq!(slot_key("abc", "r:1", 1), "sluice.abc.deny.0");
+        assert_eq!(SlotKeys::new("abc", 1).key("r:1"), "sluice.abc.deny.0");
         let mut hasher = fnv::FnvHasher::default();
         hasher.write(b"r:1");
         let expected = hasher.finish() % 4_000_000_000;
         assert_eq!(
-            slot_key("abc", "r:1", 4_000_000_000),
+            SlotKeys::new("abc", 4_000_000_000).key("r:1"),
             format!("sluice.abc.deny.{expected}")
         );
         assert_eq!(
@@ -189,10 +183,13 @@ mod tests {
     #[test]
     fn slots_are_bounded_and_stable() {
         let slots: std::collections::HashSet<String> = (0..10_000)
-            .map(|i| slot_key("f", &format!("r:{i}"), 64))
+            .map(|i| SlotKeys::new("f", 64).key(&format!("r:{i}")))
             .collect();
         assert_eq!(slots.len(), 64);
-        assert_eq!(slot_key("f", "r:1", 64), slot_key("f", "r:1", 64));
+        assert_eq!(
+            SlotKeys::new("f", 64).key("r:1"),
+            SlotKeys::new("f", 64).key("r:1")
+        );
     }
 
     #[test]

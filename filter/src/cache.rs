@@ -14,22 +14,21 @@ const CAS_ATTEMPTS: usize = 4;
 
 /// The cache of one configuration.
 pub struct DenyCache {
-    keys: SlotKeys,
-    slots: u32,
+    /// `None` when the cache is off.
+    keys: Option<SlotKeys>,
 }
 
 impl DenyCache {
     /// A cache of `slots` slots (0: off) for the configuration with `fingerprint`.
     pub fn new(fingerprint: String, slots: u32) -> DenyCache {
         DenyCache {
-            keys: SlotKeys::new(&fingerprint, slots),
-            slots,
+            keys: (slots > 0).then(|| SlotKeys::new(&fingerprint, slots)),
         }
     }
 
     /// Whether the cache is on.
     pub fn enabled(&self) -> bool {
-        self.slots > 0
+        self.keys.is_some()
     }
 
     fn read(&self, key: &str) -> (Option<Entry>, Option<u32>) {
@@ -41,19 +40,17 @@ impl DenyCache {
 
     /// The live denial of `id`, if the cache holds one at `now_ms`.
     pub fn lookup(&self, id: &str, now_ms: u64) -> Option<Entry> {
-        if !self.enabled() {
-            return None;
-        }
-        let (entry, _) = self.read(&self.keys.key(id));
+        let keys = self.keys.as_ref()?;
+        let (entry, _) = self.read(&keys.key(id));
         entry.filter(|e| e.denies(id, now_ms))
     }
 
     /// Remembers a denial, unless its slot holds one that lasts longer.
     pub fn remember(&self, entry: &Entry, now_ms: u64) {
-        if !self.enabled() {
+        let Some(keys) = &self.keys else {
             return;
-        }
-        let key = self.keys.key(&entry.id);
+        };
+        let key = keys.key(&entry.id);
         cas::update(
             &key,
             CAS_ATTEMPTS,

@@ -220,9 +220,8 @@ impl Stream {
             .collect()
     }
 
-    /// Decides from the verdicts and remembers what came of each rule. `now` (ms) is what the
-    /// deny cache judges live entries by.
-    fn conclude(&mut self, shared: &Shared, verdicts: &[Option<Verdict>], now: u64) -> Act {
+    /// Decides from the verdicts and remembers what came of each rule.
+    fn conclude(&mut self, shared: &Shared, verdicts: &[Option<Verdict>]) -> Act {
         let asked_at = self.asked_at_ms;
         let decided: Vec<(bool, bool)> = self
             .planned
@@ -284,7 +283,10 @@ impl Stream {
                     reset_at_ms: asked_at + reset_ms,
                     limit: *limit,
                 };
-                shared.cache.remember(&entry, now);
+                // Judged at the callout's time, not at a fresh clock read (a host call) on
+                // an answer: against it, the cache keeps another key's entry only if that
+                // outlasts this one, which then outlasts the answer too.
+                shared.cache.remember(&entry, asked_at);
             }
             records.push(RuleRecord {
                 rule: rule(shared, planned).name.as_str(),
@@ -428,11 +430,7 @@ impl Context for Stream {
         let act = match self.read_answer(num_headers, body_size) {
             Ok(remote) => {
                 let verdicts = self.all_verdicts(&remote);
-                // The callout's time, not a fresh clock read (a host call): against it, the
-                // deny cache keeps another key's entry only if it outlasts the new one, which
-                // then outlasts the answer too.
-                let asked_at = self.asked_at_ms;
-                self.conclude(&shared, &verdicts, asked_at)
+                self.conclude(&shared, &verdicts)
             }
             Err(reason) => self.fail(&shared, &reason),
         };
@@ -482,7 +480,7 @@ impl HttpContext for Stream {
         let all_here = self.local.iter().all(Option::is_some);
         if all_here || self.denied_here(&shared) {
             let verdicts = self.local.clone();
-            let act = self.conclude(&shared, &verdicts, now);
+            let act = self.conclude(&shared, &verdicts);
             return self.act_on_headers(act, &shared);
         }
         match self.send_callout(&shared.policy) {

@@ -175,7 +175,6 @@ fn get_value(
                 .ok_or(Status::NotFound)
         }
     ));
-    let value = or_status!(value);
     finish(memory::give(&mut caller, &value, ptr_ptr, size_ptr))
 }
 
@@ -192,20 +191,11 @@ fn modify(
         Some((p, l)) => or_status!(memory::read(&mut caller, p, l)),
         None => Vec::new(),
     };
-    let edited = or_status!(memory::with_bytes(
-        &mut caller,
-        key.0,
-        key.1,
-        |key, state| {
-            let headers = writable(state, map)?;
-            edit(headers, key, &value);
-            Ok(())
-        }
-    ));
-    status(match edited {
-        Ok(()) => Status::Ok,
-        Err(s) => s,
-    })
+    let edited = memory::with_bytes(&mut caller, key.0, key.1, |key, state| {
+        edit(writable(state, map)?, key, &value);
+        Ok(())
+    });
+    status(edited.err().unwrap_or(Status::Ok))
 }
 
 fn get_pairs(

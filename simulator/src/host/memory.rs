@@ -28,16 +28,20 @@ fn memory(caller: &mut Caller<'_, HostState>) -> Access<wasmtime::Memory> {
         .ok_or(Status::InvalidMemoryAccess)
 }
 
+/// The bytes from `ptr` to `ptr + len`, as an index range (not yet checked against the
+/// memory's size).
+fn region(ptr: i32, len: usize) -> Access<std::ops::Range<usize>> {
+    let start = ptr as u32 as usize;
+    let end = start.checked_add(len).ok_or(Status::InvalidMemoryAccess)?;
+    Ok(start..end)
+}
+
 /// `len` bytes at `ptr`.
 pub fn read(caller: &mut Caller<'_, HostState>, ptr: i32, len: i32) -> Access<Vec<u8>> {
     let memory = memory(caller)?;
-    let start = ptr as u32 as usize;
-    let end = start
-        .checked_add(len as u32 as usize)
-        .ok_or(Status::InvalidMemoryAccess)?;
     memory
         .data(&caller)
-        .get(start..end)
+        .get(region(ptr, len as u32 as usize)?)
         .map(<[u8]>::to_vec)
         .ok_or(Status::InvalidMemoryAccess)
 }
@@ -48,28 +52,22 @@ pub fn with_bytes<R>(
     caller: &mut Caller<'_, HostState>,
     ptr: i32,
     len: i32,
-    f: impl FnOnce(&[u8], &mut HostState) -> R,
+    f: impl FnOnce(&[u8], &mut HostState) -> Access<R>,
 ) -> Access<R> {
     let memory = memory(caller)?;
-    let start = ptr as u32 as usize;
-    let end = start
-        .checked_add(len as u32 as usize)
-        .ok_or(Status::InvalidMemoryAccess)?;
     let (data, state) = memory.data_and_store_mut(caller);
-    let bytes = data.get(start..end).ok_or(Status::InvalidMemoryAccess)?;
-    Ok(f(bytes, state))
+    let bytes = data
+        .get(region(ptr, len as u32 as usize)?)
+        .ok_or(Status::InvalidMemoryAccess)?;
+    f(bytes, state)
 }
 
 /// Writes `bytes` at `ptr`.
 pub fn write(caller: &mut Caller<'_, HostState>, ptr: i32, bytes: &[u8]) -> Access<()> {
     let memory = memory(caller)?;
-    let start = ptr as u32 as usize;
-    let end = start
-        .checked_add(bytes.len())
-        .ok_or(Status::InvalidMemoryAccess)?;
     memory
         .data_mut(caller)
-        .get_mut(start..end)
+        .get_mut(region(ptr, bytes.len())?)
         .ok_or(Status::InvalidMemoryAccess)?
         .copy_from_slice(bytes);
     Ok(())

@@ -139,16 +139,13 @@ fn get_property(
     ptr_ptr: i32,
     size_ptr: i32,
 ) -> HostResult {
-    let found = or_status!(memory::with_bytes(
+    let value = or_status!(memory::with_bytes(
         &mut caller,
         path_ptr,
         path_len,
         |path, state| lookup(state, path)
     ));
-    match found {
-        Ok(value) => finish(memory::give(&mut caller, &value, ptr_ptr, size_ptr)),
-        Err(s) => status(s),
-    }
+    finish(memory::give(&mut caller, &value, ptr_ptr, size_ptr))
 }
 
 fn set_property(

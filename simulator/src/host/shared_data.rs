@@ -127,7 +127,7 @@ fn get(
         &mut caller,
         key_ptr,
         key_len,
-        |key, state| state.shared.get(&state.info.vm_id, key)
+        |key, state| Ok(state.shared.get(&state.info.vm_id, key))
     ));
     let Some((value, cas)) = found else {
         return status(Status::NotFound);
