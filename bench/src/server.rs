@@ -25,13 +25,65 @@ pub(crate) const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s",
 /// Distinct client keys.
 const KEYSPACE: u64 = 10_000;
 
+/// What Redis did over a span: its CPU time and the decisions it made.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RedisWork {
+    /// CPU seconds, user and system.
+    pub cpu_s: f64,
+    /// Decisions: `GET`s, since every `gcra` decision reads its key once.
+    pub decisions: u64,
+}
+
+impl RedisWork {
+    /// Redis' counters now (`INFO`), from which a later reading is subtracted.
+    fn read(redis: &RedisServer) -> anyhow::Result<RedisWork> {
+        let info = redis.cli(&["INFO", "ALL"])?;
+        let field = |prefix: &str| -> Option<&str> {
+            info.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .map(str::trim)
+        };
+        let cpu = |name: &str| -> anyhow::Result<f64> {
+            field(&format!("{name}:"))
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("INFO has no {name}"))
+        };
+        // cmdstat_get:calls=705407,usec=...; absent before the first call.
+        let calls = |command: &str| -> u64 {
+            field(&format!("cmdstat_{command}:calls="))
+                .and_then(|v| v.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(RedisWork {
+            cpu_s: cpu("used_cpu_user")? + cpu("used_cpu_sys")?,
+            decisions: calls("get"),
+        })
+    }
+
+    fn since(self, before: RedisWork) -> RedisWork {
+        RedisWork {
+            cpu_s: self.cpu_s - before.cpu_s,
+            decisions: self.decisions - before.decisions,
+        }
+    }
+
+    /// Redis' CPU microseconds per decision.
+    pub fn cpu_us_per_decision(&self) -> f64 {
+        self.cpu_s * 1e6 / self.decisions as f64
+    }
+}
+
 /// One run of one configuration: sluice, then redis-benchmark.
 #[derive(Debug, Clone)]
 pub struct Run {
     /// sluice-server's side.
     pub sluice: Measured,
+    /// What Redis did for sluice (warm-up included).
+    pub sluice_redis: RedisWork,
     /// redis-benchmark's side: EVALSHA per second, p50 and p99 (ms).
     pub baseline: (f64, f64, f64),
+    /// What Redis did for redis-benchmark.
+    pub baseline_redis: RedisWork,
     /// Checks in each request.
     checks: usize,
 }
@@ -133,7 +185,9 @@ fn redis_benchmark(
     concurrency: usize,
     requests: u64,
 ) -> anyhow::Result<(f64, f64, f64)> {
-    let sha = SCRIPTS.get(Algorithm::Gcra).get_hash().to_owned();
+    let script = SCRIPTS.get(Algorithm::Gcra);
+    // Loaded here rather than trusting that sluice-server loaded it, so this baseline stands alone.
+    let sha = script.load(&mut redis::Client::open(redis.url())?.get_connection()?)?;
     // The very call sluice-server makes for one check, on keys that redis-benchmark draws from
     // the same keyspace. The server passes Redis' clock as it carries it; redis-benchmark
     // repeats one argument list, so every call gets this instant (Redis runs on this machine,
@@ -207,6 +261,7 @@ pub fn run(
     for &(concurrency, checks) in configurations {
         let mut runs = Vec::with_capacity(repeats);
         for _ in 0..repeats.max(1) {
+            let before = RedisWork::read(&redis)?;
             let sluice = runtime.block_on(load::run(
                 addr,
                 sluice_core::wire::DECIDE_PATH,
@@ -215,16 +270,21 @@ pub fn run(
                 duration,
                 &bodies(checks),
             ))?;
+            let sluice_redis = RedisWork::read(&redis)?.since(before);
             if sluice.errors > 0 {
                 bail!("{} requests failed during the benchmark", sluice.errors);
             }
             // About as many EVALSHA as the sluice run decided, so both run for a similar time.
             let requests =
                 ((sluice.rate() * checks as f64 * duration.as_secs_f64()) as u64).max(50_000);
+            let before = RedisWork::read(&redis)?;
             let baseline = redis_benchmark(&redis, concurrency, requests)?;
+            let baseline_redis = RedisWork::read(&redis)?.since(before);
             runs.push(Run {
                 sluice,
+                sluice_redis,
                 baseline,
+                baseline_redis,
                 checks,
             });
         }
