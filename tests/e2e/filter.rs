@@ -6,8 +6,10 @@
 use sluice_e2e::misbehaving::{self, Misbehaviour};
 use sluice_e2e::{Stack, decision_record, header, request, stat};
 use sluice_sim::Topology;
-use sluice_sim::envoy::{Completed, Envoy, EnvoyConfig, StartError};
+use sluice_sim::envoy::{Completed, Envoy, EnvoyConfig, Output, Request, StartError};
 use sluice_sim::host::Host;
+use sluice_sim::host::headers::HeaderMap;
+use sluice_sim::host::state::CalloutReply;
 use sluice_sim::trace::TraceRecord;
 
 /// A whole second.
@@ -369,4 +371,85 @@ fn a_bad_configuration_is_refused_at_configure_naming_the_field() {
         )),
         "{log:?}"
     );
+}
+
+/// Envoy's stats sinks read the counters on their own schedule; the filter keeps its
+/// increments and hands them over on its tick (a host call per counter per request was the
+/// largest share of its host calls), so a request must show in Envoy's stats within a second.
+#[test]
+fn a_request_shows_in_envoys_stats_within_a_second() {
+    const SECOND_NS: u64 = 1_000_000_000;
+    let host = Host::new().unwrap();
+    let policy = r#"{"cluster": "sluice", "deny_cache": false, "rules": [
+        {"name": "r", "key": ["client_ip"], "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1m"}}
+    ]}"#;
+    let mut envoy = Envoy::start_with(
+        &host,
+        &sluice_e2e::filter_wasm(),
+        EnvoyConfig::new(policy, ["sluice".to_owned()]),
+        0,
+    )
+    .unwrap();
+    envoy.started();
+    let allowed = stat_of(&envoy, "sluice.rule.r.allowed");
+
+    // The request arrives just after a tick, so its increments wait the longest.
+    let mut now = 0;
+    tick_until(&mut envoy, &mut now, SECOND_NS);
+    let arrival = now + 1_000_000;
+    let request = Request {
+        id: 1,
+        headers: [
+            (":path", "/"),
+            (":method", "GET"),
+            (":authority", "shop.example"),
+            (":scheme", "http"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.as_bytes().to_vec()))
+        .to_vec(),
+        peer: ([192, 0, 2, 1].into(), 1234),
+        upstream_status: 200,
+        upstream_bytes: 0,
+    };
+    let sent = envoy.begin(0, request, arrival);
+    let [Output::Callout { callout, .. }, Output::Paused { .. }] = sent.as_slice() else {
+        panic!("expected one callout and the request paused, got {sent:?}");
+    };
+    let body = br#"{"results":[{"allowed":true,"limit":5,"remaining":4,"reset_ms":60000,"retry_after_ms":null,"delay_ms":0}]}"#;
+    let reply = CalloutReply {
+        headers: Some(HeaderMap::from_pairs([
+            (":status", b"200".to_vec()),
+            ("content-type", b"application/json".to_vec()),
+        ])),
+        body: Some(body.to_vec()),
+        trailers: HeaderMap::default(),
+    };
+    let done = envoy.deliver(0, callout.token, reply, arrival);
+    assert!(
+        done.iter()
+            .any(|o| matches!(o, Output::Completed(c) if c.status == 200)),
+        "{done:?}"
+    );
+
+    tick_until(&mut envoy, &mut now, arrival + SECOND_NS);
+    assert_eq!(stat_of(&envoy, "sluice.rule.r.allowed"), allowed + 1);
+    assert_eq!(stat_of(&envoy, "sluice.callouts"), 1);
+}
+
+/// Fires worker 0's ticks as Envoy would, at the period the filter asks for, from `now` until
+/// the last one at or before `until`.
+fn tick_until(envoy: &mut Envoy, now: &mut u64, until: u64) {
+    loop {
+        let period = u64::from(envoy.tick_period_ms(0)) * 1_000_000;
+        assert!(period > 0, "the filter stopped its tick");
+        if *now + period > until {
+            return;
+        }
+        *now += period;
+        envoy.tick(0, *now);
+    }
+}
+
+fn stat_of(envoy: &Envoy, name: &str) -> i64 {
+    envoy.metrics().number(name).unwrap_or(0)
 }
