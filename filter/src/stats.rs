@@ -40,6 +40,14 @@ impl Counter {
         }
     }
 
+    fn bump(&self) {
+        self.bump_by(1);
+    }
+
+    fn bump_by(&self, by: u64) {
+        self.pending.set(self.pending.get().saturating_add(by));
+    }
+
     fn flush(&self) {
         let by = self.pending.replace(0);
         // Errors (an unknown id) are not worth a failed request; Envoy refuses increments by
@@ -50,16 +58,6 @@ impl Counter {
             let _ = hostcalls::increment_metric(self.id, by);
         }
     }
-}
-
-fn bump(counter: &Counter) {
-    bump_by(counter, 1);
-}
-
-fn bump_by(counter: &Counter, by: u64) {
-    counter
-        .pending
-        .set(counter.pending.get().saturating_add(by));
 }
 
 /// One rule's counters.
@@ -156,44 +154,44 @@ impl Stats {
             return;
         };
         if local && outcome != RuleOutcome::Skipped {
-            bump(&s.local);
+            s.local.bump();
         }
         match outcome {
-            RuleOutcome::Allowed => bump(&s.allowed),
-            RuleOutcome::Denied => bump(&s.denied),
-            RuleOutcome::ShadowDenied => bump(&s.shadow_denied),
-            RuleOutcome::CachedDeny => bump(&s.cache_hits),
-            RuleOutcome::Failed => bump(&s.failures),
+            RuleOutcome::Allowed => s.allowed.bump(),
+            RuleOutcome::Denied => s.denied.bump(),
+            RuleOutcome::ShadowDenied => s.shadow_denied.bump(),
+            RuleOutcome::CachedDeny => s.cache_hits.bump(),
+            RuleOutcome::Failed => s.failures.bump(),
             RuleOutcome::Skipped => {}
         }
         if delayed {
-            bump(&s.shaped);
+            s.shaped.bump();
         }
     }
 
     /// Counts a callout sent, carrying the checks of `rules`.
     pub fn callout(&self, rules: impl IntoIterator<Item = usize>) {
-        bump(&self.callouts);
+        self.callouts.bump();
         for rule in rules {
             if let Some(s) = self.rules.get(rule) {
-                bump(&s.callouts);
+                s.callouts.bump();
             }
         }
     }
 
     /// Counts a callout that brought no usable answer.
     pub fn callout_failure(&self) {
-        bump(&self.callout_failures);
+        self.callout_failures.bump();
     }
 
     /// Counts a lease callout sent.
     pub fn lease_call(&self) {
-        bump(&self.lease_calls);
+        self.lease_calls.bump();
     }
 
     /// Counts a lease callout the host refused.
     pub fn lease_failure(&self) {
-        bump(&self.lease_call_failures);
+        self.lease_call_failures.bump();
     }
 
     /// Counts one lease ask of rule `rule` and its grant (`None`: no usable answer).
@@ -202,12 +200,12 @@ impl Stats {
             return;
         };
         match grant {
-            None => bump(&s.lease_failures),
+            None => s.lease_failures.bump(),
             Some(grant) => {
-                bump(&s.lease_asks);
-                bump_by(&s.lease_units, grant.granted);
+                s.lease_asks.bump();
+                s.lease_units.bump_by(grant.granted);
                 if grant.granted == 0 && grant.more_in_ms > 0 {
-                    bump(&s.lease_empty);
+                    s.lease_empty.bump();
                 }
             }
         }
