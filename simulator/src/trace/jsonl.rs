@@ -16,11 +16,41 @@ use serde::{Deserialize, Serialize};
 
 use super::{TraceRecord, checked_method, checked_target, time_from_rfc3339, time_from_seconds};
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum Time {
     Seconds(f64),
     Text(String),
+}
+
+/// Read by type rather than `#[serde(untagged)]`, which buffers the value and builds an error
+/// for each variant it tries: a text time, the common case, failed `Seconds` first on every
+/// line of the trace.
+impl<'de> Deserialize<'de> for Time {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Time, D::Error> {
+        struct TimeVisitor;
+        impl serde::de::Visitor<'_> for TimeVisitor {
+            type Value = Time;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("RFC 3339 text or seconds since the epoch")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Time, E> {
+                Ok(Time::Text(v.to_owned()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Time, E> {
+                Ok(Time::Seconds(v))
+            }
+            #[allow(clippy::cast_precision_loss)] // seconds since the epoch fit f64 exactly
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Time, E> {
+                Ok(Time::Seconds(v as f64))
+            }
+            #[allow(clippy::cast_precision_loss)] // as above
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Time, E> {
+                Ok(Time::Seconds(v as f64))
+            }
+        }
+        deserializer.deserialize_any(TimeVisitor)
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -122,6 +152,8 @@ mod tests {
             (r.time_us, r.method.as_str(), r.status),
             (1_714_564_800_500_000, "GET", 200)
         );
+        let whole = parse_line(r#"{"time":1714564800,"client":"c","path":"/"}"#).unwrap();
+        assert_eq!(whole.time_us, 1_714_564_800_000_000);
     }
 
     #[test]
@@ -133,6 +165,10 @@ mod tests {
                 "time `yesterday`",
             ),
             (r#"{"time":1,"client":"c","path":"x"}"#, "must start with /"),
+            (
+                r#"{"time":true,"client":"c","path":"/"}"#,
+                "expected RFC 3339 text or seconds since the epoch",
+            ),
             (
                 r#"{"time":1,"client":"c","path":"/","colour":1}"#,
                 "unknown field `colour`",
