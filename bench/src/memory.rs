@@ -48,8 +48,13 @@ pub(crate) async fn command_calls(
         .arg("commandstats")
         .query_async(c)
         .await?;
-    Ok(info
-        .lines()
+    Ok(command_calls_in(&info))
+}
+
+/// Calls per command in the text of `INFO` (`cmdstat_get:calls=705407,usec=...`); a command
+/// not yet run has no line.
+pub(crate) fn command_calls_in(info: &str) -> BTreeMap<String, u64> {
+    info.lines()
         .filter_map(|l| {
             let (name, stats) = l.strip_prefix("cmdstat_")?.split_once(':')?;
             let calls = stats
@@ -60,7 +65,7 @@ pub(crate) async fn command_calls(
                 .ok()?;
             Some((name.to_owned(), calls))
         })
-        .collect())
+        .collect()
 }
 
 /// Redis commands run per decision (the EVALSHA and every `redis.call` inside the script),

@@ -38,25 +38,18 @@ impl RedisWork {
     /// Redis' counters now (`INFO`), from which a later reading is subtracted.
     fn read(redis: &RedisServer) -> anyhow::Result<RedisWork> {
         let info = redis.cli(&["INFO", "ALL"])?;
-        let field = |prefix: &str| -> Option<&str> {
-            info.lines()
-                .find_map(|l| l.strip_prefix(prefix))
-                .map(str::trim)
-        };
         let cpu = |name: &str| -> anyhow::Result<f64> {
-            field(&format!("{name}:"))
-                .and_then(|v| v.parse().ok())
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok())
                 .with_context(|| format!("INFO has no {name}"))
-        };
-        // cmdstat_get:calls=705407,usec=...; absent before the first call.
-        let calls = |command: &str| -> u64 {
-            field(&format!("cmdstat_{command}:calls="))
-                .and_then(|v| v.split(',').next()?.parse().ok())
-                .unwrap_or(0)
         };
         Ok(RedisWork {
             cpu_s: cpu("used_cpu_user")? + cpu("used_cpu_sys")?,
-            decisions: calls("get"),
+            decisions: crate::memory::command_calls_in(&info)
+                .get("get")
+                .copied()
+                .unwrap_or(0),
         })
     }
 

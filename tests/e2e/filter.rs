@@ -4,7 +4,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
 
 use sluice_e2e::misbehaving::{self, Misbehaviour};
-use sluice_e2e::{Stack, decision_record, header, request, stat};
+use sluice_e2e::{Stack, decision_record, envoy_stat, header, request, stat};
 use sluice_sim::Topology;
 use sluice_sim::envoy::{Completed, Envoy, EnvoyConfig, Output, Request, StartError};
 use sluice_sim::host::Host;
@@ -391,7 +391,7 @@ fn a_request_shows_in_envoys_stats_within_a_second() {
     )
     .unwrap();
     envoy.started();
-    let allowed = stat_of(&envoy, "sluice.rule.r.allowed");
+    let allowed = envoy_stat(&envoy, "sluice.rule.r.allowed");
 
     // The request arrives just after a tick, so its increments wait the longest.
     let mut now = 0;
@@ -432,8 +432,8 @@ fn a_request_shows_in_envoys_stats_within_a_second() {
     );
 
     tick_until(&mut envoy, &mut now, arrival + SECOND_NS);
-    assert_eq!(stat_of(&envoy, "sluice.rule.r.allowed"), allowed + 1);
-    assert_eq!(stat_of(&envoy, "sluice.callouts"), 1);
+    assert_eq!(envoy_stat(&envoy, "sluice.rule.r.allowed"), allowed + 1);
+    assert_eq!(envoy_stat(&envoy, "sluice.callouts"), 1);
 }
 
 /// Fires worker 0's ticks as Envoy would, at the period the filter asks for, from `now` until
@@ -448,8 +448,4 @@ fn tick_until(envoy: &mut Envoy, now: &mut u64, until: u64) {
         *now += period;
         envoy.tick(0, *now);
     }
-}
-
-fn stat_of(envoy: &Envoy, name: &str) -> i64 {
-    envoy.metrics().number(name).unwrap_or(0)
 }

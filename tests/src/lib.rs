@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use sluice_harness::RedisServer;
 use sluice_server::{RunningServer, ServerConfig};
 use sluice_sim::connect::Endpoint;
-use sluice_sim::envoy::Completed;
+use sluice_sim::envoy::{Completed, Envoy};
 use sluice_sim::replay::Observer;
 use sluice_sim::trace::TraceRecord;
 use sluice_sim::{Run, Simulation, Topology};
@@ -236,8 +236,10 @@ pub fn decision_record(done: &Completed) -> Option<String> {
 
 /// A stat's value, summed over the run's Envoys (name without Envoy's `wasmcustom.` prefix).
 pub fn stat(run: &Run, name: &str) -> i64 {
-    run.envoys
-        .iter()
-        .filter_map(|e| e.metrics().number(name))
-        .sum()
+    run.envoys.iter().map(|e| envoy_stat(e, name)).sum()
+}
+
+/// A stat's value in one Envoy, 0 while nothing has been counted.
+pub fn envoy_stat(envoy: &Envoy, name: &str) -> i64 {
+    envoy.metrics().number(name).unwrap_or(0)
 }
