@@ -145,19 +145,22 @@ fn server_section(seconds: u64, load: &[(usize, usize)]) -> anyhow::Result<Strin
     let mut out = String::new();
     writeln!(
         out,
-        "The release `sluice-server` binary in its own process with one thread (`--threads 1`, as Redis and redis-benchmark have one), deciding `gcra` for keys spread over 10,000 clients, under a closed-loop load of keep-alive HTTP/1.1 connections from a lean client (requests built before the run, answers read with `httparse`); beside it, `redis-benchmark` with as many connections running `EVALSHA` of the same script with the arguments the server passes, on the same Redis. Ratio: sluice's decisions per second over redis-benchmark's `EVALSHA` per second, each pair measured one after the other. Load generator, server and Redis share the machine's two cores. Each configuration is measured {SERVER_RUNS} times for {seconds} s: the row is the run of median ratio, with the range.\n"
+        "The release `sluice-server` binary in its own process with one thread (`--threads 1`, as Redis and redis-benchmark have one), deciding `gcra` for keys spread over 10,000 clients, under a closed-loop load of keep-alive HTTP/1.1 connections from a lean client (requests built before the run, answers read with `httparse`); beside it, `redis-benchmark` with as many connections running the same script with the arguments the server passes, on the same Redis: by `EVALSHA` (the baseline the ratio is taken against), and by `FCALL` of its function in sluice's library, as the server calls it. Ratio: sluice's decisions per second over redis-benchmark's calls per second, each measured right after sluice. Load generator, server and Redis share the machine's two cores. Each configuration is measured {SERVER_RUNS} times for {seconds} s: the row is the run of median ratio, with the range.\n"
     )?;
     writeln!(
         out,
-        "| connections | checks/request | requests/s | decisions/s | p50 ms | p99 ms | redis-benchmark EVALSHA/s | its p50 ms | its p99 ms | ratio (median) | lowest .. highest | Redis CPU µs a decision: sluice | redis-benchmark |"
+        "| connections | checks/request | requests/s | decisions/s | p50 ms | p99 ms | redis-benchmark EVALSHA/s | its p99 ms | ratio to EVALSHA (median) | lowest .. highest | redis-benchmark FCALL/s | ratio to FCALL | Redis CPU µs a decision: sluice | EVALSHA | FCALL |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(
+        out,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )?;
     for row in rows {
         let r = row.median();
         let (lowest, highest) = row.ratio_range();
         writeln!(
             out,
-            "| {} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.0} | {:.3} | {:.3} | {:.2} | {lowest:.2} .. {highest:.2} | {:.1} | {:.1} |",
+            "| {} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.0} | {:.3} | {:.2} | {lowest:.2} .. {highest:.2} | {:.0} | {:.2} | {:.1} | {:.1} | {:.1} |",
             row.concurrency,
             row.checks,
             r.sluice.rate(),
@@ -165,11 +168,13 @@ fn server_section(seconds: u64, load: &[(usize, usize)]) -> anyhow::Result<Strin
             r.sluice.quantile_ms(0.5),
             r.sluice.quantile_ms(0.99),
             r.baseline.0,
-            r.baseline.1,
             r.baseline.2,
             r.ratio(),
+            r.fcall.0,
+            r.fcall_ratio(),
             r.sluice_redis.cpu_us_per_decision(),
             r.baseline_redis.cpu_us_per_decision(),
+            r.fcall_redis.cpu_us_per_decision(),
         )?;
     }
     writeln!(

@@ -21,7 +21,7 @@ async fn decide(
     cost: u64,
 ) -> anyhow::Result<()> {
     let call = ScriptCall::new(limit, key.to_owned(), time, cost, false);
-    let mut invocation = call.script().prepare_invoke();
+    let mut invocation = call.script().text().prepare_invoke();
     invocation.key(&call.key);
     for arg in &call.args() {
         invocation.arg(arg);

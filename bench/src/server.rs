@@ -1,5 +1,6 @@
 //! sluice-server's decisions per second and latency, beside redis-benchmark running the same
-//! script on the same Redis in the same run.
+//! script on the same Redis in the same run: by `EVALSHA`, and as sluice-server calls it, by
+//! `FCALL` of its function.
 //!
 //! The server is the release binary, in its own process; the load generator holds a fixed
 //! number of keep-alive connections (closed loop), as redis-benchmark holds its clients. Both
@@ -73,10 +74,14 @@ pub struct Run {
     pub sluice: Measured,
     /// What Redis did for sluice (warm-up included).
     pub sluice_redis: RedisWork,
-    /// redis-benchmark's side: EVALSHA per second, p50 and p99 (ms).
+    /// redis-benchmark's `EVALSHA`: calls per second, p50 and p99 (ms).
     pub baseline: (f64, f64, f64),
-    /// What Redis did for redis-benchmark.
+    /// What Redis did for redis-benchmark's `EVALSHA`.
     pub baseline_redis: RedisWork,
+    /// redis-benchmark's `FCALL`: calls per second, p50 and p99 (ms).
+    pub fcall: (f64, f64, f64),
+    /// What Redis did for redis-benchmark's `FCALL`.
+    pub fcall_redis: RedisWork,
     /// Checks in each request.
     checks: usize,
 }
@@ -90,6 +95,11 @@ impl Run {
     /// sluice's decisions per second over raw EVALSHA per second.
     pub fn ratio(&self) -> f64 {
         self.decisions_per_second() / self.baseline.0
+    }
+
+    /// sluice's decisions per second over raw FCALL per second.
+    pub fn fcall_ratio(&self) -> f64 {
+        self.decisions_per_second() / self.fcall.0
     }
 }
 
@@ -173,14 +183,34 @@ pub(crate) fn bodies(checks: usize) -> Vec<Bytes> {
         .collect()
 }
 
+/// How redis-benchmark calls the script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// `EVALSHA` of its text.
+    Eval,
+    /// `FCALL` of its function in sluice's library, as sluice-server calls it.
+    Function,
+}
+
 fn redis_benchmark(
     redis: &RedisServer,
     concurrency: usize,
     requests: u64,
+    how: Call,
 ) -> anyhow::Result<(f64, f64, f64)> {
     let script = SCRIPTS.get(Algorithm::Gcra);
     // Loaded here rather than trusting that sluice-server loaded it, so this baseline stands alone.
-    let sha = script.load(&mut redis::Client::open(redis.url())?.get_connection()?)?;
+    let mut connection = redis::Client::open(redis.url())?.get_connection()?;
+    let sha = script.text().load(&mut connection)?;
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&SCRIPTS.library().code)
+        .query::<String>(&mut connection)?;
+    let (command, callee) = match how {
+        Call::Eval => ("EVALSHA", sha.as_str()),
+        Call::Function => ("FCALL", script.function()),
+    };
     // The very call sluice-server makes for one check, on keys that redis-benchmark draws from
     // the same keyspace. The server passes Redis' clock as it carries it; redis-benchmark
     // repeats one argument list, so every call gets this instant (Redis runs on this machine,
@@ -212,7 +242,7 @@ fn redis_benchmark(
             &KEYSPACE.to_string(),
             "--csv",
         ])
-        .args(["EVALSHA", &sha, "1", &key])
+        .args([command, callee, "1", &key])
         .args(call.args())
         .stdin(Stdio::null())
         .output()
@@ -221,7 +251,7 @@ fn redis_benchmark(
     // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
     let row = text
         .lines()
-        .find(|l| l.starts_with("\"EVALSHA"))
+        .find(|l| l.starts_with(&format!("\"{command}")))
         .with_context(|| format!("redis-benchmark said: {text}"))?;
     let fields: Vec<f64> = row
         .split(',')
@@ -235,7 +265,8 @@ fn redis_benchmark(
 }
 
 /// Measures each (concurrency, checks per request) `repeats` times, for `duration` after a
-/// warm-up each time; each run pairs sluice with redis-benchmark measured right after it.
+/// warm-up each time; each run pairs sluice with redis-benchmark measured right after it, by
+/// `EVALSHA` and by `FCALL`.
 pub fn run(
     configurations: &[(usize, usize)],
     duration: Duration,
@@ -271,13 +302,18 @@ pub fn run(
             let requests =
                 ((sluice.rate() * checks as f64 * duration.as_secs_f64()) as u64).max(50_000);
             let before = RedisWork::read(&redis)?;
-            let baseline = redis_benchmark(&redis, concurrency, requests)?;
+            let baseline = redis_benchmark(&redis, concurrency, requests, Call::Eval)?;
             let baseline_redis = RedisWork::read(&redis)?.since(before);
+            let before = RedisWork::read(&redis)?;
+            let fcall = redis_benchmark(&redis, concurrency, requests, Call::Function)?;
+            let fcall_redis = RedisWork::read(&redis)?.since(before);
             runs.push(Run {
                 sluice,
                 sluice_redis,
                 baseline,
                 baseline_redis,
+                fcall,
+                fcall_redis,
                 checks,
             });
         }

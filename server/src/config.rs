@@ -11,7 +11,7 @@ use sluice_core::rls::answer::RlsHeaders;
 
 use crate::rls::RlsState;
 use crate::rls::config::WatchedConfig;
-use crate::store::Topology;
+use crate::store::{ScriptCalls, Topology};
 
 /// Command-line and environment settings, as given.
 #[derive(Debug, Clone, Parser)]
@@ -50,6 +50,17 @@ pub struct Args {
     /// Timeout of every Redis call (e.g. 50ms, 1s).
     #[arg(long, env = "SLUICE_REDIS_TIMEOUT", default_value = "100ms")]
     pub redis_timeout: Millis,
+
+    /// How scripts are called: `functions` loads sluice's library into Redis (7.0 and later)
+    /// and calls it by FCALL, falling back to EVALSHA where Redis will not; `eval` sends
+    /// scripts by EVALSHA only.
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_SCRIPTS",
+        value_enum,
+        default_value = "functions"
+    )]
+    pub redis_scripts: ScriptCalls,
 
     /// Prefix of every Redis key sluice writes.
     #[arg(long, env = "SLUICE_KEY_PREFIX", default_value = "sluice")]
@@ -147,6 +158,8 @@ pub struct ServerConfig {
     pub topology: Topology,
     /// Timeout of every Redis call.
     pub redis_timeout: Duration,
+    /// How scripts are called.
+    pub script_calls: ScriptCalls,
     /// Redis key prefix.
     pub key_prefix: String,
     /// Bearer token.
@@ -165,6 +178,7 @@ impl ServerConfig {
         ServerConfig {
             topology: Topology::Standalone(url.into()),
             redis_timeout: Duration::from_millis(100),
+            script_calls: ScriptCalls::default(),
             key_prefix: "sluice".to_owned(),
             token: None,
             replay_time: false,
@@ -206,6 +220,7 @@ impl TryFrom<&Args> for ServerConfig {
         Ok(ServerConfig {
             topology,
             redis_timeout: Duration::from_millis(args.redis_timeout.as_millis()),
+            script_calls: args.redis_scripts,
             key_prefix: args.key_prefix.clone(),
             token: args.token.clone(),
             replay_time: args.replay_time,

@@ -165,7 +165,11 @@ fn watch_rls_config(rls: &Arc<RlsState>, metrics: &Arc<Metrics>) -> JoinHandle<(
 /// The state every handler shares: the engine over a Redis connection, metrics, settings.
 fn app_state(config: &ServerConfig) -> Arc<AppState> {
     let metrics = Arc::new(Metrics::default());
-    let store = Store::connect(config.topology.clone(), config.redis_timeout);
+    let store = Store::connect_calling(
+        config.topology.clone(),
+        config.redis_timeout,
+        config.script_calls,
+    );
     Arc::new(AppState {
         engine: Engine::new(store, config.key_prefix.clone(), Arc::clone(&metrics)),
         metrics,

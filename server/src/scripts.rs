@@ -4,6 +4,9 @@
 //! wrapped as the function `run`, and `lua/single.lua`, compiled in, with its SHA computed
 //! once. The batch script decides every check of a request in one call, all or nothing: the
 //! prelude, the schedule, every algorithm's file wrapped as a function, and `lua/batch.lua`.
+//! The same files also make one Redis Functions library ([`Library`]), which registers every
+//! script as a function: called by `FCALL`, a script's definitions run once when the library
+//! loads rather than on every call.
 //! This module alone knows the scripts' arguments and replies: [`ScriptCall`] and
 //! [`BatchCall`] turn checks into `KEYS`/`ARGV`, and [`decode_reply`] turns six numbers back
 //! into a [`Verdict`], refusing anything else.
@@ -53,25 +56,51 @@ fn wrapped(body: &str) -> String {
     format!("function(key, now, cost, count_denied, commit, p)\n{body}\nend")
 }
 
+/// A script's body as the callback of a library function: `KEYS` and `ARGV` are its
+/// arguments there, as they are globals in a script.
+fn callback(body: &str) -> String {
+    format!("function(KEYS, ARGV)\n{body}\nend")
+}
+
+/// One script, which Redis runs either way: its text by `EVALSHA`, or the function the
+/// [`Library`] registers for it by `FCALL`.
+pub struct LimitScript {
+    text: Script,
+    function: String,
+}
+
+impl LimitScript {
+    /// The script's text, for `EVALSHA` (and `SCRIPT LOAD`).
+    pub fn text(&self) -> &Script {
+        &self.text
+    }
+
+    /// The name of its function in the library, for `FCALL`.
+    pub fn function(&self) -> &str {
+        &self.function
+    }
+}
+
+/// The scripts as one Redis Functions library. Its name, and every function's, carries a hash
+/// of its code: servers of different versions sharing a Redis each load and call their own.
+pub struct Library {
+    /// `sluice_` and the hash.
+    pub name: String,
+    /// The library's code, as `FUNCTION LOAD` takes it.
+    pub code: String,
+}
+
 /// Every algorithm's script, the batch script and the lease script.
 pub struct Scripts {
     /// By [`Algorithm::ordinal`].
-    singles: Vec<Script>,
-    batch: Script,
-    lease: Script,
+    singles: Vec<LimitScript>,
+    batch: LimitScript,
+    lease: LimitScript,
+    library: Library,
 }
 
 /// The scripts, composed once per process.
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let singles = ALGORITHM_FILES
-        .iter()
-        .map(|(_, body)| {
-            Script::new(&format!(
-                "{PRELUDE}\n{SCHEDULE}\nlocal run = {}\n{SINGLE}",
-                wrapped(body)
-            ))
-        })
-        .collect();
     // Every algorithm as ALGORITHMS[n], for the scripts that decide several keys.
     let mut all = format!("{PRELUDE}\n{SCHEDULE}\nlocal ALGORITHMS = {{}}\n");
     for (algorithm, body) in ALGORITHM_FILES {
@@ -81,31 +110,86 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
             wrapped(body)
         ));
     }
+    let single_texts: Vec<String> = ALGORITHM_FILES
+        .iter()
+        .map(|(_, body)| {
+            format!(
+                "{PRELUDE}\n{SCHEDULE}\nlocal run = {}\n{SINGLE}",
+                wrapped(body)
+            )
+        })
+        .collect();
+    let batch_text = format!("{all}{BATCH}");
+    let lease_text = format!("{all}{LEASE}");
+
+    // The library: the definitions once, then each script's body as a function. It is named
+    // by the hash of its code, written first with a placeholder for the name.
+    const NAME: &str = "@library@";
+    let function = |name: &str, what: &str| format!("{name}_{what}");
+    let mut code = format!("#!lua name={NAME}\n{all}");
+    for (algorithm, _) in ALGORITHM_FILES {
+        code.push_str(&format!(
+            "do\nlocal run = ALGORITHMS[{}]\nredis.register_function('{}', {})\nend\n",
+            algorithm.ordinal() + 1,
+            function(NAME, algorithm.name()),
+            callback(SINGLE)
+        ));
+    }
+    for (what, body) in [("batch", BATCH), ("lease", LEASE)] {
+        code.push_str(&format!(
+            "redis.register_function('{}', {})\n",
+            function(NAME, what),
+            callback(body)
+        ));
+    }
+    let name = format!("sluice_{}", &Script::new(&code).get_hash()[..16]);
+    let code = code.replace(NAME, &name);
+    let function = |what: &str| function(&name, what);
+    let singles = ALGORITHM_FILES
+        .iter()
+        .zip(single_texts)
+        .map(|((algorithm, _), text)| LimitScript {
+            text: Script::new(&text),
+            function: function(algorithm.name()),
+        })
+        .collect();
     Scripts {
         singles,
-        batch: Script::new(&format!("{all}{BATCH}")),
-        lease: Script::new(&format!("{all}{LEASE}")),
+        batch: LimitScript {
+            text: Script::new(&batch_text),
+            function: function("batch"),
+        },
+        lease: LimitScript {
+            text: Script::new(&lease_text),
+            function: function("lease"),
+        },
+        library: Library { name, code },
     }
 });
 
 impl Scripts {
     /// The script of `algorithm`.
-    pub fn get(&self, algorithm: Algorithm) -> &Script {
+    pub fn get(&self, algorithm: Algorithm) -> &LimitScript {
         &self.singles[algorithm.ordinal()]
     }
 
     /// The batch script.
-    pub fn batch(&self) -> &Script {
+    pub fn batch(&self) -> &LimitScript {
         &self.batch
     }
 
     /// The lease script.
-    pub fn lease(&self) -> &Script {
+    pub fn lease(&self) -> &LimitScript {
         &self.lease
     }
 
+    /// Every script as one Redis Functions library.
+    pub fn library(&self) -> &Library {
+        &self.library
+    }
+
     /// Every script with its algorithm.
-    pub fn all(&self) -> impl Iterator<Item = (Algorithm, &Script)> {
+    pub fn all(&self) -> impl Iterator<Item = (Algorithm, &LimitScript)> {
         Algorithm::ALL.into_iter().map(|a| (a, self.get(a)))
     }
 }
@@ -225,7 +309,7 @@ impl ScriptCall {
     }
 
     /// The script to run.
-    pub fn script(&self) -> &'static Script {
+    pub fn script(&self) -> &'static LimitScript {
         SCRIPTS.get(self.algorithm)
     }
 }
@@ -266,7 +350,7 @@ impl BatchCall {
     }
 
     /// The batch script.
-    pub fn script(&self) -> &'static Script {
+    pub fn script(&self) -> &'static LimitScript {
         SCRIPTS.batch()
     }
 
@@ -345,7 +429,7 @@ impl LeaseCall {
     }
 
     /// The lease script.
-    pub fn script(&self) -> &'static Script {
+    pub fn script(&self) -> &'static LimitScript {
         SCRIPTS.lease()
     }
 
@@ -422,7 +506,7 @@ mod tests {
     #[test]
     fn every_algorithm_has_its_own_script() {
         let hashes: std::collections::HashSet<&str> =
-            SCRIPTS.all().map(|(_, s)| s.get_hash()).collect();
+            SCRIPTS.all().map(|(_, s)| s.text().get_hash()).collect();
         assert_eq!(hashes.len(), 6);
     }
 

@@ -6,8 +6,12 @@
 //! that, the `redis` crate's managers reconnect by themselves; a call made while Redis is away
 //! fails within the timeout, and calls succeed again as soon as it is back. Behind Sentinel, a
 //! failed call also asks the sentinels where the primary is now, so a failover is followed.
-//! Scripts are sent by `EVALSHA` and loaded again on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart
-//! or a failover): `redis::Script` knows that dance, and only it.
+//! Scripts are called as functions of sluice's library ([`crate::scripts::Library`]) by
+//! `FCALL`, the library loaded on connecting and again whenever Redis answers that a function
+//! is missing (after `FUNCTION FLUSH`, a restart without persistence, or on a Cluster node
+//! added later). Where Redis has no Functions (before 7.0), or its ACL refuses them, or
+//! [`ScriptCalls::Eval`] says so, scripts are sent by `EVALSHA` and loaded again on `NOSCRIPT`:
+//! `redis::Script` knows that dance, and only it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,10 +25,22 @@ use sluice_core::verdict::Verdict;
 use sluice_core::wire::LeaseGrant;
 use tokio::sync::{Mutex, RwLock};
 
-use redis::Script;
-
 use crate::clock::read_time_us;
-use crate::scripts::{BadReply, BatchCall, LeaseCall, ScriptCall, decode_reply};
+use crate::scripts::{
+    BadReply, BatchCall, LeaseCall, LimitScript, SCRIPTS, ScriptCall, decode_reply,
+};
+
+/// How the scripts are called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ScriptCalls {
+    /// By `FCALL`, as functions of sluice's library, where Redis has Functions (7.0 and later)
+    /// and lets the server load it; by `EVALSHA` elsewhere. A script's definitions then run
+    /// once when the library loads, not on every call.
+    #[default]
+    Functions,
+    /// By `EVALSHA` only: nothing is loaded into Redis but its script cache.
+    Eval,
+}
 
 /// Where Redis is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,14 +109,27 @@ struct SentinelState {
 pub struct Store {
     topology: Topology,
     timeout: Duration,
+    /// Set once `FCALL` is known not to work here: [`ScriptCalls::Eval`], no Functions, or an
+    /// ACL that refuses them.
+    eval_only: AtomicBool,
     backend: RwLock<Option<Backend>>,
     last_error: RwLock<String>,
     sentinel: Option<SentinelState>,
 }
 
 impl Store {
-    /// A store for `topology`; connects in the background, retrying until it succeeds.
+    /// A store for `topology`, calling scripts as functions where Redis has them; connects in
+    /// the background, retrying until it succeeds.
     pub fn connect(topology: Topology, timeout: Duration) -> Arc<Store> {
+        Store::connect_calling(topology, timeout, ScriptCalls::default())
+    }
+
+    /// As [`Store::connect`], calling scripts as `calls` says.
+    pub fn connect_calling(
+        topology: Topology,
+        timeout: Duration,
+        calls: ScriptCalls,
+    ) -> Arc<Store> {
         let sentinel = match &topology {
             Topology::Sentinel { sentinels, master } => {
                 match SentinelClient::build(
@@ -126,6 +155,7 @@ impl Store {
         let store = Arc::new(Store {
             topology,
             timeout,
+            eval_only: AtomicBool::new(calls == ScriptCalls::Eval),
             backend: RwLock::new(None),
             last_error: RwLock::new("connecting".to_owned()),
             sentinel,
@@ -142,6 +172,22 @@ impl Store {
             {
                 Ok(Ok(backend)) => {
                     tracing::info!(topology = ?self.topology, "connected to redis");
+                    // Loaded now, the library spares the first calls a miss; a failure that
+                    // may pass is tried again when a call misses it.
+                    if !self.eval_only.load(Ordering::Relaxed) {
+                        let loaded =
+                            tokio::time::timeout(self.timeout, load_library(backend.clone())).await;
+                        match loaded {
+                            Ok(Ok(())) => tracing::info!(
+                                library = %SCRIPTS.library().name,
+                                "scripts are called as Redis Functions"
+                            ),
+                            Ok(Err(e)) => self.functions_failed(&e),
+                            Err(_) => tracing::warn!(
+                                "loading the functions library timed out; trying again on the first call"
+                            ),
+                        }
+                    }
                     *self.backend.write().await = Some(backend);
                     return;
                 }
@@ -284,28 +330,64 @@ impl Store {
         Ok(call.decode(reply)?)
     }
 
-    /// `EVALSHA`, and on `NOSCRIPT` `SCRIPT LOAD` and again (redis::Script knows the dance).
+    /// `FCALL`, and on a missing function `FUNCTION LOAD` and again; or `EVALSHA`, and on
+    /// `NOSCRIPT` `SCRIPT LOAD` and again (redis::Script knows that dance).
     async fn invoke(
         self: &Arc<Self>,
-        script: &Script,
+        script: &LimitScript,
         keys: &[String],
         args: &[String],
     ) -> Result<Vec<i64>, StoreError> {
         let backend = self.backend().await?;
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
         self.within_timeout(async {
+            if !self.eval_only.load(Ordering::Relaxed) {
+                let mut fcall = redis::cmd("FCALL");
+                fcall
+                    .arg(script.function())
+                    .arg(keys.len())
+                    .arg(keys)
+                    .arg(args);
+                match query(backend.clone(), &fcall).await {
+                    Err(e) if is_function_missing(&e) => {
+                        match load_library(backend.clone()).await {
+                            Ok(()) => return query(backend, &fcall).await,
+                            Err(e) => self.functions_failed(&e),
+                        }
+                    }
+                    Err(e) if refuses_functions(&e) => self.functions_failed(&e),
+                    answered => return answered,
+                }
+            }
+            let mut invocation = script.text().prepare_invoke();
+            for key in keys {
+                invocation.key(key);
+            }
+            for arg in args {
+                invocation.arg(arg);
+            }
             match backend {
                 Backend::Single(mut c) => invocation.invoke_async(&mut c).await,
                 Backend::Cluster(mut c) => invocation.invoke_async(&mut c).await,
             }
         })
         .await
+    }
+
+    /// After `FUNCTION LOAD` or `FCALL` failed with `error`: for good, by `EVALSHA` from now on,
+    /// if Redis has no Functions or refuses them; else this call alone.
+    fn functions_failed(&self, error: &redis::RedisError) {
+        if refuses_functions(error) {
+            if !self.eval_only.swap(true, Ordering::Relaxed) {
+                tracing::warn!(%error, "Redis will not run sluice's functions library; scripts are called by EVALSHA");
+            }
+        } else {
+            tracing::warn!(%error, "loading the functions library failed; this call goes by EVALSHA");
+        }
+    }
+
+    /// Whether scripts are called as functions (until Redis shows it will not run them).
+    pub fn calls_functions(&self) -> bool {
+        !self.eval_only.load(Ordering::Relaxed)
     }
 
     /// Whether Redis answers a `PING` within the timeout.
@@ -348,4 +430,36 @@ impl Store {
         }
         result
     }
+}
+
+async fn query<T: redis::FromRedisValue>(
+    backend: Backend,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    match backend {
+        Backend::Single(mut c) => cmd.query_async(&mut c).await,
+        Backend::Cluster(mut c) => cmd.query_async(&mut c).await,
+    }
+}
+
+/// `FUNCTION LOAD REPLACE` of sluice's library (on a Cluster, on every primary).
+async fn load_library(backend: Backend) -> redis::RedisResult<()> {
+    let mut load = redis::cmd("FUNCTION");
+    load.arg("LOAD").arg("REPLACE").arg(&SCRIPTS.library().code);
+    query::<redis::Value>(backend, &load).await.map(drop)
+}
+
+/// Redis' answer to `FCALL` of a function it does not have.
+fn is_function_missing(error: &redis::RedisError) -> bool {
+    error.code() == Some("ERR") && error.detail() == Some("Function not found")
+}
+
+/// Redis without Functions (before 7.0: `FUNCTION` and `FCALL` are unknown commands), or an ACL
+/// that forbids them.
+fn refuses_functions(error: &redis::RedisError) -> bool {
+    error.code() == Some("NOPERM")
+        || (error.code() == Some("ERR")
+            && error
+                .detail()
+                .is_some_and(|d| d.starts_with("unknown command")))
 }

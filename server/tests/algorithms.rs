@@ -41,7 +41,7 @@ async fn connections(redis: &RedisServer, n: usize) -> Vec<MultiplexedConnection
 }
 
 async fn invoke(connection: &mut MultiplexedConnection, call: &ScriptCall) -> Verdict {
-    let mut invocation = call.script().prepare_invoke();
+    let mut invocation = call.script().text().prepare_invoke();
     invocation.key(&call.key);
     for arg in &call.args() {
         invocation.arg(arg);

@@ -9,6 +9,10 @@
 //! is only asked (`commit` off): it must answer as the model does and write nothing.
 //!
 //! The batch script is held to [`decide_all`], the all-or-nothing rule, the same way.
+//!
+//! Steps take turns between the two ways the server calls a script, as a function of its
+//! library (`FCALL`) and as a script (`EVALSHA`), on the same keys: both must answer as the
+//! model does, from the state the other left.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
 
@@ -24,7 +28,7 @@ use sluice_core::algorithm::{CheckInput, Request, State, Update, decide_all};
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::RedisServer;
 use sluice_server::scripts::{BatchCall, ScriptCall, ScriptTime};
-use sluice_server::store::{Store, Topology};
+use sluice_server::store::{ScriptCalls, Store, Topology};
 
 /// Sequences per algorithm.
 const CASES: u32 = 400;
@@ -164,9 +168,10 @@ async fn stored(
 }
 
 struct Redis {
-    _server: RedisServer,
+    server: RedisServer,
     runtime: tokio::runtime::Runtime,
-    store: Arc<Store>,
+    /// Calling scripts as functions, and by `EVALSHA`.
+    stores: [Arc<Store>; 2],
     raw: MultiplexedConnection,
 }
 
@@ -174,7 +179,10 @@ impl Redis {
     fn start() -> Redis {
         let server = RedisServer::start().expect("redis-server");
         let runtime = tokio::runtime::Runtime::new().expect("runtime");
-        let store = runtime.block_on(common::connected_store(Topology::Standalone(server.url())));
+        let topology = Topology::Standalone(server.url());
+        let stores = [ScriptCalls::Functions, ScriptCalls::Eval].map(|calls| {
+            runtime.block_on(common::connected_store_calling(topology.clone(), calls))
+        });
         let raw = runtime.block_on(async {
             redis::Client::open(server.url())
                 .unwrap()
@@ -183,17 +191,36 @@ impl Redis {
                 .unwrap()
         });
         Redis {
-            _server: server,
+            server,
             runtime,
-            store,
+            stores,
             raw,
         }
     }
 
-    fn run(&self, call: &ScriptCall) -> Result<sluice_core::verdict::Verdict, TestCaseError> {
+    /// The store for step `step`: each way of calling in turn.
+    fn store(&self, step: usize) -> &Arc<Store> {
+        &self.stores[step % 2]
+    }
+
+    fn run(
+        &self,
+        step: usize,
+        call: &ScriptCall,
+    ) -> Result<sluice_core::verdict::Verdict, TestCaseError> {
         self.runtime
-            .block_on(self.store.run(call))
+            .block_on(self.store(step).run(call))
             .map_err(|e| TestCaseError::fail(e.to_string()))
+    }
+
+    /// Both ways of calling were used: neither fell back to the other.
+    fn assert_both_ways_ran(&self) {
+        assert!(
+            self.stores[0].calls_functions(),
+            "the functions store fell back to EVALSHA"
+        );
+        assert!(common::calls(&self.server, "fcall") > 0, "no FCALL ran");
+        assert!(common::calls(&self.server, "evalsha") > 0, "no EVALSHA ran");
     }
 
     fn stored(&self, key: &str, algorithm: Algorithm) -> Option<String> {
@@ -237,11 +264,11 @@ fn check_algorithm(algorithm: Algorithm) {
                 );
                 if ask_first {
                     let before = redis.stored(&key, algorithm);
-                    let asked = redis.run(&call.asking())?;
+                    let asked = redis.run(i, &call.asking())?;
                     prop_assert_eq!(asked, model.verdict, "asking, {}", context);
                     prop_assert_eq!(redis.stored(&key, algorithm), before, "asking wrote, {}", context);
                 }
-                let script = redis.run(&call)?;
+                let script = redis.run(i + 1, &call)?;
                 prop_assert_eq!(script, model.verdict, "{}", context);
                 apply(&mut state, model.update);
                 let expected = state.as_ref().and_then(stored_form);
@@ -253,6 +280,7 @@ fn check_algorithm(algorithm: Algorithm) {
     if let Err(e) = result {
         panic!("{algorithm}: script and model disagree: {e}");
     }
+    redis.assert_both_ways_ran();
 }
 
 #[test]
@@ -325,7 +353,7 @@ fn the_batch_script_decides_all_or_nothing_as_the_models_do() {
                     .collect();
                 let script = redis
                     .runtime
-                    .block_on(redis.store.run_batch(&BatchCall::new(ScriptTime::Replay(now), calls)))
+                    .block_on(redis.store(i).run_batch(&BatchCall::new(ScriptTime::Replay(now), calls)))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 let inputs: Vec<CheckInput<'_>> = limits
                     .iter()
@@ -356,4 +384,5 @@ fn the_batch_script_decides_all_or_nothing_as_the_models_do() {
     if let Err(e) = result {
         panic!("batch script and models disagree: {e}");
     }
+    redis.assert_both_ways_ran();
 }

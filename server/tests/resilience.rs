@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use common::{Http, one_check, server};
 use futures::future::join_all;
 use sluice_harness::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer};
-use sluice_server::store::Topology;
+use sluice_server::scripts::SCRIPTS;
+use sluice_server::store::{ScriptCalls, Topology};
 
 const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
 
 /// `tasks` clients deciding in a loop until `stop`; every status they got, in order.
-async fn load(server_url: String, tasks: usize, stop: Arc<AtomicBool>) -> Vec<u16> {
+async fn load_statuses(server_url: String, tasks: usize, stop: Arc<AtomicBool>) -> Vec<u16> {
     let http = Http::http1();
     let handles = (0..tasks).map(|t| {
         let (http, url, stop) = (http.clone(), server_url.clone(), Arc::clone(&stop));
@@ -53,7 +54,7 @@ async fn redis_stopped_mid_load_gives_503_and_its_return_gives_200_without_a_ser
     })
     .await;
     let stop = Arc::new(AtomicBool::new(false));
-    let running = tokio::spawn(load(server.url(), 8, Arc::clone(&stop)));
+    let running = tokio::spawn(load_statuses(server.url(), 8, Arc::clone(&stop)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     redis.kill();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -115,15 +116,19 @@ async fn a_stuck_redis_gets_503_when_the_timeout_expires_not_when_redis_answers(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn script_flush_mid_load_fails_no_request() {
+/// Load on a server calling scripts `calls`' way while `flush` empties Redis of them 20 times:
+/// no request fails, and the scripts were loaded again (`load`, a commandstats name).
+async fn flush_mid_load_fails_no_request(calls: ScriptCalls, flush: &[&str], load: &str) {
     let redis = RedisServer::start().unwrap();
-    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.script_calls = calls
+    })
+    .await;
     let stop = Arc::new(AtomicBool::new(false));
-    let running = tokio::spawn(load(server.url(), 8, Arc::clone(&stop)));
+    let running = tokio::spawn(load_statuses(server.url(), 8, Arc::clone(&stop)));
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(25)).await;
-        assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]).unwrap().trim(), "OK");
+        assert_eq!(redis.cli(flush).unwrap().trim(), "OK");
     }
     stop.store(true, Ordering::Relaxed);
     let statuses = running.await.unwrap();
@@ -134,22 +139,56 @@ async fn script_flush_mid_load_fails_no_request() {
         statuses.iter().filter(|s| **s != 200).count(),
         statuses.len()
     );
-    let loads: u64 = redis
-        .cli(&["INFO", "commandstats"])
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("cmdstat_script|load:calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0);
+    let loads = common::calls(&redis, load);
     assert!(
         loads > 1,
         "the scripts were loaded again after a flush ({loads} loads)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_mid_load_fails_no_request() {
+    flush_mid_load_fails_no_request(ScriptCalls::Eval, &["SCRIPT", "FLUSH"], "script|load").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn function_flush_mid_load_fails_no_request() {
+    flush_mid_load_fails_no_request(
+        ScriptCalls::Functions,
+        &["FUNCTION", "FLUSH"],
+        "function|load",
+    )
+    .await;
+}
+
+/// Redis users whose ACL refuses sluice's functions: loading them, or calling them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_redis_refuses_functions_scripts_go_by_evalsha() {
+    for (user, refused) in [("noload", "-function"), ("nocall", "-fcall")] {
+        let redis = RedisServer::start().unwrap();
+        redis
+            .cli(&[
+                "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", refused,
+            ])
+            .unwrap();
+        let url = format!("redis://{user}:pw@127.0.0.1:{}", redis.port());
+        let server = server(Topology::Standalone(url), |_| {}).await;
+        let http = Http::http1();
+        for i in 0..5 {
+            let answer = http
+                .decide(
+                    &server.url(),
+                    &one_check("acl", &format!("k{i}"), LIMIT),
+                    &[],
+                )
+                .await;
+            assert_eq!(answer.status, 200, "{user}: {}", answer.body);
+        }
+        // The first EVALSHA of each script meets NOSCRIPT, and counts.
+        let evalsha = common::calls(&redis, "evalsha");
+        assert!(evalsha >= 5, "{user}: {evalsha} EVALSHA for 5 decisions");
+        assert_eq!(common::calls(&redis, "fcall"), 0, "{user}: no FCALL ran");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,9 +215,23 @@ async fn the_whole_decision_path_works_on_a_cluster_with_keys_on_every_node() {
         };
         assert_eq!(verdicts, [true, true, true, false], "{key}");
     }
+    let library = &SCRIPTS.library().name;
     for node in cluster.nodes() {
         let keys: u64 = node.cli(&["DBSIZE"]).unwrap().trim().parse().unwrap();
         assert!(keys > 0, "node {} holds no key", node.port());
+        let listed = node
+            .cli(&["FUNCTION", "LIST", "LIBRARYNAME", library])
+            .unwrap();
+        assert!(
+            listed.contains(library.as_str()),
+            "node {} lacks {library}",
+            node.port()
+        );
+        assert!(
+            common::calls(node, "fcall") > 0,
+            "node {} ran no FCALL",
+            node.port()
+        );
     }
 }
 
