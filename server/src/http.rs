@@ -165,6 +165,9 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    state
+        .metrics
+        .set_redis_functions(state.engine.store().calls_functions());
     (
         [(
             header::CONTENT_TYPE,

@@ -8,6 +8,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -46,6 +47,7 @@ pub struct Metrics {
     decision_seconds: Histogram,
     redis_errors: Family<KindLabels, Counter>,
     bad_requests: Counter,
+    redis_functions: Gauge,
     split_decision_races: Counter,
     lease_answers: Family<LeaseLabels, Counter>,
     lease_units: Family<LeaseLabels, Counter>,
@@ -80,6 +82,13 @@ impl Default for Metrics {
             "Requests refused with 4xx",
             bad_requests.clone(),
         );
+        let redis_functions = Gauge::default();
+        registry.register(
+            "redis_functions",
+            "1 while scripts are called as Redis Functions (FCALL), 0 when by EVALSHA \
+             (--redis-scripts eval, or a Redis without Functions or whose ACL refuses them)",
+            redis_functions.clone(),
+        );
         let split_decision_races = Counter::default();
         registry.register(
             "split_decision_races",
@@ -113,6 +122,7 @@ impl Default for Metrics {
             decision_seconds,
             redis_errors,
             bad_requests,
+            redis_functions,
         }
     }
 }
@@ -199,6 +209,11 @@ impl Metrics {
     /// Counts a refused request.
     pub fn bad_request(&self) {
         self.bad_requests.inc();
+    }
+
+    /// Says whether scripts are called as Redis Functions now.
+    pub fn set_redis_functions(&self, functions: bool) {
+        self.redis_functions.set(i64::from(functions));
     }
 
     /// The rate limit service's stats, under the reference service's names.

@@ -186,6 +186,7 @@ async fn health_readiness_and_metrics() {
         r#"sluice_decisions_total{rule="per-ip",outcome="denied"} 2"#,
         "sluice_decision_duration_seconds_count 7",
         "# TYPE sluice_decision_duration_seconds histogram",
+        "sluice_redis_functions 1",
     ] {
         assert!(
             metrics.body.contains(line),

@@ -188,6 +188,11 @@ async fn where_redis_refuses_functions_scripts_go_by_evalsha() {
         let evalsha = common::calls(&redis, "evalsha");
         assert!(evalsha >= 5, "{user}: {evalsha} EVALSHA for 5 decisions");
         assert_eq!(common::calls(&redis, "fcall"), 0, "{user}: no FCALL ran");
+        let metrics = http.get(&format!("{}/metrics", server.url())).await.body;
+        assert!(
+            metrics.contains("sluice_redis_functions 0"),
+            "{user}: {metrics}"
+        );
     }
 }
 
