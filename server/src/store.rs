@@ -394,11 +394,9 @@ impl Store {
     pub async fn ping(self: &Arc<Self>) -> Result<(), StoreError> {
         let backend = self.backend().await?;
         self.within_timeout(async {
-            let cmd = redis::cmd("PING");
-            match backend {
-                Backend::Single(mut c) => cmd.query_async::<String>(&mut c).await.map(drop),
-                Backend::Cluster(mut c) => cmd.query_async::<String>(&mut c).await.map(drop),
-            }
+            query::<String>(backend, &redis::cmd("PING"))
+                .await
+                .map(drop)
         })
         .await
     }
@@ -432,6 +430,7 @@ impl Store {
     }
 }
 
+/// One command on whichever connection the backend has.
 async fn query<T: redis::FromRedisValue>(
     backend: Backend,
     cmd: &redis::Cmd,
