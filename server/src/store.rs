@@ -94,6 +94,9 @@ enum Backend {
     Cluster(ClusterConnection),
 }
 
+/// How often, at most, a failed load of the functions library is logged.
+const LOAD_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+
 /// How often, at most, the sentinels are asked where the primary is.
 const SENTINEL_REFRESH_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -112,6 +115,8 @@ pub struct Store {
     /// Set once `FCALL` is known not to work here: [`ScriptCalls::Eval`], no Functions, or an
     /// ACL that refuses them.
     eval_only: AtomicBool,
+    /// When a failed load of the library was last logged.
+    last_load_warning: std::sync::Mutex<Option<Instant>>,
     backend: RwLock<Option<Backend>>,
     last_error: RwLock<String>,
     sentinel: Option<SentinelState>,
@@ -156,6 +161,7 @@ impl Store {
             topology,
             timeout,
             eval_only: AtomicBool::new(calls == ScriptCalls::Eval),
+            last_load_warning: std::sync::Mutex::new(None),
             backend: RwLock::new(None),
             last_error: RwLock::new("connecting".to_owned()),
             sentinel,
@@ -381,7 +387,16 @@ impl Store {
                 tracing::warn!(%error, "Redis will not run sluice's functions library; scripts are called by EVALSHA");
             }
         } else {
-            tracing::warn!(%error, "loading the functions library failed; this call goes by EVALSHA");
+            // Every call that misses the library meets this while it lasts (a Cluster primary
+            // down, say): say so once in a while, not once a call.
+            let mut last = self
+                .last_load_warning
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if last.is_none_or(|at| at.elapsed() >= LOAD_WARNING_INTERVAL) {
+                *last = Some(Instant::now());
+                tracing::warn!(%error, "loading the functions library failed; calls that miss it go by EVALSHA until it loads");
+            }
         }
     }
 
