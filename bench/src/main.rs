@@ -320,7 +320,7 @@ fn deny_cache_section(modules: &Modules) -> anyhow::Result<String> {
     )?;
     writeln!(
         out,
-        "| deny cache | requests | callouts | Redis EVALSHA | Redis commands | admitted | abuser admitted / offered | replay s |"
+        "| deny cache | requests | callouts | Redis script calls | Redis commands | admitted | abuser admitted / offered | replay s |"
     )?;
     writeln!(out, "|---|---|---|---|---|---|---|---|")?;
     for r in &rows {
@@ -330,7 +330,7 @@ fn deny_cache_section(modules: &Modules) -> anyhow::Result<String> {
             if r.deny_cache { "on" } else { "off" },
             r.requests,
             r.callouts,
-            r.evalsha,
+            r.script_calls,
             r.redis_commands,
             r.admitted,
             r.attacker_admitted,

@@ -9,7 +9,7 @@ use sluice_core::key::{LimitKey, RuleName, redis_key};
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::RedisServer;
 use sluice_server::clock::read_time_us;
-use sluice_server::scripts::{ScriptCall, ScriptTime};
+use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
 
 const NOW: i64 = 1_763_700_000_000_000;
 
@@ -21,12 +21,14 @@ async fn decide(
     cost: u64,
 ) -> anyhow::Result<()> {
     let call = ScriptCall::new(limit, key.to_owned(), time, cost, false);
-    let mut invocation = call.script().text().prepare_invoke();
-    invocation.key(&call.key);
-    for arg in &call.args() {
-        invocation.arg(arg);
-    }
-    let _: Vec<i64> = invocation.invoke_async(c).await?;
+    // As sluice-server calls it, the library loaded first (see `run`).
+    let _: Vec<i64> = redis::cmd("FCALL")
+        .arg(call.script().function())
+        .arg(1)
+        .arg(&call.key)
+        .arg(call.args())
+        .query_async(c)
+        .await?;
     Ok(())
 }
 
@@ -68,7 +70,7 @@ pub(crate) fn command_calls_in(info: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// Redis commands run per decision (the EVALSHA and every `redis.call` inside the script),
+/// Redis commands run per decision (the FCALL and every `redis.call` inside the function),
 /// averaged over 1,000 decisions on 100 keys, with the time `at(i)` for decision `i`.
 async fn commands_per_decision(
     c: &mut MultiplexedConnection,
@@ -116,6 +118,12 @@ pub async fn run() -> anyhow::Result<String> {
     let mut c = redis::Client::open(redis.url())?
         .get_multiplexed_async_connection()
         .await?;
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&SCRIPTS.library().code)
+        .query_async::<String>(&mut c)
+        .await?;
     let info: String = redis::cmd("INFO").arg("server").query_async(&mut c).await?;
     let version = info
         .lines()
@@ -131,7 +139,7 @@ pub async fn run() -> anyhow::Result<String> {
         out,
         "Redis {version}; `MEMORY USAGE <key> SAMPLES 0` for the key `sluice:{{per-client:203.0.113.77}}:<code>` \
          after 5 decisions; Redis commands per decision from `INFO commandstats` over 1,000 decisions \
-         (the `EVALSHA` and each `redis.call` inside the script): as sluice-server runs them, on \
+         (the `FCALL` and each `redis.call` inside the function): as sluice-server runs them, on \
          Redis' clock as the server carries it between its reads of `TIME` (one a second, not \
          counted here); at replay times; and when the script reads `TIME` itself (before the \
          server's first read, or when its reads have failed for 10 s).\n"
