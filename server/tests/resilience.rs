@@ -240,6 +240,46 @@ async fn the_whole_decision_path_works_on_a_cluster_with_keys_on_every_node() {
     }
 }
 
+/// A Cluster node without the library, as a node added after the server connected is: calls
+/// on its keys load the library there and succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_without_the_library_gets_it_on_its_first_call() {
+    let cluster = RedisCluster::start().unwrap();
+    let server = server(Topology::Cluster(cluster.urls()), |_| {}).await;
+    let library = &SCRIPTS.library().name;
+    let bare = &cluster.nodes()[1];
+    assert_eq!(bare.cli(&["FUNCTION", "FLUSH"]).unwrap().trim(), "OK");
+    let http = Http::http1();
+    for client in 0..60 {
+        let answer = http
+            .decide(
+                &server.url(),
+                &one_check("per-ip", &format!("198.51.100.{client}"), LIMIT),
+                &[],
+            )
+            .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert!(
+        bare.cli(&["FUNCTION", "LIST", "LIBRARYNAME", library])
+            .unwrap()
+            .contains(library.as_str()),
+        "node {} was not given {library}",
+        bare.port()
+    );
+    assert!(
+        common::calls(bare, "fcall") > 0,
+        "node {} ran no FCALL",
+        bare.port()
+    );
+    assert_eq!(
+        common::calls(bare, "evalsha"),
+        0,
+        "node {} fell back to EVALSHA",
+        bare.port()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_sentinel_the_server_follows_a_failover() {
     let sentinel = RedisSentinel::start().unwrap();
