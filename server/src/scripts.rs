@@ -511,6 +511,34 @@ mod tests {
     }
 
     #[test]
+    fn the_library_registers_every_script_under_a_name_of_its_own() {
+        let library = SCRIPTS.library();
+        assert!(
+            library
+                .code
+                .starts_with(&format!("#!lua name={}\n", library.name))
+        );
+        let functions: std::collections::HashSet<&str> = SCRIPTS
+            .all()
+            .map(|(_, s)| s.function())
+            .chain([SCRIPTS.batch().function(), SCRIPTS.lease().function()])
+            .collect();
+        assert_eq!(functions.len(), 8);
+        for function in functions {
+            assert!(
+                function.starts_with(&format!("{}_", library.name)),
+                "{function}"
+            );
+            assert!(
+                library
+                    .code
+                    .contains(&format!("redis.register_function('{function}', ")),
+                "{function} is not registered"
+            );
+        }
+    }
+
+    #[test]
     fn arguments_follow_the_single_script_contract() {
         let limit: Limit = serde_json::from_str(
             r#"{"algorithm":"leaky_bucket","rate":5,"per":"2s","burst":7,"mode":"shaping","max_wait":"250ms"}"#,
