@@ -41,6 +41,7 @@ else
 endif
 
 test: wasm
+	@bash scripts/setup.sh --test
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --workspace --exclude sluice-filter --exclude sluice-probe --exclude sluice-noop-filter --no-fail-fast; \
 	else \

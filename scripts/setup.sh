@@ -2,7 +2,8 @@
 # Installs what building and testing sluice needs and a fresh machine may lack:
 # redis-server and redis-cli (Debian packages), Rust's wasm32-wasip1 target, and a Python
 # virtualenv (.venv) with xds-protos, Envoy's API, that the tests check envoy/ against.
-# `setup.sh --bench` also installs valgrind, which `make bench` counts instructions with.
+# `setup.sh --bench` also installs valgrind, which `make bench` counts instructions with;
+# `setup.sh --test` also refuses a redis-server older than the tests need.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     $sudo apt-get update -qq >/dev/null
     $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
   }
+fi
+
+# The tests hold sluice to Redis 7.0's behaviour: Functions (the server falls back to EVALSHA
+# without them, but the tests check both ways), listpack encodings, CLIENT PAUSE ... ALL.
+# The demo and the server run on older Redis; `setup.sh --test` (make test) refuses it.
+redis_major=$(redis-server --version | sed -n 's/.* v=\([0-9][0-9]*\)\..*/\1/p')
+if [ "${redis_major:-0}" -lt 7 ]; then
+  found=$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')
+  echo "setup: the tests need redis-server 7.0 or later; this one is ${found:-unknown} (on Ubuntu 22.04, add packages.redis.io's apt repository)" >&2
+  [ "${1:-}" = "--test" ] && exit 1
 fi
 
 if command -v rustup >/dev/null 2>&1; then

@@ -161,37 +161,56 @@ async fn function_flush_mid_load_fails_no_request() {
     .await;
 }
 
-/// Redis users whose ACL refuses sluice's functions: loading them, or calling them.
+/// Redis that will not run sluice's functions: without Functions (`FUNCTION` and `FCALL`
+/// unknown, as before 7.0), and users whose ACL refuses loading them or calling them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn where_redis_refuses_functions_scripts_go_by_evalsha() {
-    for (user, refused) in [("noload", "-function"), ("nocall", "-fcall")] {
-        let redis = RedisServer::start().unwrap();
-        redis
-            .cli(&[
-                "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", refused,
-            ])
-            .unwrap();
-        let url = format!("redis://{user}:pw@127.0.0.1:{}", redis.port());
+    let without_functions = [
+        "--rename-command",
+        "FUNCTION",
+        "",
+        "--rename-command",
+        "FCALL",
+        "",
+    ];
+    let cases: [(&str, &[&str], Option<&str>); 3] = [
+        ("no Functions", &without_functions, None),
+        ("ACL -function", &[], Some("-function")),
+        ("ACL -fcall", &[], Some("-fcall")),
+    ];
+    for (case, redis_args, refused) in cases {
+        let redis = RedisServer::start_with(redis_args).unwrap();
+        let url = match refused {
+            Some(refused) => {
+                redis
+                    .cli(&[
+                        "ACL", "SETUSER", "limited", "on", ">pw", "~*", "&*", "+@all", refused,
+                    ])
+                    .unwrap();
+                format!("redis://limited:pw@127.0.0.1:{}", redis.port())
+            }
+            None => redis.url(),
+        };
         let server = server(Topology::Standalone(url), |_| {}).await;
         let http = Http::http1();
         for i in 0..5 {
             let answer = http
                 .decide(
                     &server.url(),
-                    &one_check("acl", &format!("k{i}"), LIMIT),
+                    &one_check("refused", &format!("k{i}"), LIMIT),
                     &[],
                 )
                 .await;
-            assert_eq!(answer.status, 200, "{user}: {}", answer.body);
+            assert_eq!(answer.status, 200, "{case}: {}", answer.body);
         }
         // The first EVALSHA of each script meets NOSCRIPT, and counts.
         let evalsha = common::calls(&redis, "evalsha");
-        assert!(evalsha >= 5, "{user}: {evalsha} EVALSHA for 5 decisions");
-        assert_eq!(common::calls(&redis, "fcall"), 0, "{user}: no FCALL ran");
+        assert!(evalsha >= 5, "{case}: {evalsha} EVALSHA for 5 decisions");
+        assert_eq!(common::calls(&redis, "fcall"), 0, "{case}: no FCALL ran");
         let metrics = http.get(&format!("{}/metrics", server.url())).await.body;
         assert!(
             metrics.contains("sluice_redis_functions 0"),
-            "{user}: {metrics}"
+            "{case}: {metrics}"
         );
     }
 }
