@@ -227,6 +227,40 @@ async fn replayed_keys_outlive_a_fast_virtual_clock_but_still_expire() {
     );
 }
 
+/// A function keeps its library's state between calls, where a script starts afresh: a call
+/// at Redis' time right after a replayed one must not keep the replay's hour, nor the other
+/// way round.
+#[tokio::test]
+async fn as_functions_each_call_keeps_its_own_clock_and_expiry() {
+    let redis = RedisServer::start().unwrap();
+    let store =
+        common::connected_store(sluice_server::store::Topology::Standalone(redis.url())).await;
+    let mut c = connections(&redis, 1).await.pop().unwrap();
+    let limit = short(Algorithm::Gcra);
+    let run = |key: &str, time: ScriptTime| {
+        let call = ScriptCall::new(&limit, key.to_owned(), time, 1, false);
+        let store = Arc::clone(&store);
+        async move { store.run(&call).await.unwrap() }
+    };
+    run("replayed-first", ScriptTime::Replay(1_763_701_200_000_000)).await;
+    run("live", ScriptTime::Redis).await;
+    run("replayed-again", ScriptTime::Replay(1_763_701_200_000_000)).await;
+    assert!(store.calls_functions(), "the store fell back to EVALSHA");
+    assert!(common::calls(&redis, "fcall") >= 3);
+    let live: i64 = c.pttl("live").await.unwrap();
+    assert!(
+        (1..=600).contains(&live),
+        "a call at Redis' time after a replayed one lives {live} ms"
+    );
+    for key in ["replayed-first", "replayed-again"] {
+        let ttl: i64 = c.pttl(key).await.unwrap();
+        assert!(
+            (3_000_000..=3_600_000).contains(&ttl),
+            "{key} lives {ttl} ms, not a replay's hour"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_cost_above_capacity_is_denied_for_good_and_consumes_nothing() {
     let redis = RedisServer::start().unwrap();
