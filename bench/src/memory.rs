@@ -22,11 +22,9 @@ async fn decide(
 ) -> anyhow::Result<()> {
     let call = ScriptCall::new(limit, key.to_owned(), time, cost, false);
     // As sluice-server calls it, the library loaded first (see `run`).
-    let _: Vec<i64> = redis::cmd("FCALL")
-        .arg(call.script().function())
-        .arg(1)
-        .arg(&call.key)
-        .arg(call.args())
+    let _: Vec<i64> = call
+        .script()
+        .fcall(std::slice::from_ref(&call.key), &call.args())
         .query_async(c)
         .await?;
     Ok(())
@@ -118,10 +116,9 @@ pub async fn run() -> anyhow::Result<String> {
     let mut c = redis::Client::open(redis.url())?
         .get_multiplexed_async_connection()
         .await?;
-    redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(&SCRIPTS.library().code)
+    SCRIPTS
+        .library()
+        .load_command()
         .query_async::<String>(&mut c)
         .await?;
     let info: String = redis::cmd("INFO").arg("server").query_async(&mut c).await?;

@@ -201,15 +201,15 @@ fn redis_benchmark(
     let script = SCRIPTS.get(Algorithm::Gcra);
     // Loaded here rather than trusting that sluice-server loaded it, so this baseline stands alone.
     let mut connection = redis::Client::open(redis.url())?.get_connection()?;
-    let sha = script.text().load(&mut connection)?;
-    redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(&SCRIPTS.library().code)
-        .query::<String>(&mut connection)?;
     let (command, callee) = match how {
-        Call::Eval => ("EVALSHA", sha.as_str()),
-        Call::Function => ("FCALL", script.function()),
+        Call::Eval => ("EVALSHA", script.text().load(&mut connection)?),
+        Call::Function => {
+            SCRIPTS
+                .library()
+                .load_command()
+                .query::<String>(&mut connection)?;
+            ("FCALL", script.function().to_owned())
+        }
     };
     // The very call sluice-server makes for one check, on keys that redis-benchmark draws from
     // the same keyspace. The server passes Redis' clock as it carries it; redis-benchmark
@@ -242,7 +242,7 @@ fn redis_benchmark(
             &KEYSPACE.to_string(),
             "--csv",
         ])
-        .args([command, callee, "1", &key])
+        .args([command, &callee, "1", &key])
         .args(call.args())
         .stdin(Stdio::null())
         .output()

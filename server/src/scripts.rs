@@ -79,6 +79,17 @@ impl LimitScript {
     pub fn function(&self) -> &str {
         &self.function
     }
+
+    /// `FCALL` of its function with `keys` and `args`.
+    pub fn fcall(&self, keys: &[String], args: &[String]) -> redis::Cmd {
+        let mut fcall = redis::cmd("FCALL");
+        fcall
+            .arg(&self.function)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
+        fcall
+    }
 }
 
 /// The scripts as one Redis Functions library. Its name, and every function's, carries a hash
@@ -88,6 +99,16 @@ pub struct Library {
     pub name: String,
     /// The library's code, as `FUNCTION LOAD` takes it.
     pub code: String,
+}
+
+impl Library {
+    /// `FUNCTION LOAD REPLACE` of the library (on a Cluster the client sends it to every
+    /// primary).
+    pub fn load_command(&self) -> redis::Cmd {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(&self.code);
+        load
+    }
 }
 
 /// Every algorithm's script, the batch script and the lease script.

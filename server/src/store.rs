@@ -347,12 +347,7 @@ impl Store {
         let backend = self.backend().await?;
         self.within_timeout(async {
             if !self.eval_only.load(Ordering::Relaxed) {
-                let mut fcall = redis::cmd("FCALL");
-                fcall
-                    .arg(script.function())
-                    .arg(keys.len())
-                    .arg(keys)
-                    .arg(args);
+                let fcall = script.fcall(keys, args);
                 match query(backend.clone(), &fcall).await {
                     Err(e) if is_function_missing(&e) => {
                         match load_library(backend.clone()).await {
@@ -458,9 +453,9 @@ async fn query<T: redis::FromRedisValue>(
 
 /// `FUNCTION LOAD REPLACE` of sluice's library (on a Cluster, on every primary).
 async fn load_library(backend: Backend) -> redis::RedisResult<()> {
-    let mut load = redis::cmd("FUNCTION");
-    load.arg("LOAD").arg("REPLACE").arg(&SCRIPTS.library().code);
-    query::<redis::Value>(backend, &load).await.map(drop)
+    query::<redis::Value>(backend, &SCRIPTS.library().load_command())
+        .await
+        .map(drop)
 }
 
 /// Redis' answer to `FCALL` of a function it does not have.

@@ -116,6 +116,31 @@ async fn a_stuck_redis_gets_503_when_the_timeout_expires_not_when_redis_answers(
     );
 }
 
+/// Decides one check of `rule` for each key; every answer must be 200 (`case` names the
+/// setting in a failure).
+async fn decide_each_answered(
+    http: &Http,
+    server_url: &str,
+    rule: &str,
+    keys: impl IntoIterator<Item = String>,
+    case: &str,
+) {
+    for key in keys {
+        let answer = http
+            .decide(server_url, &one_check(rule, &key, LIMIT), &[])
+            .await;
+        assert_eq!(answer.status, 200, "{case}: {}", answer.body);
+    }
+}
+
+/// Whether `node` holds sluice's functions library.
+fn holds_library(node: &RedisServer) -> bool {
+    let library = &SCRIPTS.library().name;
+    node.cli(&["FUNCTION", "LIST", "LIBRARYNAME", library])
+        .unwrap()
+        .contains(library.as_str())
+}
+
 /// Load on a server calling scripts `calls`' way while `flush` empties Redis of them 20 times:
 /// no request fails, and the scripts were loaded again (`load`, a commandstats name).
 async fn flush_mid_load_fails_no_request(calls: ScriptCalls, flush: &[&str], load: &str) {
@@ -193,16 +218,14 @@ async fn where_redis_refuses_functions_scripts_go_by_evalsha() {
         };
         let server = server(Topology::Standalone(url), |_| {}).await;
         let http = Http::http1();
-        for i in 0..5 {
-            let answer = http
-                .decide(
-                    &server.url(),
-                    &one_check("refused", &format!("k{i}"), LIMIT),
-                    &[],
-                )
-                .await;
-            assert_eq!(answer.status, 200, "{case}: {}", answer.body);
-        }
+        decide_each_answered(
+            &http,
+            &server.url(),
+            "refused",
+            (0..5).map(|i| format!("k{i}")),
+            case,
+        )
+        .await;
         // The first EVALSHA of each script meets NOSCRIPT, and counts.
         let evalsha = common::calls(&redis, "evalsha");
         assert!(evalsha >= 5, "{case}: {evalsha} EVALSHA for 5 decisions");
@@ -239,16 +262,12 @@ async fn the_whole_decision_path_works_on_a_cluster_with_keys_on_every_node() {
         };
         assert_eq!(verdicts, [true, true, true, false], "{key}");
     }
-    let library = &SCRIPTS.library().name;
     for node in cluster.nodes() {
         let keys: u64 = node.cli(&["DBSIZE"]).unwrap().trim().parse().unwrap();
         assert!(keys > 0, "node {} holds no key", node.port());
-        let listed = node
-            .cli(&["FUNCTION", "LIST", "LIBRARYNAME", library])
-            .unwrap();
         assert!(
-            listed.contains(library.as_str()),
-            "node {} lacks {library}",
+            holds_library(node),
+            "node {} lacks the library",
             node.port()
         );
         assert!(
@@ -265,25 +284,20 @@ async fn the_whole_decision_path_works_on_a_cluster_with_keys_on_every_node() {
 async fn a_cluster_node_without_the_library_gets_it_on_its_first_call() {
     let cluster = RedisCluster::start().unwrap();
     let server = server(Topology::Cluster(cluster.urls()), |_| {}).await;
-    let library = &SCRIPTS.library().name;
     let bare = &cluster.nodes()[1];
     assert_eq!(bare.cli(&["FUNCTION", "FLUSH"]).unwrap().trim(), "OK");
-    let http = Http::http1();
-    for client in 0..60 {
-        let answer = http
-            .decide(
-                &server.url(),
-                &one_check("per-ip", &format!("198.51.100.{client}"), LIMIT),
-                &[],
-            )
-            .await;
-        assert_eq!(answer.status, 200, "{}", answer.body);
-    }
+    let keys = (0..60).map(|client| format!("198.51.100.{client}"));
+    decide_each_answered(
+        &Http::http1(),
+        &server.url(),
+        "per-ip",
+        keys,
+        "one node flushed",
+    )
+    .await;
     assert!(
-        bare.cli(&["FUNCTION", "LIST", "LIBRARYNAME", library])
-            .unwrap()
-            .contains(library.as_str()),
-        "node {} was not given {library}",
+        holds_library(bare),
+        "node {} was not given the library",
         bare.port()
     );
     assert!(
