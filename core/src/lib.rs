@@ -21,7 +21,7 @@
 //! let mut state = None;
 //! let mut allowed = Vec::new();
 //! for _ in 0..3 {
-//!     let out = limit.decide(state.as_ref(), Request { now_us: 0, cost: 1, count_denied: false });
+//!     let out = limit.decide(state.as_ref(), Request::one_at(0));
 //!     if let Update::Write { state: s, .. } = out.update { state = Some(s); }
 //!     allowed.push(out.verdict.allowed);
 //! }

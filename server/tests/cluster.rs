@@ -33,11 +33,7 @@ async fn every_script_runs_on_a_cluster_with_keys_on_every_node() {
             );
             let mut state: Option<State> = None;
             for step in 0..5 {
-                let request = Request {
-                    now_us: now + step,
-                    cost: 1,
-                    count_denied: false,
-                };
+                let request = Request::one_at(now + step);
                 let model = limit.decide(state.as_ref(), request);
                 let script = store
                     .run(&ScriptCall::new(

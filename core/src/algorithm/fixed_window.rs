@@ -92,15 +92,7 @@ mod tests {
         times_ms
             .iter()
             .map(|t| {
-                let out = decide(
-                    l,
-                    state.as_ref(),
-                    Request {
-                        now_us: t * 1000,
-                        cost: 1,
-                        count_denied: false,
-                    },
-                );
+                let out = decide(l, state.as_ref(), Request::one_at(t * 1000));
                 if let Update::Write { state: s, .. } = out.update {
                     state = Some(s);
                 }
@@ -120,28 +112,12 @@ mod tests {
     #[test]
     fn a_denial_says_when_the_window_ends() {
         let l = limit(r#"{"algorithm":"fixed_window","limit":1,"window":"1m"}"#);
-        let first = decide(
-            &l,
-            None,
-            Request {
-                now_us: 15_000_000,
-                cost: 1,
-                count_denied: false,
-            },
-        );
+        let first = decide(&l, None, Request::one_at(15_000_000));
         let Update::Write { state, ttl_ms } = first.update else {
             panic!("must write")
         };
         assert_eq!(ttl_ms, 45_000);
-        let second = decide(
-            &l,
-            Some(&state),
-            Request {
-                now_us: 15_000_000,
-                cost: 1,
-                count_denied: false,
-            },
-        );
+        let second = decide(&l, Some(&state), Request::one_at(15_000_000));
         assert_eq!(second.verdict.retry_after_ms, Some(45_000));
         assert_eq!(second.verdict.remaining, 0);
         assert_eq!(second.update, Update::Keep);
@@ -154,15 +130,7 @@ mod tests {
             window: 5,
             count: 1,
         };
-        let late = decide(
-            &l,
-            Some(&state),
-            Request {
-                now_us: 4_500_000,
-                cost: 1,
-                count_denied: false,
-            },
-        );
+        let late = decide(&l, Some(&state), Request::one_at(4_500_000));
         assert!(
             !late.verdict.allowed,
             "a lagging clock must not reopen an old window"

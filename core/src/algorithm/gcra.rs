@@ -46,30 +46,14 @@ mod tests {
         let mut state = None;
         let mut allowed = 0;
         for _ in 0..50 {
-            let out = decide(
-                &l,
-                state.as_ref(),
-                Request {
-                    now_us: 1_000_000,
-                    cost: 1,
-                    count_denied: false,
-                },
-            );
+            let out = decide(&l, state.as_ref(), Request::one_at(1_000_000));
             if let Update::Write { state: s, .. } = out.update {
                 state = Some(s);
             }
             allowed += u64::from(out.verdict.allowed);
         }
         assert_eq!(allowed, 5);
-        let next = decide(
-            &l,
-            state.as_ref(),
-            Request {
-                now_us: 1_000_000,
-                cost: 1,
-                count_denied: false,
-            },
-        );
+        let next = decide(&l, state.as_ref(), Request::one_at(1_000_000));
         assert_eq!(next.verdict.retry_after_ms, Some(100));
         assert_eq!(next.verdict.reset_ms, 500);
     }
@@ -81,15 +65,7 @@ mod tests {
         let mut state = None;
         let now_us = 1_700_000_000_123_456;
         for i in 0..3 {
-            let out = decide(
-                &l,
-                state.as_ref(),
-                Request {
-                    now_us,
-                    cost: 1,
-                    count_denied: false,
-                },
-            );
+            let out = decide(&l, state.as_ref(), Request::one_at(now_us));
             assert!(out.verdict.allowed, "request {i}");
             if let Update::Write { state: s, .. } = out.update {
                 state = Some(s);
@@ -104,27 +80,11 @@ mod tests {
         let l = gcra(49, "1s", 4);
         for i in 0..10_000i64 {
             let now_us = 1_763_700_000_000_000 + i * 7_919;
-            let first = decide(
-                &l,
-                None,
-                Request {
-                    now_us,
-                    cost: 1,
-                    count_denied: false,
-                },
-            );
+            let first = decide(&l, None, Request::one_at(now_us));
             let Update::Write { state, .. } = first.update else {
                 panic!("an admitted request writes")
             };
-            let second = decide(
-                &l,
-                Some(&state),
-                Request {
-                    now_us,
-                    cost: 1,
-                    count_denied: false,
-                },
-            );
+            let second = decide(&l, Some(&state), Request::one_at(now_us));
             assert_eq!(second.verdict.remaining, 2, "at {now_us}");
             assert_eq!(second.verdict.reset_ms, 41, "2 x 20408.16 us, rounded up");
         }

@@ -54,15 +54,7 @@ mod tests {
     }
 
     fn step(l: &LeakyLimit, state: &mut Option<State>, ms: i64) -> Verdict {
-        let out = decide(
-            l,
-            state.as_ref(),
-            Request {
-                now_us: ms * 1000,
-                cost: 1,
-                count_denied: false,
-            },
-        );
+        let out = decide(l, state.as_ref(), Request::one_at(ms * 1000));
         if let Update::Write { state: s, .. } = out.update {
             *state = Some(s);
         }

@@ -45,6 +45,17 @@ pub struct Request {
     pub count_denied: bool,
 }
 
+impl Request {
+    /// A request for one unit at `now_us` that, denied, consumes nothing: a rule's defaults.
+    pub fn one_at(now_us: i64) -> Request {
+        Request {
+            now_us,
+            cost: 1,
+            count_denied: false,
+        }
+    }
+}
+
 /// What to do with a key's state after a decision.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update<S> {

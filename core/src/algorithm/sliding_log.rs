@@ -128,15 +128,7 @@ mod tests {
         let mut state = None;
         let mut admitted = Vec::new();
         for t_ms in [0, 100, 200, 300, 999, 1000, 1099, 1100, 1150, 1200, 2100] {
-            let out = decide(
-                &l,
-                state.as_ref(),
-                Request {
-                    now_us: t_ms * 1000,
-                    cost: 1,
-                    count_denied: false,
-                },
-            );
+            let out = decide(&l, state.as_ref(), Request::one_at(t_ms * 1000));
             apply(&mut state, &out);
             if out.verdict.allowed {
                 admitted.push(t_ms);
@@ -152,15 +144,7 @@ mod tests {
         let mut allowed = 0;
         // Concurrent callers whose clocks are spread over 900 ms, arriving newest first.
         for i in (0..20).rev() {
-            let out = decide(
-                &l,
-                state.as_ref(),
-                Request {
-                    now_us: i * 45_000,
-                    cost: 1,
-                    count_denied: false,
-                },
-            );
+            let out = decide(&l, state.as_ref(), Request::one_at(i * 45_000));
             apply(&mut state, &out);
             allowed += u64::from(out.verdict.allowed);
         }
@@ -172,15 +156,7 @@ mod tests {
         let l = log(2, "1s");
         let mut state = None;
         for t_ms in [0, 400] {
-            let out = decide(
-                &l,
-                state.as_ref(),
-                Request {
-                    now_us: t_ms * 1000,
-                    cost: 1,
-                    count_denied: false,
-                },
-            );
+            let out = decide(&l, state.as_ref(), Request::one_at(t_ms * 1000));
             apply(&mut state, &out);
         }
         let denied = decide(

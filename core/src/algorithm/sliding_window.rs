@@ -141,11 +141,7 @@ mod tests {
     }
 
     fn req(ms: i64) -> Request {
-        Request {
-            now_us: ms * 1000,
-            cost: 1,
-            count_denied: false,
-        }
+        Request::one_at(ms * 1000)
     }
 
     #[test]
