@@ -296,7 +296,9 @@ impl Allowance {
 
     /// The units worth holding: two horizons of the key's local traffic, within `max_units`.
     pub fn target(&self, config: &LeaseConfig) -> u64 {
-        (2 * self.expected()).min(config.terms.max_units)
+        self.expected()
+            .saturating_mul(2)
+            .min(config.terms.max_units)
     }
 
     /// How many units to ask for at `now_us`, if it is time to ask: when the key is busy
@@ -308,7 +310,7 @@ impl Allowance {
         let target = self.target(config);
         let ttl = config.terms.ttl.as_micros().unsigned_abs();
         if self.expected() < 2
-            || 2 * held >= target
+            || held.saturating_mul(2) >= target
             || self.is_asking(now_us, ttl)
             || now_us < self.next_ask_us
         {
@@ -331,7 +333,7 @@ impl Allowance {
         // here no later than there, no unit is spent after the server stopped counting it.
         self.lease_until_us = asked_at_us.saturating_add(grant.lease_ms.saturating_mul(1000));
         if grant.more_in_ms > 0 {
-            self.next_ask_us = asked_at_us.saturating_add(grant.more_in_ms * 1000);
+            self.next_ask_us = asked_at_us.saturating_add(grant.more_in_ms.saturating_mul(1000));
         }
         self.pace_us = grant.pace_us;
         self.asking_since_us = 0;

@@ -1,13 +1,16 @@
-//! The parsers that read what others send — the filter's configuration, the server's answer,
-//! the filter's request — on arbitrary bytes and on JSON built from their own vocabulary: they
-//! may refuse, they never panic. (The same targets run under libFuzzer in `fuzz/`.)
+//! The parsers that read what others send — the filter's configuration, the server's answers,
+//! the filter's requests, an allowance in shared data — on arbitrary bytes and on JSON built
+//! from their own vocabulary: they may refuse, they never panic. (The same targets run under
+//! libFuzzer in `fuzz/`.)
 
 #![allow(clippy::unwrap_used)] // test code
 
 use proptest::prelude::*;
 use serde_json::Value;
+use sluice_core::duration::Millis;
+use sluice_core::lease::{Allowance, LeaseConfig, LeaseTerms};
 use sluice_core::policy::{HttpRequest, Policy};
-use sluice_core::wire::DecideRequest;
+use sluice_core::wire::{DecideRequest, LeaseGrant, LeaseRequest};
 
 /// Field names and values the parsers know, so that generated documents get deep.
 fn vocabulary_json() -> impl Strategy<Value = Value> {
@@ -51,6 +54,27 @@ fn vocabulary_json() -> impl Strategy<Value = Value> {
         Just("trusted_hops"),
         Just("timeout"),
         Just("failure_mode"),
+        Just("count_denied"),
+        Just("lease"),
+        Just("horizon"),
+        Just("max_share"),
+        Just("max_total_share"),
+        Just("ttl"),
+        Just("holder"),
+        Just("asks"),
+        Just("terms"),
+        Just("max_units"),
+        Just("max_outstanding"),
+        Just("want"),
+        Just("held"),
+        Just("returning"),
+        Just("demand"),
+        Just("grants"),
+        Just("granted"),
+        Just("lease_ms"),
+        Just("more_in_ms"),
+        Just("remaining"),
+        Just("pace_us"),
     ];
     let leaf = prop_oneof![
         Just(Value::Null),
@@ -88,6 +112,34 @@ fn vocabulary_json() -> impl Strategy<Value = Value> {
     })
 }
 
+/// A lease ask the answer parser checks answers against.
+const LEASE_REQUEST: &[u8] = br#"{"holder":"envoy-1","asks":[{"rule":"a","key":"k","limit":{"algorithm":"gcra","rate":100,"per":"1s","burst":100},"terms":{"max_units":10,"max_outstanding":50,"ttl":"1s"},"want":10}]}"#;
+
+/// An allowance as shared data may hold it: the twelve numbers and the id, each anything.
+fn any_slot() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..64),
+        (prop::collection::vec(any::<u64>(), 12), ".{0,8}").prop_map(|(numbers, id)| {
+            let mut text: Vec<String> = numbers.iter().map(u64::to_string).collect();
+            text.push(id);
+            text.join("|").into_bytes()
+        }),
+    ]
+}
+
+fn any_grant() -> impl Strategy<Value = LeaseGrant> {
+    prop::array::uniform6(any::<u64>()).prop_map(
+        |[granted, lease_ms, more_in_ms, limit, remaining, pace_us]| LeaseGrant {
+            granted,
+            lease_ms,
+            more_in_ms,
+            limit,
+            remaining,
+            pace_us,
+        },
+    )
+}
+
 fn any_input() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         prop::collection::vec(any::<u8>(), 0..256),
@@ -118,5 +170,42 @@ proptest! {
     #[test]
     fn the_request_parser_never_panics(data in any_input()) {
         let _ = DecideRequest::from_json(&data);
+    }
+
+    #[test]
+    fn the_lease_request_parser_never_panics(data in any_input()) {
+        let _ = LeaseRequest::from_json(&data);
+    }
+
+    #[test]
+    fn the_lease_answer_parser_never_panics(data in any_input()) {
+        let request = LeaseRequest::from_json(LEASE_REQUEST).unwrap();
+        let _ = request.parse_response(&data);
+    }
+
+    /// Whatever shared data holds and whatever the clock says, an allowance's every step
+    /// runs, and what it writes back reads back the same.
+    #[test]
+    fn an_allowance_runs_on_any_slot_and_any_grant(
+        slot in any_slot(),
+        grant in any_grant(),
+        [asked_at_us, now_us, ttl_us, margin_us] in prop::array::uniform4(any::<u64>()),
+        cost in 0u64..1_000_000,
+        horizon_ms in 1u64..=60_000,
+        max_units in any::<u64>(),
+    ) {
+        let mut allowance = Allowance::decode(&slot).unwrap_or_else(|| Allowance::new("r:k"));
+        let config = LeaseConfig {
+            horizon: Millis::new(horizon_ms).unwrap(),
+            terms: LeaseTerms { max_units, max_outstanding: max_units, ttl: Millis::new(horizon_ms * 2).unwrap() },
+        };
+        allowance.grant(asked_at_us, &grant);
+        allowance.observe(cost, now_us, config.horizon);
+        let _ = allowance.want(now_us, &config);
+        let _ = allowance.take(cost, now_us);
+        let _ = allowance.give_back(cost, now_us);
+        let _ = allowance.demand_per_second(config.horizon);
+        let _ = allowance.lease_ending(now_us, ttl_us, margin_us);
+        prop_assert_eq!(Allowance::decode(&allowance.encode()), Some(allowance));
     }
 }

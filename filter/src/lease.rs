@@ -493,7 +493,9 @@ impl Leases {
                 // The slot went to another key meanwhile: give these back at the next tick.
                 self.state.borrow_mut().orphans.push(Orphan {
                     units: grant.granted,
-                    lease_until_us: s.asked_at_us.saturating_add(grant.lease_ms * 1000),
+                    lease_until_us: s
+                        .asked_at_us
+                        .saturating_add(grant.lease_ms.saturating_mul(1000)),
                     ..s.orphan()
                 });
             }

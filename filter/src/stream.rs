@@ -279,8 +279,8 @@ impl Stream {
             {
                 let entry = Entry {
                     id: entry_id(&rule(shared, planned).name, &planned.key),
-                    until_ms: asked_at + retry_ms,
-                    reset_at_ms: asked_at + reset_ms,
+                    until_ms: asked_at.saturating_add(*retry_ms),
+                    reset_at_ms: asked_at.saturating_add(*reset_ms),
                     limit: *limit,
                 };
                 // Judged at the callout's time, not at a fresh clock read (a host call) on
