@@ -164,3 +164,112 @@ fn arbitrary_requests_and_answers_never_trap_the_filter() {
         panic!("{e}\nlast logs: {logs:?}");
     }
 }
+
+/// How a lease answer oversteps its ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Overstep {
+    /// It does not: the control.
+    Nothing,
+    /// One unit more than wanted.
+    Units,
+    /// A lease a millisecond longer than the terms' ttl.
+    Lease,
+}
+
+/// A lease answer granting more than was asked, or a longer lease than the terms allow, would
+/// break the bound the terms promise: the filter refuses it whole, logs why, and keeps deciding
+/// by callout. The same answer within the ask lets the next request be decided in Envoy.
+#[test]
+fn a_lease_answer_beyond_its_ask_is_refused_and_its_units_never_spent() {
+    use sluice_core::wire::{LEASE_PATH, LeaseRequest};
+    const LEASED: &str = r#"{"cluster": "sluice", "rules": [{"name": "r", "key": [{"const": "all"}],
+        "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000}, "lease": {"horizon": "100ms"}}]}"#;
+    let allowed = br#"{"results":[{"allowed":true,"limit":1000,"remaining":900,"reset_ms":100,"retry_after_ms":null,"delay_ms":0}]}"#;
+    let reply = |body: Vec<u8>| CalloutReply {
+        headers: Some(HeaderMap::from_pairs([(":status", b"200".to_vec())])),
+        body: Some(body),
+        trailers: HeaderMap::default(),
+    };
+    let callouts = |outputs: &[Output]| -> Vec<sluice_sim::host::state::OutgoingCallout> {
+        outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Callout { callout, .. } => Some(callout.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let host = Host::new().unwrap();
+    let plugin = host.load(&sluice_e2e::filter_wasm()).unwrap();
+    for overstep in [Overstep::Nothing, Overstep::Units, Overstep::Lease] {
+        let mut envoy =
+            Envoy::start(&plugin, EnvoyConfig::new(LEASED, ["sluice".to_owned()]), 0).unwrap();
+        let mut id = 0;
+        // Requests one after another, each answered by callout as it goes out; returns
+        // whether the last was decided in Envoy (completed without a callout).
+        let mut send = |envoy: &mut Envoy, now: u64| -> bool {
+            id += 1;
+            let request = Request {
+                id,
+                headers: vec![
+                    (":path".to_owned(), b"/".to_vec()),
+                    (":method".to_owned(), b"GET".to_vec()),
+                    (":authority".to_owned(), b"a.example".to_vec()),
+                    (":scheme".to_owned(), b"http".to_vec()),
+                ],
+                peer: ([192, 0, 2, 1].into(), 1234),
+                upstream_status: 200,
+                upstream_bytes: 0,
+            };
+            let outputs = envoy.begin(0, request, now);
+            let asked = callouts(&outputs);
+            for callout in &asked {
+                envoy.deliver(0, callout.token, reply(allowed.to_vec()), now);
+            }
+            asked.is_empty()
+        };
+        let mut now = 1_000_000_000_000u64;
+        for _ in 0..50 {
+            now += 1_000_000;
+            assert!(!send(&mut envoy, now), "decided in Envoy before any lease");
+        }
+        // The key is busy: a tick sends the lease ask.
+        let mut asks = Vec::new();
+        for _ in 0..20 {
+            now += 5_000_000;
+            asks = callouts(&envoy.tick(0, now));
+            if !asks.is_empty() {
+                break;
+            }
+        }
+        let [ask] = asks.as_slice() else {
+            panic!("one lease call expected, got {}", asks.len())
+        };
+        let path = ask.headers.iter().find(|(k, _)| k == ":path").unwrap();
+        assert_eq!(path.1, LEASE_PATH.as_bytes());
+        let request = LeaseRequest::from_json(&ask.body).unwrap();
+        let grants: Vec<serde_json::Value> = request
+            .asks
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "granted": a.want + u64::from(overstep == Overstep::Units),
+                    "lease_ms": a.terms.ttl.as_millis() + u64::from(overstep == Overstep::Lease),
+                    "limit": 1000,
+                    "remaining": 500,
+                })
+            })
+            .collect();
+        let body = serde_json::to_vec(&serde_json::json!({ "grants": grants })).unwrap();
+        envoy.deliver(0, ask.token, reply(body), now);
+        now += 1_000_000;
+        let local = send(&mut envoy, now);
+        assert_eq!(local, overstep == Overstep::Nothing, "{overstep:?}");
+        let refused = envoy.logs().recent().iter().any(|l| {
+            l.message
+                .contains("lease call failed: response body: grants[0]")
+        });
+        assert_eq!(refused, overstep != Overstep::Nothing, "{overstep:?}");
+        assert!(envoy.failed(0).is_none());
+    }
+}

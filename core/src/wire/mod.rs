@@ -330,7 +330,10 @@ impl LeaseRequest {
         Ok(request)
     }
 
-    /// Parses the response to this request, checking that it answers every ask.
+    /// Parses the response to this request, checking that it answers every ask within what
+    /// was asked: no more units than wanted, no lease longer than the terms' `ttl`. A holder
+    /// that took more would break the bound the terms promise, so such an answer is refused
+    /// whole.
     pub fn parse_response(&self, body: &[u8]) -> Result<LeaseResponse, WireError> {
         let response: LeaseResponse =
             serde_json::from_slice(body).map_err(|e| WireError(format!("response body: {e}")))?;
@@ -340,6 +343,20 @@ impl LeaseRequest {
                 response.grants.len(),
                 self.asks.len()
             )));
+        }
+        for (i, (ask, grant)) in self.asks.iter().zip(&response.grants).enumerate() {
+            if grant.granted > ask.want {
+                return Err(WireError(format!(
+                    "response body: grants[{i}].granted is {}, more than the {} asked",
+                    grant.granted, ask.want
+                )));
+            }
+            if grant.lease_ms > ask.terms.ttl.as_millis() {
+                return Err(WireError(format!(
+                    "response body: grants[{i}].lease_ms is {}, longer than the terms' ttl ({})",
+                    grant.lease_ms, ask.terms.ttl
+                )));
+            }
         }
         Ok(response)
     }
@@ -477,5 +494,37 @@ mod tests {
             "asks[1]: rule `r` with key `k` is already asks[0]"
         );
         assert!(lease_err(r#"{"holder":"h","asks":[{"rule":"r"}]}"#).starts_with("asks[0]"));
+    }
+
+    #[test]
+    fn a_lease_answer_is_held_to_what_was_asked() {
+        let request =
+            LeaseRequest::from_json(format!(r#"{{"holder":"h","asks":[{ASK}]}}"#).as_bytes())
+                .unwrap();
+        let answer = |granted: u64, lease_ms: u64| {
+            request.parse_response(
+                format!(
+                    r#"{{"grants":[{{"granted":{granted},"lease_ms":{lease_ms},"limit":10,"remaining":5}}]}}"#
+                )
+                .as_bytes(),
+            )
+        };
+        let grant = answer(5, 1000).unwrap().grants[0];
+        assert_eq!(
+            (grant.granted, grant.lease_ms, grant.more_in_ms),
+            (5, 1000, 0)
+        );
+        assert_eq!(
+            answer(6, 1000).unwrap_err().0,
+            "response body: grants[0].granted is 6, more than the 5 asked"
+        );
+        assert_eq!(
+            answer(5, 1001).unwrap_err().0,
+            "response body: grants[0].lease_ms is 1001, longer than the terms' ttl (1s)"
+        );
+        assert_eq!(
+            request.parse_response(br#"{"grants":[]}"#).unwrap_err().0,
+            "response body: 0 grants for 1 asks"
+        );
     }
 }
