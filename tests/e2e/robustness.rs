@@ -182,6 +182,7 @@ enum Overstep {
 #[test]
 fn a_lease_answer_beyond_its_ask_is_refused_and_its_units_never_spent() {
     use sluice_core::wire::{LEASE_PATH, LeaseRequest};
+    use sluice_e2e::probe::callouts;
     const LEASED: &str = r#"{"cluster": "sluice", "rules": [{"name": "r", "key": [{"const": "all"}],
         "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000}, "lease": {"horizon": "100ms"}}]}"#;
     let allowed = br#"{"results":[{"allowed":true,"limit":1000,"remaining":900,"reset_ms":100,"retry_after_ms":null,"delay_ms":0}]}"#;
@@ -189,15 +190,6 @@ fn a_lease_answer_beyond_its_ask_is_refused_and_its_units_never_spent() {
         headers: Some(HeaderMap::from_pairs([(":status", b"200".to_vec())])),
         body: Some(body),
         trailers: HeaderMap::default(),
-    };
-    let callouts = |outputs: &[Output]| -> Vec<sluice_sim::host::state::OutgoingCallout> {
-        outputs
-            .iter()
-            .filter_map(|o| match o {
-                Output::Callout { callout, .. } => Some(callout.clone()),
-                _ => None,
-            })
-            .collect()
     };
     let host = Host::new().unwrap();
     let plugin = host.load(&sluice_e2e::filter_wasm()).unwrap();
