@@ -401,7 +401,7 @@ impl Stream {
 
     fn hold(&mut self, shared: &Shared, delay_ms: u64) {
         self.held = true;
-        let release_at = self.asked_at_ms + delay_ms;
+        let release_at = self.asked_at_ms.saturating_add(delay_ms);
         shared.held.borrow_mut().hold(self.id, release_at);
     }
 }
