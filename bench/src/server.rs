@@ -36,7 +36,7 @@ pub struct RedisWork {
 }
 
 impl RedisWork {
-    /// Redis' counters now (`INFO`), from which a later reading is subtracted.
+    /// Redis' counters now (`INFO`).
     fn read(redis: &RedisServer) -> anyhow::Result<RedisWork> {
         let info = redis.cli(&["INFO", "ALL"])?;
         let cpu = |name: &str| -> anyhow::Result<f64> {
@@ -54,11 +54,21 @@ impl RedisWork {
         })
     }
 
-    fn since(self, before: RedisWork) -> RedisWork {
-        RedisWork {
-            cpu_s: self.cpu_s - before.cpu_s,
-            decisions: self.decisions - before.decisions,
-        }
+    /// Runs `work` and returns what it gave with what Redis did meanwhile.
+    fn during<T>(
+        redis: &RedisServer,
+        work: impl FnOnce() -> anyhow::Result<T>,
+    ) -> anyhow::Result<(T, RedisWork)> {
+        let before = RedisWork::read(redis)?;
+        let out = work()?;
+        let after = RedisWork::read(redis)?;
+        Ok((
+            out,
+            RedisWork {
+                cpu_s: after.cpu_s - before.cpu_s,
+                decisions: after.decisions - before.decisions,
+            },
+        ))
     }
 
     /// Redis' CPU microseconds per decision.
@@ -285,28 +295,28 @@ pub fn run(
     for &(concurrency, checks) in configurations {
         let mut runs = Vec::with_capacity(repeats);
         for _ in 0..repeats.max(1) {
-            let before = RedisWork::read(&redis)?;
-            let sluice = runtime.block_on(load::run(
-                addr,
-                sluice_core::wire::DECIDE_PATH,
-                concurrency,
-                Duration::from_secs(1),
-                duration,
-                &bodies(checks),
-            ))?;
-            let sluice_redis = RedisWork::read(&redis)?.since(before);
+            let (sluice, sluice_redis) = RedisWork::during(&redis, || {
+                runtime.block_on(load::run(
+                    addr,
+                    sluice_core::wire::DECIDE_PATH,
+                    concurrency,
+                    Duration::from_secs(1),
+                    duration,
+                    &bodies(checks),
+                ))
+            })?;
             if sluice.errors > 0 {
                 bail!("{} requests failed during the benchmark", sluice.errors);
             }
             // About as many EVALSHA as the sluice run decided, so both run for a similar time.
             let requests =
                 ((sluice.rate() * checks as f64 * duration.as_secs_f64()) as u64).max(50_000);
-            let before = RedisWork::read(&redis)?;
-            let baseline = redis_benchmark(&redis, concurrency, requests, Call::Eval)?;
-            let baseline_redis = RedisWork::read(&redis)?.since(before);
-            let before = RedisWork::read(&redis)?;
-            let fcall = redis_benchmark(&redis, concurrency, requests, Call::Function)?;
-            let fcall_redis = RedisWork::read(&redis)?.since(before);
+            let (baseline, baseline_redis) = RedisWork::during(&redis, || {
+                redis_benchmark(&redis, concurrency, requests, Call::Eval)
+            })?;
+            let (fcall, fcall_redis) = RedisWork::during(&redis, || {
+                redis_benchmark(&redis, concurrency, requests, Call::Function)
+            })?;
             runs.push(Run {
                 sluice,
                 sluice_redis,

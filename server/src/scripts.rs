@@ -80,6 +80,19 @@ impl LimitScript {
         &self.function
     }
 
+    /// `EVALSHA` of its text with `keys` and `args`; invoked, it loads the script and tries
+    /// again on `NOSCRIPT`.
+    pub fn evalsha(&self, keys: &[String], args: &[String]) -> redis::ScriptInvocation<'_> {
+        let mut invocation = self.text.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        invocation
+    }
+
     /// `FCALL` of its function with `keys` and `args`.
     pub fn fcall(&self, keys: &[String], args: &[String]) -> redis::Cmd {
         let mut fcall = redis::cmd("FCALL");

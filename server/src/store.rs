@@ -359,13 +359,7 @@ impl Store {
                     answered => return answered,
                 }
             }
-            let mut invocation = script.text().prepare_invoke();
-            for key in keys {
-                invocation.key(key);
-            }
-            for arg in args {
-                invocation.arg(arg);
-            }
+            let invocation = script.evalsha(keys, args);
             match backend {
                 Backend::Single(mut c) => invocation.invoke_async(&mut c).await,
                 Backend::Cluster(mut c) => invocation.invoke_async(&mut c).await,

@@ -41,12 +41,12 @@ async fn connections(redis: &RedisServer, n: usize) -> Vec<MultiplexedConnection
 }
 
 async fn invoke(connection: &mut MultiplexedConnection, call: &ScriptCall) -> Verdict {
-    let mut invocation = call.script().text().prepare_invoke();
-    invocation.key(&call.key);
-    for arg in &call.args() {
-        invocation.arg(arg);
-    }
-    let reply: Vec<i64> = invocation.invoke_async(connection).await.unwrap();
+    let reply: Vec<i64> = call
+        .script()
+        .evalsha(std::slice::from_ref(&call.key), &call.args())
+        .invoke_async(connection)
+        .await
+        .unwrap();
     decode_reply(reply).unwrap()
 }
 

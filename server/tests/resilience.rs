@@ -133,12 +133,22 @@ async fn decide_each_answered(
     }
 }
 
-/// Whether `node` holds sluice's functions library.
-fn holds_library(node: &RedisServer) -> bool {
+/// `node` holds sluice's functions library and ran its functions.
+fn assert_ran_functions(node: &RedisServer) {
     let library = &SCRIPTS.library().name;
-    node.cli(&["FUNCTION", "LIST", "LIBRARYNAME", library])
-        .unwrap()
-        .contains(library.as_str())
+    let listed = node
+        .cli(&["FUNCTION", "LIST", "LIBRARYNAME", library])
+        .unwrap();
+    assert!(
+        listed.contains(library.as_str()),
+        "node {} lacks the library",
+        node.port()
+    );
+    assert!(
+        common::calls(node, "fcall") > 0,
+        "node {} ran no FCALL",
+        node.port()
+    );
 }
 
 /// Load on a server calling scripts `calls`' way while `flush` empties Redis of them 20 times:
@@ -265,16 +275,7 @@ async fn the_whole_decision_path_works_on_a_cluster_with_keys_on_every_node() {
     for node in cluster.nodes() {
         let keys: u64 = node.cli(&["DBSIZE"]).unwrap().trim().parse().unwrap();
         assert!(keys > 0, "node {} holds no key", node.port());
-        assert!(
-            holds_library(node),
-            "node {} lacks the library",
-            node.port()
-        );
-        assert!(
-            common::calls(node, "fcall") > 0,
-            "node {} ran no FCALL",
-            node.port()
-        );
+        assert_ran_functions(node);
     }
 }
 
@@ -295,16 +296,7 @@ async fn a_cluster_node_without_the_library_gets_it_on_its_first_call() {
         "one node flushed",
     )
     .await;
-    assert!(
-        holds_library(bare),
-        "node {} was not given the library",
-        bare.port()
-    );
-    assert!(
-        common::calls(bare, "fcall") > 0,
-        "node {} ran no FCALL",
-        bare.port()
-    );
+    assert_ran_functions(bare);
     assert_eq!(
         common::calls(bare, "evalsha"),
         0,
