@@ -242,6 +242,31 @@ impl Limit {
         }
     }
 
+    /// The longest a shaping leaky bucket may hold a request; 0 for every other limit.
+    pub fn max_wait_ms(&self) -> u64 {
+        match self {
+            Limit::LeakyBucket(LeakyLimit {
+                mode: LeakMode::Shaping { max_wait },
+                ..
+            }) => max_wait.as_millis(),
+            _ => 0,
+        }
+    }
+
+    /// The longest wait any answer of this limit reports (`reset_ms`, `retry_after_ms`) when
+    /// its callers share one clock: two windows (a sliding window's previous count weighs for
+    /// a window more) or two fills of the bucket (counted denials run it up to one burst into
+    /// debt). A caller whose clock lags the key's latest time may be told more, by the lag.
+    pub fn longest_wait_ms(&self) -> u64 {
+        match self {
+            Limit::FixedWindow(w) | Limit::SlidingLog(w) | Limit::SlidingWindow(w) => {
+                w.window.as_millis().saturating_mul(2)
+            }
+            Limit::TokenBucket(b) | Limit::Gcra(b) => b.fill_ms().saturating_mul(2),
+            Limit::LeakyBucket(l) => l.bucket.fill_ms().saturating_mul(2),
+        }
+    }
+
     /// The steady rate the limit stands for, as (units, period): `limit` per `window`, or
     /// `rate` per `per`. Reports measure accuracy against an exact limiter of this rate.
     pub fn nominal_rate(&self) -> (u64, Millis) {

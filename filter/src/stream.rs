@@ -203,11 +203,29 @@ impl Stream {
         Ok(())
     }
 
-    /// The verdicts in the callout's answer, or why there are none.
-    fn read_answer(&self, num_headers: usize, body_size: usize) -> Result<Vec<Verdict>, String> {
+    /// The verdicts in the callout's answer, or why there are none: an answer that is not
+    /// one verdict per check asked, each possible for its rule's limit, is refused whole.
+    fn read_answer(
+        &self,
+        shared: &Shared,
+        num_headers: usize,
+        body_size: usize,
+    ) -> Result<Vec<Verdict>, String> {
         let body = answer::read(self, num_headers, body_size)?;
         let asked = self.asked.ok_or("an answer to no callout")?;
-        read_decide_response(&body, asked).map_err(|e| e.to_string())
+        let remote = read_decide_response(&body, asked).map_err(|e| e.to_string())?;
+        let asked_limits = self
+            .planned
+            .iter()
+            .zip(&self.local)
+            .filter(|(_, local)| local.is_none())
+            .map(|(p, _)| &rule(shared, p).limit);
+        for (i, (verdict, limit)) in remote.iter().zip(asked_limits).enumerate() {
+            verdict
+                .check_against(limit)
+                .map_err(|e| format!("response body: results[{i}].{e}"))?;
+        }
+        Ok(remote)
     }
 
     /// Every check's verdict: those decided here, then the server's for the others, in
@@ -277,10 +295,15 @@ impl Stream {
                     ..
                 }) = verdict
             {
+                // No longer than the limit's own longest wait: an answer claiming more (a
+                // lagging clock, or garbage) would otherwise lock the key out here with no
+                // callout to correct it; an entry cut short only costs a callout.
+                let rule = rule(shared, planned);
+                let longest_ms = rule.limit.longest_wait_ms();
                 let entry = Entry {
-                    id: entry_id(&rule(shared, planned).name, &planned.key),
-                    until_ms: asked_at.saturating_add(*retry_ms),
-                    reset_at_ms: asked_at.saturating_add(*reset_ms),
+                    id: entry_id(&rule.name, &planned.key),
+                    until_ms: asked_at.saturating_add((*retry_ms).min(longest_ms)),
+                    reset_at_ms: asked_at.saturating_add((*reset_ms).min(longest_ms)),
                     limit: *limit,
                 };
                 // Judged at the callout's time, not at a fresh clock read (a host call) on
@@ -427,7 +450,7 @@ impl Context for Stream {
         let Some(shared) = self.shared.clone() else {
             return;
         };
-        let act = match self.read_answer(num_headers, body_size) {
+        let act = match self.read_answer(&shared, num_headers, body_size) {
             Ok(remote) => {
                 let verdicts = self.all_verdicts(&remote);
                 self.conclude(&shared, &verdicts)

@@ -8,6 +8,10 @@
 //! Redis holds is read back and compared with the model's state. Before some steps the script
 //! is only asked (`commit` off): it must answer as the model does and write nothing.
 //!
+//! Every answer must also be possible for its limit ([`Verdict::check_against`], which the
+//! filter holds every answer to) and wait no longer than [`Limit::longest_wait_ms`] beyond the
+//! caller's lag (the filter's deny cache keeps a denial no longer than that).
+//!
 //! The batch script is held to [`decide_all`], the all-or-nothing rule, the same way.
 //!
 //! Steps take turns between the two ways the server calls a script, as a function of its
@@ -26,6 +30,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::aio::MultiplexedConnection;
 use sluice_core::algorithm::{CheckInput, Request, State, Update, decide_all};
 use sluice_core::limit::{Algorithm, Limit};
+use sluice_core::verdict::Verdict;
 use sluice_harness::RedisServer;
 use sluice_server::scripts::{BatchCall, ScriptCall, ScriptTime};
 use sluice_server::store::{ScriptCalls, Store, Topology};
@@ -229,6 +234,32 @@ impl Redis {
     }
 }
 
+/// An answer any caller could be given: possible for its limit (capacity, remaining, delay),
+/// and waits no longer than the limit's longest, plus what this caller's clock lags behind
+/// the latest time the key has seen.
+fn assert_possible(
+    verdict: &Verdict,
+    limit: &Limit,
+    lag_us: i64,
+    context: &str,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(verdict.check_against(limit), Ok(()), "{}", context);
+    let longest = limit.longest_wait_ms() + u64::try_from(lag_us).unwrap_or(0).div_ceil(1000);
+    prop_assert!(
+        verdict.reset_ms <= longest,
+        "reset_ms over {}, {}",
+        longest,
+        context
+    );
+    prop_assert!(
+        verdict.retry_after_ms.unwrap_or(0) <= longest,
+        "retry_after_ms over {}, {}",
+        longest,
+        context
+    );
+    Ok(())
+}
+
 fn apply(state: &mut Option<State>, update: Update<State>) {
     if let Update::Write { state: s, .. } = update {
         *state = Some(s);
@@ -248,9 +279,11 @@ fn check_algorithm(algorithm: Algorithm) {
         |(limit, (start, steps, count_denied))| {
             let key = format!("diff:{algorithm}:{}", sequence.fetch_add(1, Ordering::Relaxed));
             let mut now = start;
+            let mut latest = start;
             let mut state: Option<State> = None;
             for (i, &(dt, drawn, ask_first)) in steps.iter().enumerate() {
                 now += dt;
+                latest = latest.max(now);
                 let cost = cost_of(drawn, limit.capacity());
                 let request = Request {
                     now_us: now,
@@ -266,10 +299,12 @@ fn check_algorithm(algorithm: Algorithm) {
                     let before = redis.stored(&key, algorithm);
                     let asked = redis.run(i, &call.asking())?;
                     prop_assert_eq!(asked, model.verdict, "asking, {}", context);
+                    assert_possible(&asked, &limit, latest - now, &context)?;
                     prop_assert_eq!(redis.stored(&key, algorithm), before, "asking wrote, {}", context);
                 }
                 let script = redis.run(i + 1, &call)?;
                 prop_assert_eq!(script, model.verdict, "{}", context);
+                assert_possible(&script, &limit, latest - now, &context)?;
                 apply(&mut state, model.update);
                 let expected = state.as_ref().and_then(stored_form);
                 prop_assert_eq!(redis.stored(&key, algorithm), expected, "stored state, {}", context);
@@ -334,9 +369,11 @@ fn the_batch_script_decides_all_or_nothing_as_the_models_do() {
             let prefix = format!("batch:{}", sequence.fetch_add(1, Ordering::Relaxed));
             let keys: Vec<String> = (0..limits.len()).map(|c| format!("{prefix}:{c}")).collect();
             let mut now = start;
+            let mut latest = start;
             let mut states: Vec<Option<State>> = vec![None; limits.len()];
             for (i, &(dt, drawn, _)) in steps.iter().enumerate() {
                 now += dt;
+                latest = latest.max(now);
                 // Most checks cost the step's cost; some cost 1.
                 let costs: Vec<u64> = limits
                     .iter()
@@ -372,6 +409,7 @@ fn the_batch_script_decides_all_or_nothing_as_the_models_do() {
                         "step {i} check {c} of {limits:?} (shadows {shadows:?}, costs {costs:?}, count_denied {count_denied}, now {now})"
                     );
                     prop_assert_eq!(script[c], out.verdict, "{}", context);
+                    assert_possible(&script[c], &limits[c], latest - now, &context)?;
                     apply(&mut states[c], out.update);
                     let expected = states[c].as_ref().and_then(stored_form);
                     let algorithm = limits[c].algorithm();

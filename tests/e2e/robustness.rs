@@ -7,6 +7,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use sluice_e2e::probe::callouts;
 use sluice_sim::envoy::{Envoy, EnvoyConfig, Output, Request};
 use sluice_sim::host::Host;
 use sluice_sim::host::headers::HeaderMap;
@@ -37,9 +38,20 @@ fn answer() -> impl Strategy<Value = CalloutReply> {
     let body = prop_oneof![
         prop::collection::vec(any::<u8>(), 0..200),
         Just(br#"{"results":[{"allowed":false,"limit":1,"remaining":0,"reset_ms":1,"retry_after_ms":null,"delay_ms":0}]}"#.to_vec()),
-        (any::<bool>(), 0u64..5000, prop::option::of(0u64..5000), 0u64..3000).prop_map(|(allowed, reset, retry, delay)| {
-            let one = serde_json::json!({"allowed": allowed, "limit": 10, "remaining": 3, "reset_ms": reset, "retry_after_ms": retry, "delay_ms": delay});
-            serde_json::to_vec(&serde_json::json!({"results": [one.clone(), one.clone(), one]})).unwrap()
+        // Each verdict's limit one of the rules' capacities, so that many answers are possible
+        // for the checks they answer and reach the decision, and some are refused.
+        prop::collection::vec(
+            (any::<bool>(), prop::sample::select(vec![10u64, 3, 5]), 0u64..=3, 0u64..5000, prop::option::of(0u64..5000), 0u64..3000),
+            3,
+        )
+        .prop_map(|verdicts| {
+            let results: Vec<serde_json::Value> = verdicts
+                .into_iter()
+                .map(|(allowed, limit, remaining, reset, retry, delay)| {
+                    serde_json::json!({"allowed": allowed, "limit": limit, "remaining": remaining, "reset_ms": reset, "retry_after_ms": retry, "delay_ms": delay})
+                })
+                .collect();
+            serde_json::to_vec(&serde_json::json!({ "results": results })).unwrap()
         }),
     ];
     (
@@ -165,6 +177,46 @@ fn arbitrary_requests_and_answers_never_trap_the_filter() {
     }
 }
 
+/// `GET path` from 192.0.2.1, request number `id`.
+fn get(id: u64, path: &str) -> Request {
+    Request {
+        id,
+        headers: vec![
+            (":path".to_owned(), path.as_bytes().to_vec()),
+            (":method".to_owned(), b"GET".to_vec()),
+            (":authority".to_owned(), b"a.example".to_vec()),
+            (":scheme".to_owned(), b"http".to_vec()),
+        ],
+        peer: ([192, 0, 2, 1].into(), 1234),
+        upstream_status: 200,
+        upstream_bytes: 0,
+    }
+}
+
+/// A 200 answer with this body.
+fn ok_reply(body: &[u8]) -> CalloutReply {
+    CalloutReply {
+        headers: Some(HeaderMap::from_pairs([(":status", b"200".to_vec())])),
+        body: Some(body.to_vec()),
+        trailers: HeaderMap::default(),
+    }
+}
+
+/// Sends `request` and answers each callout it makes, as it goes out, with `body`. Returns
+/// whether it called out, and its status once completed (`None`: still held).
+fn exchange(envoy: &mut Envoy, request: Request, body: &[u8], now: u64) -> (bool, Option<u16>) {
+    let mut outputs = envoy.begin(0, request, now);
+    let asked = callouts(&outputs);
+    for callout in &asked {
+        outputs.extend(envoy.deliver(0, callout.token, ok_reply(body), now));
+    }
+    let status = outputs.iter().find_map(|o| match o {
+        Output::Completed(done) => Some(done.status),
+        _ => None,
+    });
+    (!asked.is_empty(), status)
+}
+
 /// How a lease answer oversteps its ask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Overstep {
@@ -182,15 +234,9 @@ enum Overstep {
 #[test]
 fn a_lease_answer_beyond_its_ask_is_refused_and_its_units_never_spent() {
     use sluice_core::wire::{LEASE_PATH, LeaseRequest};
-    use sluice_e2e::probe::callouts;
     const LEASED: &str = r#"{"cluster": "sluice", "rules": [{"name": "r", "key": [{"const": "all"}],
         "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000}, "lease": {"horizon": "100ms"}}]}"#;
     let allowed = br#"{"results":[{"allowed":true,"limit":1000,"remaining":900,"reset_ms":100,"retry_after_ms":null,"delay_ms":0}]}"#;
-    let reply = |body: Vec<u8>| CalloutReply {
-        headers: Some(HeaderMap::from_pairs([(":status", b"200".to_vec())])),
-        body: Some(body),
-        trailers: HeaderMap::default(),
-    };
     let host = Host::new().unwrap();
     let plugin = host.load(&sluice_e2e::filter_wasm()).unwrap();
     for overstep in [Overstep::Nothing, Overstep::Units, Overstep::Lease] {
@@ -201,24 +247,7 @@ fn a_lease_answer_beyond_its_ask_is_refused_and_its_units_never_spent() {
         // whether the last was decided in Envoy (completed without a callout).
         let mut send = |envoy: &mut Envoy, now: u64| -> bool {
             id += 1;
-            let request = Request {
-                id,
-                headers: vec![
-                    (":path".to_owned(), b"/".to_vec()),
-                    (":method".to_owned(), b"GET".to_vec()),
-                    (":authority".to_owned(), b"a.example".to_vec()),
-                    (":scheme".to_owned(), b"http".to_vec()),
-                ],
-                peer: ([192, 0, 2, 1].into(), 1234),
-                upstream_status: 200,
-                upstream_bytes: 0,
-            };
-            let outputs = envoy.begin(0, request, now);
-            let asked = callouts(&outputs);
-            for callout in &asked {
-                envoy.deliver(0, callout.token, reply(allowed.to_vec()), now);
-            }
-            asked.is_empty()
+            !exchange(envoy, get(id, "/"), allowed, now).0
         };
         let mut now = 1_000_000_000_000u64;
         for _ in 0..50 {
@@ -253,7 +282,7 @@ fn a_lease_answer_beyond_its_ask_is_refused_and_its_units_never_spent() {
             })
             .collect();
         let body = serde_json::to_vec(&serde_json::json!({ "grants": grants })).unwrap();
-        envoy.deliver(0, ask.token, reply(body), now);
+        envoy.deliver(0, ask.token, ok_reply(&body), now);
         now += 1_000_000;
         let local = send(&mut envoy, now);
         assert_eq!(local, overstep == Overstep::Nothing, "{overstep:?}");
@@ -264,4 +293,87 @@ fn a_lease_answer_beyond_its_ask_is_refused_and_its_units_never_spent() {
         assert_eq!(refused, overstep != Overstep::Nothing, "{overstep:?}");
         assert!(envoy.failed(0).is_none());
     }
+}
+
+/// A verdict that no algorithm could give for its rule (another capacity, more remaining than
+/// the limit holds, a hold past `max_wait`) is garbage however well formed: the filter refuses
+/// the answer whole, logs why, and the failure mode decides. A denial claiming a longer wait
+/// than its limit ever asks is passed on to the client, but the deny cache keeps it no longer
+/// than the limit's longest wait: past that, the next request asks the service again.
+#[test]
+fn verdicts_impossible_for_their_rule_are_refused_and_cached_denials_are_bounded() {
+    const POLICY: &str = r#"{"cluster": "sluice", "failure_mode": "deny", "rules": [
+        {"name": "shape", "match": {"path": {"prefix": "/shape"}}, "key": [{"const": "all"}],
+         "limit": {"algorithm": "leaky_bucket", "rate": 5, "per": "1s", "burst": 10, "mode": "shaping", "max_wait": "2s"}},
+        {"name": "per-client", "match": {"path": {"prefix": "/gcra"}}, "key": ["client_ip"],
+         "limit": {"algorithm": "gcra", "rate": 10, "per": "1s", "burst": 10}}]}"#;
+    let verdict = |allowed: bool, limit: u64, remaining: u64, wait_ms: u64, delay_ms: u64| {
+        format!(
+            r#"{{"results":[{{"allowed":{allowed},"limit":{limit},"remaining":{remaining},"reset_ms":{wait_ms},"retry_after_ms":{wait_ms},"delay_ms":{delay_ms}}}]}}"#
+        )
+    };
+    let host = Host::new().unwrap();
+    let plugin = host.load(&sluice_e2e::filter_wasm()).unwrap();
+    let mut envoy =
+        Envoy::start(&plugin, EnvoyConfig::new(POLICY, ["sluice".to_owned()]), 0).unwrap();
+    let mut id = 0;
+    let mut send = |envoy: &mut Envoy, path: &str, body: String, now: u64| {
+        id += 1;
+        exchange(envoy, get(id, path), body.as_bytes(), now)
+    };
+    let refused = |envoy: &Envoy, what: &str| {
+        envoy.logs().recent().iter().any(|l| {
+            l.message
+                .contains(&format!("response body: results[0].{what}"))
+        })
+    };
+    let mut now = 1_000_000_000_000u64;
+
+    for (body, why) in [
+        (
+            verdict(true, 10, 0, 0, 2001),
+            "delay_ms is 2001, longer than the rule's max_wait (2000 ms)",
+        ),
+        (
+            verdict(true, 10, 11, 0, 0),
+            "remaining is 11, more than the rule's limit of 10",
+        ),
+        (verdict(true, 9, 0, 0, 0), "limit is 9, not the rule's 10"),
+    ] {
+        now += 1_000_000;
+        assert_eq!(
+            send(&mut envoy, "/shape", body, now),
+            (true, Some(503)),
+            "{why}"
+        );
+        assert!(refused(&envoy, why), "not logged: {why}");
+    }
+    // The control: a hold of exactly max_wait is obeyed.
+    now += 1_000_000;
+    assert_eq!(
+        send(&mut envoy, "/shape", verdict(true, 10, 0, 0, 2000), now),
+        (true, None)
+    );
+
+    // A denial for a billion milliseconds; gcra at 10/s with a burst of 10 never asks for
+    // more than two fills of its bucket, 2 s.
+    let denial = verdict(false, 10, 0, 1_000_000_000, 0);
+    let start = now + 1_000_000;
+    assert_eq!(
+        send(&mut envoy, "/gcra", denial.clone(), start),
+        (true, Some(429))
+    );
+    let cached = send(&mut envoy, "/gcra", denial.clone(), start + 1_990_000_000);
+    assert_eq!(
+        cached,
+        (false, Some(429)),
+        "denied from the cache within 2 s"
+    );
+    let asked_again = send(&mut envoy, "/gcra", denial, start + 2_010_000_000);
+    assert_eq!(
+        asked_again,
+        (true, Some(429)),
+        "asked the service again after 2 s"
+    );
+    assert!(envoy.failed(0).is_none());
 }
