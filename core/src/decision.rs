@@ -4,6 +4,9 @@
 //! - Denied when any enforced (non-shadow) check is denied. The binding denial is the one that
 //!   lasts longest: its rule's numbers go in the headers, and `Retry-After` says when the
 //!   request could pass (absent when it never can).
+//! - No header tells a client to wait longer than the rule's limit ever asks
+//!   ([`Limit::longest_wait_ms`]), whatever the answer said: a wrong answer cannot send
+//!   clients away for days.
 //! - Otherwise allowed; a shaping leaky bucket may ask to hold the request first (the longest
 //!   such delay wins). With `on_allowed`, the response carries the headers of the most
 //!   constrained enforced rule (least remaining).
@@ -59,6 +62,7 @@ pub fn decide(response: &ResponseConfig, verdicts: &[RuleVerdict<'_>]) -> Decisi
     if let Some(denial) = binding_denial {
         let mut headers = Vec::new();
         if let Some(retry_ms) = denial.verdict.retry_after_ms {
+            let retry_ms = retry_ms.min(denial.limit.longest_wait_ms());
             headers.push(("retry-after".to_owned(), seconds(retry_ms).to_string()));
         }
         headers.extend(rate_limit_headers(response.headers, denial));
@@ -87,7 +91,7 @@ pub fn seconds(ms: u64) -> u64 {
 
 /// The rate-limit headers for one rule's verdict, in the chosen style.
 pub fn rate_limit_headers(style: HeaderStyle, v: &RuleVerdict<'_>) -> Vec<(String, String)> {
-    let reset = seconds(v.verdict.reset_ms);
+    let reset = seconds(v.verdict.reset_ms.min(v.limit.longest_wait_ms()));
     match style {
         HeaderStyle::None => Vec::new(),
         HeaderStyle::XRateLimit => vec![
@@ -188,6 +192,32 @@ mod tests {
                 ("x-ratelimit-reset".to_owned(), "31".to_owned()),
             ]
         );
+    }
+
+    #[test]
+    fn no_header_asks_a_client_to_wait_longer_than_the_limit_ever_does() {
+        let l = limit(); // a fixed window of 1m: no wait is longer than 2m
+        let absurd = Verdict {
+            reset_ms: 1_000_000_000,
+            ..verdict(false, 0, Some(1_000_000_000))
+        };
+        let vs = [RuleVerdict {
+            rule: "a",
+            limit: &l,
+            shadow: false,
+            verdict: &absurd,
+        }];
+        let Decision::Deny(d) = decide(&config(HeaderStyle::XRateLimit, false), &vs) else {
+            panic!()
+        };
+        let header = |name: &str| {
+            d.headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(header("retry-after"), Some("120"));
+        assert_eq!(header("x-ratelimit-reset"), Some("120"));
     }
 
     #[test]
