@@ -152,8 +152,13 @@ impl BucketLimit {
     }
     /// Milliseconds a bucket takes to fill from empty, `burst × per / rate`, rounded up.
     pub fn fill_ms(&self) -> u64 {
-        let ms = (u128::from(self.burst) * u128::from(self.per.as_millis()))
-            .div_ceil(u128::from(self.rate));
+        let per = self.per.as_millis();
+        // Within the bounds validation sets the product fits in 64 bits, whose division is one
+        // instruction in wasm; a 128-bit one is a library call the filter would pay per request.
+        if let Some(product) = self.burst.checked_mul(per) {
+            return product.div_ceil(self.rate.max(1));
+        }
+        let ms = (u128::from(self.burst) * u128::from(per)).div_ceil(u128::from(self.rate.max(1)));
         u64::try_from(ms).unwrap_or(u64::MAX)
     }
 }
