@@ -144,8 +144,11 @@ impl Simulation {
             .envoys(topology, start_ns)
             .context("starting the simulated Envoys")?;
         let clusters = HashMap::from([(self.cluster.clone(), server)]);
-        let dispatcher =
-            Dispatcher::new(Arc::new(Transport::new(clusters)), runtime.handle().clone());
+        let mut transport = Transport::new(clusters);
+        if let replay::Clock::Virtual { callout_latency } = topology.clock {
+            transport = transport.in_virtual_time(callout_latency);
+        }
+        let dispatcher = Dispatcher::new(Arc::new(transport), runtime.handle().clone());
         let (stats, envoys, clients) = Replay::new(envoys, dispatcher, runtime, records)
             .with_clock(topology.clock)
             .run(observer);

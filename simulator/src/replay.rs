@@ -478,6 +478,7 @@ impl<'a> Replay<'a> {
                 Output::Callout { worker, callout } => {
                     self.callouts += 1;
                     let token = callout.token;
+                    let timeout = Duration::from_millis(u64::from(callout.timeout_ms));
                     let handle = self.dispatcher.dispatch(callout, Some((now / 1000) as i64));
                     match (&mut self.pace, self.clock) {
                         (Some(pace), _) => {
@@ -495,7 +496,11 @@ impl<'a> Replay<'a> {
                             });
                         }
                         (None, clock) => {
+                            // A timed-out callout's 504 comes at its timeout.
                             let latency = match clock {
+                                Clock::Virtual { callout_latency } if !timeout.is_zero() => {
+                                    callout_latency.min(timeout)
+                                }
                                 Clock::Virtual { callout_latency } => callout_latency,
                                 Clock::RealTime { .. } => Duration::ZERO,
                             };

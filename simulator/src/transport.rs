@@ -40,6 +40,9 @@ pub struct Transport {
     client: HttpClient,
     /// Each cluster's endpoint, and the authority requests to it carry.
     clusters: HashMap<String, (Endpoint, String)>,
+    /// In a virtual-time replay, the modelled time every answer takes: a callout times out
+    /// when that reaches its timeout, however long the machine took to answer it.
+    virtual_latency: Option<Duration>,
 }
 
 fn envoy_reply(status: u16, body: &str) -> CalloutReply {
@@ -61,6 +64,10 @@ fn envoy_reply(status: u16, body: &str) -> CalloutReply {
 /// (`kBufferLimitForResponse`, 32 MiB, in `source/common/http/async_client_impl.h`).
 pub const RESPONSE_BUFFER_LIMIT: usize = 32 * 1024 * 1024;
 
+/// In virtual time, the least wall time after which a callout without an answer is taken as
+/// never answered.
+const NEVER_ANSWERS_AFTER: Duration = Duration::from_secs(1);
+
 /// Envoy's answer when a connection fails before the answer's headers.
 const CONNECT_FAILURE: &str =
     "upstream connect error or disconnect/reset before headers. reset reason: connection failure";
@@ -81,7 +88,18 @@ impl Transport {
                 .map(|(e, a)| (a.clone(), e.clone()))
                 .collect(),
         );
-        Transport { client, clusters }
+        Transport {
+            client,
+            clusters,
+            virtual_latency: None,
+        }
+    }
+
+    /// Times out callouts in virtual time, each answer taking `latency`, instead of on the
+    /// wall clock: a replay in virtual time must not depend on how fast the machine is.
+    pub fn in_virtual_time(mut self, latency: Duration) -> Transport {
+        self.virtual_latency = Some(latency);
+        self
     }
 
     /// Sends one callout; `replay_time_us` is stamped on it for a server in replay mode.
@@ -158,12 +176,18 @@ impl Transport {
         if callout.timeout_ms == 0 {
             return exchange.await;
         }
-        match tokio::time::timeout(
-            Duration::from_millis(u64::from(callout.timeout_ms)),
-            exchange,
-        )
-        .await
-        {
+        let timeout = Duration::from_millis(u64::from(callout.timeout_ms));
+        if let Some(latency) = self.virtual_latency {
+            // A service that has not answered in ten times the timeout of wall time (at least
+            // a second) is taken as never answering; short of that, a slow machine changes
+            // nothing. The service still decides a callout that times out, as it would.
+            let guard = (timeout * 10).max(NEVER_ANSWERS_AFTER);
+            return match tokio::time::timeout(guard, exchange).await {
+                Ok(reply) if latency < timeout => reply,
+                _ => envoy_reply(504, "upstream request timeout"),
+            };
+        }
+        match tokio::time::timeout(timeout, exchange).await {
             Ok(reply) => reply,
             Err(_) => envoy_reply(504, "upstream request timeout"),
         }
