@@ -152,14 +152,13 @@ impl BucketLimit {
     }
     /// Milliseconds a bucket takes to fill from empty, `burst × per / rate`, rounded up.
     pub fn fill_ms(&self) -> u64 {
-        let per = self.per.as_millis();
-        // Within the bounds validation sets the product fits in 64 bits, whose division is one
-        // instruction in wasm; a 128-bit one is a library call the filter would pay per request.
-        if let Some(product) = self.burst.checked_mul(per) {
-            return product.div_ceil(self.rate.max(1));
-        }
-        let ms = (u128::from(self.burst) * u128::from(per)).div_ceil(u128::from(self.rate.max(1)));
-        u64::try_from(ms).unwrap_or(u64::MAX)
+        // A bucket is only built from validated amounts (`burst` at most MAX_AMOUNT, `per` at
+        // most MAX_DURATION_MS, `rate` at least 1), so the product fits in 64 bits, whose
+        // division is one instruction in wasm (a 128-bit one is a library call the filter would
+        // pay per request).
+        self.burst
+            .saturating_mul(self.per.as_millis())
+            .div_ceil(self.rate)
     }
 }
 
@@ -174,6 +173,16 @@ pub enum LeakMode {
         /// The longest a request may be held.
         max_wait: Millis,
     },
+}
+
+impl LeakMode {
+    /// The longest a request may be held: `Some` when shaping.
+    pub fn max_wait(self) -> Option<Millis> {
+        match self {
+            LeakMode::Meter => None,
+            LeakMode::Shaping { max_wait } => Some(max_wait),
+        }
+    }
 }
 
 /// A leaky bucket: a bucket limit and a mode.
@@ -250,10 +259,7 @@ impl Limit {
     /// The longest a shaping leaky bucket may hold a request; 0 for every other limit.
     pub fn max_wait_ms(&self) -> u64 {
         match self {
-            Limit::LeakyBucket(LeakyLimit {
-                mode: LeakMode::Shaping { max_wait },
-                ..
-            }) => max_wait.as_millis(),
+            Limit::LeakyBucket(l) => l.mode.max_wait().map_or(0, Millis::as_millis),
             _ => 0,
         }
     }

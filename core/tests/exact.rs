@@ -20,7 +20,7 @@ use num_traits::{Signed, ToPrimitive, Zero};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use sluice_core::algorithm::{Request, State, Update};
-use sluice_core::limit::{LeakMode, Limit};
+use sluice_core::limit::Limit;
 use sluice_core::verdict::Verdict;
 
 type Q = BigRational;
@@ -125,10 +125,7 @@ impl Model {
             Limit::LeakyBucket(l) => Model::LeakyBucket {
                 rate: ratio(l.bucket().rate(), l.bucket().per().as_micros()),
                 burst: l.bucket().burst(),
-                max_wait_us: match l.mode() {
-                    LeakMode::Meter => None,
-                    LeakMode::Shaping { max_wait } => Some(q(max_wait.as_micros())),
-                },
+                max_wait_us: l.mode().max_wait().map(|w| q(w.as_micros())),
                 state: None,
             },
             Limit::Gcra(b) => Model::Gcra {

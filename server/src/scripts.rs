@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use redis::Script;
 use sluice_core::algorithm::exact::Ticks;
 use sluice_core::duration::Millis;
-use sluice_core::limit::{Algorithm, LeakMode, Limit};
+use sluice_core::limit::{Algorithm, Limit};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::{LeaseAsk, LeaseGrant};
 
@@ -243,7 +243,7 @@ pub fn script_params(limit: &Limit) -> Vec<u64> {
         Limit::LeakyBucket(l) => {
             let t = Ticks::of(l.bucket());
             let mut params = vec![t.per_unit, t.per_us, l.bucket().burst()];
-            if let LeakMode::Shaping { max_wait } = l.mode() {
+            if let Some(max_wait) = l.mode().max_wait() {
                 params.push(max_wait.as_micros().unsigned_abs());
             }
             params

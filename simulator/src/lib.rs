@@ -145,8 +145,8 @@ impl Simulation {
             .context("starting the simulated Envoys")?;
         let clusters = HashMap::from([(self.cluster.clone(), server)]);
         let mut transport = Transport::new(clusters);
-        if let replay::Clock::Virtual { callout_latency } = topology.clock {
-            transport = transport.in_virtual_time(callout_latency);
+        if matches!(topology.clock, replay::Clock::Virtual { .. }) {
+            transport = transport.in_virtual_time();
         }
         let dispatcher = Dispatcher::new(Arc::new(transport), runtime.handle().clone());
         let (stats, envoys, clients) = Replay::new(envoys, dispatcher, runtime, records)

@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use crate::envoy::{Completed, Envoy, Output, Request};
 use crate::host::state::CalloutReply;
 use crate::trace::{ClientAddresses, TraceRecord};
-use crate::transport::{Delivered, Dispatcher};
+use crate::transport::{Delivered, Dispatcher, upstream_timeout};
 
 use queue::EventQueue;
 
@@ -69,6 +69,9 @@ impl Default for Clock {
 /// A callout's answer: still on its way (virtual time waits for it), or here (real time).
 enum Answer {
     Pending(JoinHandle<Delivered>),
+    /// On its way, but Envoy's timeout comes first (virtual time): the service still decides
+    /// the callout, and the module is given a 504.
+    TimedOut(JoinHandle<Delivered>),
     Ready(Delivered),
 }
 
@@ -328,9 +331,10 @@ impl<'a> Replay<'a> {
                     token,
                     answer,
                 } => {
-                    let delivered = match answer {
+                    let timed_out = matches!(answer, Answer::TimedOut(_));
+                    let mut delivered = match answer {
                         Answer::Ready(delivered) => delivered,
-                        Answer::Pending(handle) => {
+                        Answer::Pending(handle) | Answer::TimedOut(handle) => {
                             self.pending -= 1;
                             self.runtime.block_on(spin_until_done(handle)).unwrap_or_else(|e| {
                                 // The sending task died: the module sees a reset, as from Envoy.
@@ -346,6 +350,9 @@ impl<'a> Replay<'a> {
                             })
                         }
                     };
+                    if timed_out {
+                        delivered.reply = upstream_timeout();
+                    }
                     observer.callout(delivered.latency);
                     (
                         instance,
@@ -496,22 +503,25 @@ impl<'a> Replay<'a> {
                             });
                         }
                         (None, clock) => {
-                            // A timed-out callout's 504 comes at its timeout.
                             let latency = match clock {
-                                Clock::Virtual { callout_latency } if !timeout.is_zero() => {
-                                    callout_latency.min(timeout)
-                                }
                                 Clock::Virtual { callout_latency } => callout_latency,
                                 Clock::RealTime { .. } => Duration::ZERO,
                             };
+                            // Envoy's timeout (0: none) answers first when the answer would
+                            // come at it or later.
+                            let (after, answer) = if !timeout.is_zero() && latency >= timeout {
+                                (timeout, Answer::TimedOut(handle))
+                            } else {
+                                (latency, Answer::Pending(handle))
+                            };
                             self.schedule(
-                                now + latency.as_nanos() as u64,
+                                now + after.as_nanos() as u64,
                                 LATER,
                                 Event::Callout {
                                     instance,
                                     worker,
                                     token,
-                                    answer: Answer::Pending(handle),
+                                    answer,
                                 },
                             );
                         }

@@ -40,9 +40,14 @@ pub struct Transport {
     client: HttpClient,
     /// Each cluster's endpoint, and the authority requests to it carry.
     clusters: HashMap<String, (Endpoint, String)>,
-    /// In a virtual-time replay, the modelled time every answer takes: a callout times out
-    /// when that reaches its timeout, however long the machine took to answer it.
-    virtual_latency: Option<Duration>,
+    /// In a virtual-time replay, which times callouts out itself: only a service that never
+    /// answers is cut off here.
+    virtual_time: bool,
+}
+
+/// Envoy's answer to a callout that outlived its timeout.
+pub(crate) fn upstream_timeout() -> CalloutReply {
+    envoy_reply(504, "upstream request timeout")
 }
 
 fn envoy_reply(status: u16, body: &str) -> CalloutReply {
@@ -91,14 +96,15 @@ impl Transport {
         Transport {
             client,
             clusters,
-            virtual_latency: None,
+            virtual_time: false,
         }
     }
 
-    /// Times out callouts in virtual time, each answer taking `latency`, instead of on the
-    /// wall clock: a replay in virtual time must not depend on how fast the machine is.
-    pub fn in_virtual_time(mut self, latency: Duration) -> Transport {
-        self.virtual_latency = Some(latency);
+    /// Leaves callout timeouts to a replay in virtual time, which must not depend on how fast
+    /// the machine answers: a service gets ten times a callout's timeout of wall time (at
+    /// least a second) before it is taken as never answering.
+    pub fn in_virtual_time(mut self) -> Transport {
+        self.virtual_time = true;
         self
     }
 
@@ -176,20 +182,13 @@ impl Transport {
         if callout.timeout_ms == 0 {
             return exchange.await;
         }
-        let timeout = Duration::from_millis(u64::from(callout.timeout_ms));
-        if let Some(latency) = self.virtual_latency {
-            // A service that has not answered in ten times the timeout of wall time (at least
-            // a second) is taken as never answering; short of that, a slow machine changes
-            // nothing. The service still decides a callout that times out, as it would.
-            let guard = (timeout * 10).max(NEVER_ANSWERS_AFTER);
-            return match tokio::time::timeout(guard, exchange).await {
-                Ok(reply) if latency < timeout => reply,
-                _ => envoy_reply(504, "upstream request timeout"),
-            };
+        let mut timeout = Duration::from_millis(u64::from(callout.timeout_ms));
+        if self.virtual_time {
+            timeout = (timeout * 10).max(NEVER_ANSWERS_AFTER);
         }
         match tokio::time::timeout(timeout, exchange).await {
             Ok(reply) => reply,
-            Err(_) => envoy_reply(504, "upstream request timeout"),
+            Err(_) => upstream_timeout(),
         }
     }
 }

@@ -3,6 +3,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
 
+use std::time::Duration;
+
 use sluice_e2e::misbehaving::{self, Misbehaviour};
 use sluice_e2e::{Stack, decision_record, envoy_stat, header, request, stat};
 use sluice_sim::Topology;
@@ -10,6 +12,7 @@ use sluice_sim::envoy::{Completed, Envoy, EnvoyConfig, Output, Request, StartErr
 use sluice_sim::host::Host;
 use sluice_sim::host::headers::HeaderMap;
 use sluice_sim::host::state::CalloutReply;
+use sluice_sim::replay::Clock;
 use sluice_sim::trace::TraceRecord;
 
 /// A whole second.
@@ -249,6 +252,34 @@ fn every_failure_cause_applies_the_failure_mode_and_is_counted() {
                 "{cause}: the VM must not trap"
             );
         }
+    }
+}
+
+/// In virtual time a callout times out by its modelled latency, not by how long the machine
+/// took: an answer modelled at the policy's timeout or later is a timeout, one just before it
+/// is not.
+#[test]
+fn in_virtual_time_a_callout_times_out_when_its_modelled_latency_reaches_the_timeout() {
+    let stack = Stack::start(
+        r#"{"cluster": "sluice", "timeout": "100ms", "failure_mode": "deny",
+            "rules": [{"name": "r", "key": ["client_ip"], "limit": {"algorithm": "gcra", "rate": 5, "per": "1s", "burst": 5}}]}"#,
+    );
+    for (latency_ms, status, failures) in [(99, 200, 0), (100, 503, 3)] {
+        let topology = Topology {
+            clock: Clock::Virtual {
+                callout_latency: Duration::from_millis(latency_ms),
+            },
+            ..Topology::default()
+        };
+        let client = format!("192.0.2.{latency_ms}");
+        let records: Vec<TraceRecord> = (0..3).map(|i| request(T + i, &client, "/")).collect();
+        let (done, run) = stack.run(&records, &topology);
+        assert_eq!(
+            statuses(&done),
+            [status; 3],
+            "answered after {latency_ms} ms"
+        );
+        assert_eq!(stat(&run, "sluice.callout_failures"), failures);
     }
 }
 

@@ -23,18 +23,14 @@
 
 use super::schedule;
 use super::{Outcome, Request};
-use crate::limit::{LeakMode, LeakyLimit};
+use crate::limit::LeakyLimit;
 
 /// The time the bucket is empty.
 pub type State = schedule::Tat;
 
 /// Decides one request; see the module documentation.
 pub fn decide(limit: &LeakyLimit, state: Option<&State>, req: Request) -> Outcome<State> {
-    let max_wait = match limit.mode() {
-        LeakMode::Meter => None,
-        LeakMode::Shaping { max_wait } => Some(max_wait),
-    };
-    schedule::decide(limit.bucket(), max_wait, state, req)
+    schedule::decide(limit.bucket(), limit.mode().max_wait(), state, req)
 }
 
 #[cfg(test)]
