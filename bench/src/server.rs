@@ -19,6 +19,7 @@ use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::{RedisServer, free_port};
 use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
 
+use crate::cpu;
 use crate::load::{self, Measured};
 
 /// A limit that always admits, so every decision writes.
@@ -84,10 +85,14 @@ pub struct Run {
     pub sluice: Measured,
     /// What Redis did for sluice (warm-up included).
     pub sluice_redis: RedisWork,
+    /// CPU seconds the load generator and sluice-server spent over the same span.
+    pub sluice_cpu: SluiceCpu,
     /// redis-benchmark's `EVALSHA`: calls per second, p50 and p99 (ms).
     pub baseline: (f64, f64, f64),
     /// What Redis did for redis-benchmark's `EVALSHA`.
     pub baseline_redis: RedisWork,
+    /// CPU seconds redis-benchmark spent on its `EVALSHA` run.
+    pub baseline_client_cpu_s: f64,
     /// redis-benchmark's `FCALL`: calls per second, p50 and p99 (ms).
     pub fcall: (f64, f64, f64),
     /// What Redis did for redis-benchmark's `FCALL`.
@@ -111,6 +116,33 @@ impl Run {
     pub fn fcall_ratio(&self) -> f64 {
         self.decisions_per_second() / self.fcall.0
     }
+
+    /// CPU microseconds a decision on sluice's side: load generator, server, Redis.
+    pub fn sluice_cpu_us(&self) -> [f64; 3] {
+        let per = |cpu_s: f64| cpu_s * 1e6 / self.sluice_redis.decisions as f64;
+        [
+            per(self.sluice_cpu.client_s),
+            per(self.sluice_cpu.server_s),
+            self.sluice_redis.cpu_us_per_decision(),
+        ]
+    }
+
+    /// CPU microseconds a decision by redis-benchmark's `EVALSHA`: redis-benchmark, Redis.
+    pub fn baseline_cpu_us(&self) -> [f64; 2] {
+        [
+            self.baseline_client_cpu_s * 1e6 / self.baseline_redis.decisions as f64,
+            self.baseline_redis.cpu_us_per_decision(),
+        ]
+    }
+}
+
+/// CPU seconds, user and system, spent on sluice's side of a run besides Redis'.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SluiceCpu {
+    /// The load generator (its one thread).
+    pub client_s: f64,
+    /// The sluice-server process.
+    pub server_s: f64,
 }
 
 /// One measured configuration: its runs, ordered by ratio.
@@ -155,6 +187,11 @@ impl ServerProcess {
             .spawn()
             .context("starting sluice-server")?;
         Ok(ServerProcess(child))
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.id()
     }
 }
 
@@ -295,15 +332,22 @@ pub fn run(
     for &(concurrency, checks) in configurations {
         let mut runs = Vec::with_capacity(repeats);
         for _ in 0..repeats.max(1) {
-            let (sluice, sluice_redis) = RedisWork::during(&redis, || {
-                runtime.block_on(load::run(
+            let ((sluice, sluice_cpu), sluice_redis) = RedisWork::during(&redis, || {
+                let client = cpu::this_thread()?;
+                let serving = cpu::process(server.pid())?;
+                let measured = runtime.block_on(load::run(
                     addr,
                     sluice_core::wire::DECIDE_PATH,
                     concurrency,
                     Duration::from_secs(1),
                     duration,
                     &bodies(checks),
-                ))
+                ))?;
+                let spent = SluiceCpu {
+                    client_s: cpu::this_thread()? - client,
+                    server_s: cpu::process(server.pid())? - serving,
+                };
+                Ok((measured, spent))
             })?;
             if sluice.errors > 0 {
                 bail!("{} requests failed during the benchmark", sluice.errors);
@@ -311,17 +355,22 @@ pub fn run(
             // About as many EVALSHA as the sluice run decided, so both run for a similar time.
             let requests =
                 ((sluice.rate() * checks as f64 * duration.as_secs_f64()) as u64).max(50_000);
-            let (baseline, baseline_redis) = RedisWork::during(&redis, || {
-                redis_benchmark(&redis, concurrency, requests, Call::Eval)
-            })?;
+            let ((baseline, baseline_client_cpu_s), baseline_redis) =
+                RedisWork::during(&redis, || {
+                    let before = cpu::reaped_children()?;
+                    let calls = redis_benchmark(&redis, concurrency, requests, Call::Eval)?;
+                    Ok((calls, cpu::reaped_children()? - before))
+                })?;
             let (fcall, fcall_redis) = RedisWork::during(&redis, || {
                 redis_benchmark(&redis, concurrency, requests, Call::Function)
             })?;
             runs.push(Run {
                 sluice,
                 sluice_redis,
+                sluice_cpu,
                 baseline,
                 baseline_redis,
+                baseline_client_cpu_s,
                 fcall,
                 fcall_redis,
                 checks,

@@ -1,0 +1,101 @@
+//! CPU time spent by the processes of a benchmark, read from `/proc`: a process by its id, the
+//! calling thread (the load generator runs on it), and the children this process has waited
+//! for (redis-benchmark, run to completion).
+
+use std::path::Path;
+
+use anyhow::Context;
+
+/// Clock ticks a second in `/proc`'s times (`USER_HZ`): 100 on every architecture Linux
+/// runs sluice on.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// CPU seconds, user and system, of process `pid` (all its threads).
+pub fn process(pid: u32) -> anyhow::Result<f64> {
+    stat_seconds(&Path::new("/proc").join(pid.to_string()).join("stat"), 11)
+}
+
+/// CPU seconds, user and system, of the calling thread.
+pub fn this_thread() -> anyhow::Result<f64> {
+    stat_seconds(Path::new("/proc/thread-self/stat"), 11)
+}
+
+/// CPU seconds, user and system, of every child this process has waited for.
+pub fn reaped_children() -> anyhow::Result<f64> {
+    stat_seconds(Path::new("/proc/self/stat"), 13)
+}
+
+/// The sum of the two tick counts at `index` and `index + 1` among the fields after the
+/// command name (`utime stime` at 11, `cutime cstime` at 13; see proc(5)), in seconds.
+fn stat_seconds(path: &Path, index: usize) -> anyhow::Result<f64> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    // The command name is in parentheses and may hold spaces: count fields after it.
+    let (_, after_name) = text
+        .rsplit_once(')')
+        .with_context(|| format!("{}: no command name in {text:?}", path.display()))?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .with_context(|| format!("{}: field {} is not a tick count", path.display(), i + 3))
+    };
+    Ok((ticks(index)? + ticks(index + 1)?) as f64 / TICKS_PER_SECOND)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_thread_is_charged_for_its_work_and_no_more() {
+        let (thread, whole) = (this_thread().unwrap(), process(std::process::id()).unwrap());
+        let started = std::time::Instant::now();
+        let mut x = 0u64;
+        // A loaded machine gives this thread less than all of the wall time: wait for the
+        // charge rather than assume it.
+        while this_thread().unwrap() - thread < 0.2 {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "30 s of spinning were never charged 0.2 s"
+            );
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        }
+        let (spent, wall) = (
+            this_thread().unwrap() - thread,
+            started.elapsed().as_secs_f64(),
+        );
+        // One thread cannot run longer than the wall clock (give a tick either way).
+        assert!(
+            spent <= wall + 0.02,
+            "charged {spent} s in {wall} s of wall time"
+        );
+        assert!(process(std::process::id()).unwrap() - whole >= spent - 0.02);
+    }
+
+    #[test]
+    fn a_child_is_charged_once_it_has_been_waited_for() {
+        let before = reaped_children().unwrap();
+        let started = std::time::Instant::now();
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let (spent, wall) = (
+            reaped_children().unwrap() - before,
+            started.elapsed().as_secs_f64(),
+        );
+        assert!(
+            spent >= 0.05,
+            "a shell counting to 300,000 was charged {spent} s"
+        );
+        assert!(
+            spent <= wall + 0.02,
+            "charged {spent} s in {wall} s of wall time"
+        );
+    }
+}
