@@ -43,9 +43,9 @@ endif
 test: wasm
 	@bash scripts/setup.sh --test
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --workspace --exclude sluice-filter --exclude sluice-probe --exclude sluice-noop-filter --no-fail-fast; \
+		$(CARGO) nextest run --workspace --exclude sluice-probe --exclude sluice-noop-filter --no-fail-fast; \
 	else \
-		$(CARGO) test --workspace --exclude sluice-filter --exclude sluice-probe --exclude sluice-noop-filter --no-fail-fast; \
+		$(CARGO) test --workspace --exclude sluice-probe --exclude sluice-noop-filter --no-fail-fast; \
 	fi
 	$(CARGO) test --workspace --exclude sluice-filter --exclude sluice-probe --exclude sluice-noop-filter --doc
 
@@ -61,7 +61,7 @@ schema:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --exclude sluice-filter --exclude sluice-probe --exclude sluice-noop-filter --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --exclude sluice-probe --exclude sluice-noop-filter --all-targets -- -D warnings
 	$(CARGO) clippy -p sluice-filter -p sluice-probe -p sluice-noop-filter --target wasm32-wasip1 -- -D warnings
 
 fmt:

@@ -13,6 +13,8 @@
 //! no `malloc`), so every block freed here was allocated here, with the size it is freed with.
 
 #![allow(unsafe_code)]
+// The module installs it as its allocator on wasm alone; on the host only the tests use it.
+#![cfg_attr(not(any(target_family = "wasm", test)), allow(dead_code))]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
@@ -127,6 +129,84 @@ unsafe impl GlobalAlloc for ClassCache {
                     unsafe { self.dealloc(ptr, layout) };
                 }
                 moved
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(size: usize, align: usize) -> Layout {
+        Layout::from_size_align(size, align).unwrap()
+    }
+
+    #[test]
+    fn a_freed_block_is_handed_out_again_for_any_size_of_its_class() {
+        let cache = ClassCache::new();
+        unsafe {
+            let first = cache.alloc(layout(24, 8));
+            cache.dealloc(first, layout(24, 8));
+            // 17 to 32 bytes share the 32-byte class.
+            let again = cache.alloc(layout(17, 1));
+            assert_eq!(again, first);
+            let other_class = cache.alloc(layout(33, 8));
+            assert_ne!(other_class, first);
+            cache.dealloc(again, layout(17, 1));
+            cache.dealloc(other_class, layout(33, 8));
+        }
+    }
+
+    #[test]
+    fn blocks_are_as_large_and_aligned_as_asked_and_keep_their_bytes_through_realloc() {
+        let cache = ClassCache::new();
+        for align in [1, 2, 8, 16, 64] {
+            for size in [1, 15, 16, 17, 200, 256, 257, 1000] {
+                for new_size in [size / 2 + 1, size, size + 1, 3 * size] {
+                    unsafe {
+                        let p = cache.alloc(layout(size, align));
+                        assert_eq!(p as usize % align, 0, "{size} bytes aligned to {align}");
+                        for i in 0..size {
+                            p.add(i).write(i as u8);
+                        }
+                        let q = cache.realloc(p, layout(size, align), new_size);
+                        assert_eq!(q as usize % align, 0, "{new_size} bytes aligned to {align}");
+                        for i in 0..size.min(new_size) {
+                            assert_eq!(q.add(i).read(), i as u8, "byte {i}: {size} -> {new_size}");
+                        }
+                        // The whole new size is usable.
+                        q.add(new_size - 1).write(0xAB);
+                        cache.dealloc(q, layout(new_size, align));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_more_than_the_bound_of_free_blocks_is_kept_per_class() {
+        let cache = ClassCache::new();
+        let count = KEPT_PER_CLASS as usize + 50;
+        unsafe {
+            let blocks: Vec<*mut u8> = (0..count).map(|_| cache.alloc(layout(48, 8))).collect();
+            for &b in &blocks {
+                cache.dealloc(b, layout(48, 8));
+            }
+            let lists = &*cache.lists.get();
+            assert_eq!(lists.kept[2], KEPT_PER_CLASS);
+            let mut listed = 0;
+            let mut next = lists.heads[2];
+            while !next.is_null() {
+                listed += 1;
+                next = (*next).next;
+            }
+            assert_eq!(listed, KEPT_PER_CLASS);
+            // Empty the lists again so the blocks go back to the system allocator.
+            let again: Vec<*mut u8> = (0..count).map(|_| cache.alloc(layout(48, 8))).collect();
+            assert_eq!((*cache.lists.get()).kept[2], 0);
+            for b in again {
+                System.dealloc(b, layout(48, 16));
             }
         }
     }
