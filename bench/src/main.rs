@@ -141,6 +141,9 @@ fn grpc_section(seconds: u64) -> anyhow::Result<String> {
 /// How many times each server configuration is measured.
 const SERVER_RUNS: usize = 3;
 
+/// Where the server section's chart goes, beside BENCHMARKS.md.
+const SERVER_CHART: &str = "bench/server-cpu.svg";
+
 fn server_section(seconds: u64, load: &[(usize, usize)]) -> anyhow::Result<String> {
     let rows = server::run(load, Duration::from_secs(seconds), SERVER_RUNS)?;
     let mut out = String::new();
@@ -195,6 +198,8 @@ fn server_section(seconds: u64, load: &[(usize, usize)]) -> anyhow::Result<Strin
             r.fcall_redis.cpu_us_per_decision(),
         )?;
     }
+    std::fs::write(SERVER_CHART, server::cpu_chart(&rows))?;
+    writeln!(out, "\n![CPU a decision]({SERVER_CHART})")?;
     writeln!(
         out,
         "\nWhere the time goes (perf, 16 connections, measured 2026-11-23; the table above measures the split in every run): half of the server's CPU is the kernel's, most of it the answer's `writev`: on loopback the sender runs the receiver's TCP path and wakes it, so sluice-server pays for the client's receive and the client for the server's, as redis-benchmark and Redis pay for each other's. The rest is spread thinly over hyper, axum, serde, the Redis client and the allocator, no function above 2.5 % of the server's samples. Redis itself is not the gap: it spends less CPU on a decision of sluice's than on one of redis-benchmark's, since the server's commands reach it many to a read on one connection. The gap is the server's own CPU: when both sides leave the cores equally idle, the ratio is the baseline's total over sluice's, and sluice's total is the baseline's plus the server's less what Redis saves, so 0.8 needs sluice's total within 1.25 times the baseline's, about 48 µs against a baseline of 38 to 39 in the runs of 2026-11-23, where it stood at 48 to 56. Since commit 287c174 the server calls its scripts as Redis Functions, so a script's definitions (the prelude, the schedule, the algorithms) no longer run on every call: on one binary, 3 alternating runs at 16 connections, Redis spent 15.1 to 20.6 µs (median 15.5) a decision by `FCALL` against 18.0 to 21.7 (median 20.0) with `--redis-scripts eval`, and the ratio went from 0.59 .. 0.66 to 0.66 .. 0.72. Inside one gcra call (`INFO commandstats`, one client, this machine): an `FCALL` that does nothing costs 6 to 8 µs, reading the arguments and the time 5 to 8 more, the arithmetic 3 to 4, the `GET` and the `SET … PX` 7 to 8 together. Deciding several waiting requests in one script call (tried: up to 18 a call at 64 connections) cut Redis' time a decision by about a tenth but not the server's, and did not raise the rate, so the server makes one call a request. Tried on 2026-11-23 and not kept: the server polling its sockets (yielding the CPU each round) for up to 50 or 200 µs before it sleeps, as the simulator does, raised the 16-connection ratio from a median of 0.66 to 0.70 .. 0.73 over 3 alternating rounds, short of 0.8, at the price of a core spinning whenever the server is busy, taken from Redis on a small machine. Also tried and not kept: each request arms two timers (the server's Redis timeout and the Redis client's response timeout), each due before the event loop's next wake-up, so tokio writes to its eventfd twice a request to wake itself; a standing timer that keeps the next wake-up ahead of them took those writes from 1.4 to 0.07 a request (`strace -c`) but not the server's CPU: over 4 alternating runs, 22.0 to 25.4 µs a decision without it and 22.3 to 25.6 with it, or 1.35 and 1.37 times Redis' time in the same runs.\n"

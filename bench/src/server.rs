@@ -18,6 +18,7 @@ use bytes::Bytes;
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::{RedisServer, free_port};
 use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
+use sluice_sim::report::charts;
 
 use crate::cpu;
 use crate::load::{self, Measured};
@@ -167,6 +168,38 @@ impl Row {
         let ratio = |r: Option<&Run>| r.map_or(f64::NAN, Run::ratio);
         (ratio(self.runs.first()), ratio(self.runs.last()))
     }
+}
+
+/// Each configuration's CPU a decision (its median run), sluice's side beside the baseline's, as
+/// SVG.
+pub fn cpu_chart(rows: &[Row]) -> String {
+    let categories: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{} connections, {} a request", r.concurrency, r.checks))
+        .collect();
+    let sluice: Vec<[f64; 3]> = rows.iter().map(|r| r.median().sluice_cpu_us()).collect();
+    let baseline: Vec<[f64; 2]> = rows.iter().map(|r| r.median().baseline_cpu_us()).collect();
+    let stacks = [
+        charts::Stack {
+            segments: vec![
+                ("load generator", sluice.iter().map(|s| s[0]).collect()),
+                ("sluice-server", sluice.iter().map(|s| s[1]).collect()),
+                ("Redis", sluice.iter().map(|s| s[2]).collect()),
+            ],
+        },
+        charts::Stack {
+            segments: vec![
+                ("redis-benchmark", baseline.iter().map(|b| b[0]).collect()),
+                ("Redis", baseline.iter().map(|b| b[1]).collect()),
+            ],
+        },
+    ];
+    charts::stacked_bars(
+        "CPU a decision: sluice (left bar) and redis-benchmark EVALSHA (right bar)",
+        "µs of CPU a decision",
+        &categories,
+        &stacks,
+    )
 }
 
 pub(crate) struct ServerProcess(Child);

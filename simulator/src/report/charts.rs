@@ -157,6 +157,33 @@ pub fn allowed_and_limited(
     })
 }
 
+/// Axes for bars over `categories`, one unit wide each, named at their centres.
+fn category_axes<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    categories: &[String],
+    y_desc: &str,
+) -> Result<(), String> {
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(categories.len().max(1) * 2 + 1)
+        .x_label_formatter(&|x| {
+            let centre = x - x.floor();
+            if (centre - 0.5).abs() < 0.01 {
+                categories
+                    .get(x.floor() as usize)
+                    .cloned()
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
 /// Bars per category, one bar per group side by side.
 pub fn grouped_bars(title: &str, categories: &[String], groups: &[(&str, Vec<u64>)]) -> String {
     let top = groups
@@ -170,25 +197,7 @@ pub fn grouped_bars(title: &str, categories: &[String], groups: &[(&str, Vec<u64
     let width = 0.8 / groups.len().max(1) as f64;
     svg(|root| {
         let mut chart = frame(root, title, 0f64..n as f64, 0f64..top, 60)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(n * 2 + 1)
-            .x_label_formatter(&|x| {
-                let centre = x - x.floor();
-                if (centre - 0.5).abs() < 0.01 {
-                    categories
-                        .get(x.floor() as usize)
-                        .cloned()
-                        .unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .y_desc("requests")
-            .draw()
-            .map_err(|e| e.to_string())?;
+        category_axes(&mut chart, categories, "requests")?;
         for (g, (label, values)) in groups.iter().enumerate() {
             let colour = PALETTE[g % PALETTE.len()];
             chart
@@ -201,6 +210,65 @@ pub fn grouped_bars(title: &str, categories: &[String], groups: &[(&str, Vec<u64
                 .legend(move |(x, y)| {
                     Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled())
                 });
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
+    })
+}
+
+/// One bar of [`stacked_bars`]: its segments, bottom up, as (label, value per category).
+pub struct Stack<'a> {
+    /// The segments; a label drawn in several stacks gets one colour and one legend entry.
+    pub segments: Vec<(&'a str, Vec<f64>)>,
+}
+
+/// Stacked bars per category, one bar per stack side by side, in the stacks' order.
+pub fn stacked_bars(title: &str, y_desc: &str, categories: &[String], stacks: &[Stack]) -> String {
+    let total = |stack: &Stack, c: usize| -> f64 {
+        stack.segments.iter().filter_map(|(_, v)| v.get(c)).sum()
+    };
+    let top = stacks
+        .iter()
+        .flat_map(|stack| (0..categories.len()).map(move |c| total(stack, c)))
+        .fold(1.0f64, f64::max)
+        // Room above the tallest bar for the legend.
+        * 1.3;
+    let mut labels: Vec<&str> = Vec::new();
+    for (label, _) in stacks.iter().flat_map(|s| &s.segments) {
+        if !labels.contains(label) {
+            labels.push(label);
+        }
+    }
+    let colour = |label: &str| {
+        let index = labels.iter().position(|l| *l == label).unwrap_or(0);
+        PALETTE[index % PALETTE.len()]
+    };
+    let n = categories.len().max(1);
+    let width = 0.8 / stacks.len().max(1) as f64;
+    svg(|root| {
+        let mut chart = frame(root, title, 0f64..n as f64, 0f64..top, 60)?;
+        category_axes(&mut chart, categories, y_desc)?;
+        let mut in_legend: Vec<&str> = Vec::new();
+        for (g, stack) in stacks.iter().enumerate() {
+            let mut base = vec![0.0; n];
+            for (label, values) in &stack.segments {
+                let fill = colour(label);
+                let bars = values.iter().enumerate().take(n).map(|(c, v)| {
+                    let x0 = c as f64 + 0.1 + g as f64 * width;
+                    let bar = Rectangle::new(
+                        [(x0, base[c]), (x0 + width * 0.9, base[c] + v)],
+                        fill.filled(),
+                    );
+                    base[c] += v;
+                    bar
+                });
+                let drawn = chart.draw_series(bars).map_err(|e| e.to_string())?;
+                if !in_legend.contains(label) {
+                    in_legend.push(label);
+                    drawn.label(*label).legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 14, y + 5)], fill.filled())
+                    });
+                }
+            }
         }
         legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
@@ -267,4 +335,68 @@ pub fn step_lines(
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fill(c: RGBColor) -> String {
+        format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2)
+    }
+
+    #[test]
+    fn stacked_bars_draw_every_segment_and_give_a_shared_label_one_colour() {
+        let categories = vec!["16".to_owned(), "32".to_owned()];
+        let stacks = [
+            Stack {
+                segments: vec![
+                    ("client", vec![9.0, 8.0]),
+                    ("server", vec![19.0, 16.0]),
+                    ("Redis", vec![14.0, 12.0]),
+                ],
+            },
+            Stack {
+                segments: vec![
+                    ("redis-benchmark", vec![12.0, 12.0]),
+                    ("Redis", vec![19.0, 18.0]),
+                ],
+            },
+        ];
+        let svg = stacked_bars("CPU a decision", "µs", &categories, &stacks);
+        assert!(svg.starts_with("<svg"), "{svg}");
+        for label in ["client", "server", "Redis", "redis-benchmark"] {
+            assert_eq!(
+                svg.matches(&format!("\n{label}\n")).count(),
+                1,
+                "{label} in the legend"
+            );
+        }
+        // Each segment's bar per category, and one legend swatch; Redis's colour in both stacks.
+        let rects = |c: RGBColor| -> Vec<[f64; 4]> {
+            svg.lines()
+                .filter(|l| l.starts_with("<rect") && l.contains(&fill(c)))
+                .map(|l| {
+                    ["x", "y", "width", "height"].map(|a| {
+                        let (_, rest) = l.split_once(&format!(" {a}=\"")).unwrap();
+                        rest.split('"').next().unwrap().parse().unwrap()
+                    })
+                })
+                .collect()
+        };
+        let (client, server) = (rects(PALETTE[0]), rects(PALETTE[1]));
+        assert_eq!(client.len(), 2 + 1);
+        assert_eq!(server.len(), 2 + 1);
+        assert_eq!(rects(PALETTE[2]).len(), 2 * 2 + 1, "Redis");
+        assert_eq!(rects(PALETTE[3]).len(), 2 + 1, "redis-benchmark");
+        // The server's segment sits on the client's, as tall as 19 is to 9.
+        let [cx, cy, _, ch] = client[0];
+        let [sx, sy, _, sh] = server[0];
+        assert_eq!(sx, cx);
+        assert!(
+            (sy + sh - cy).abs() <= 1.0,
+            "server {server:?} on client {client:?}"
+        );
+        assert!((sh / ch - 19.0 / 9.0).abs() < 0.1, "heights {sh} and {ch}");
+    }
 }
