@@ -175,7 +175,10 @@ impl Row {
 pub fn cpu_chart(rows: &[Row]) -> String {
     let categories: Vec<String> = rows
         .iter()
-        .map(|r| format!("{} connections, {} a request", r.concurrency, r.checks))
+        .map(|r| {
+            let checks = if r.checks == 1 { "check" } else { "checks" };
+            format!("{} conn., {} {checks}", r.concurrency, r.checks)
+        })
         .collect();
     let sluice: Vec<[f64; 3]> = rows.iter().map(|r| r.median().sluice_cpu_us()).collect();
     let baseline: Vec<[f64; 2]> = rows.iter().map(|r| r.median().baseline_cpu_us()).collect();
