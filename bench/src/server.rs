@@ -75,7 +75,12 @@ impl RedisWork {
 
     /// Redis' CPU microseconds per decision.
     pub fn cpu_us_per_decision(&self) -> f64 {
-        self.cpu_s * 1e6 / self.decisions as f64
+        self.per_decision_us(self.cpu_s)
+    }
+
+    /// `cpu_s` seconds spent over the span, in microseconds per decision Redis made in it.
+    pub fn per_decision_us(&self, cpu_s: f64) -> f64 {
+        cpu_s * 1e6 / self.decisions as f64
     }
 }
 
@@ -120,18 +125,19 @@ impl Run {
 
     /// CPU microseconds a decision on sluice's side: load generator, server, Redis.
     pub fn sluice_cpu_us(&self) -> [f64; 3] {
-        let per = |cpu_s: f64| cpu_s * 1e6 / self.sluice_redis.decisions as f64;
+        let redis = &self.sluice_redis;
         [
-            per(self.sluice_cpu.client_s),
-            per(self.sluice_cpu.server_s),
-            self.sluice_redis.cpu_us_per_decision(),
+            redis.per_decision_us(self.sluice_cpu.client_s),
+            redis.per_decision_us(self.sluice_cpu.server_s),
+            redis.cpu_us_per_decision(),
         ]
     }
 
     /// CPU microseconds a decision by redis-benchmark's `EVALSHA`: redis-benchmark, Redis.
     pub fn baseline_cpu_us(&self) -> [f64; 2] {
         [
-            self.baseline_client_cpu_s * 1e6 / self.baseline_redis.decisions as f64,
+            self.baseline_redis
+                .per_decision_us(self.baseline_client_cpu_s),
             self.baseline_redis.cpu_us_per_decision(),
         ]
     }

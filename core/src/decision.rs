@@ -151,6 +151,16 @@ mod tests {
         }
     }
 
+    /// An enforced rule's verdict.
+    fn enforced<'a>(rule: &'a str, limit: &'a Limit, verdict: &'a Verdict) -> RuleVerdict<'a> {
+        RuleVerdict {
+            rule,
+            limit,
+            shadow: false,
+            verdict,
+        }
+    }
+
     fn config(headers: HeaderStyle, on_allowed: bool) -> ResponseConfig {
         ResponseConfig {
             status: 429,
@@ -165,20 +175,7 @@ mod tests {
         let l = limit();
         let short = verdict(false, 0, Some(1_200));
         let long = verdict(false, 0, Some(7_001));
-        let vs = [
-            RuleVerdict {
-                rule: "a",
-                limit: &l,
-                shadow: false,
-                verdict: &short,
-            },
-            RuleVerdict {
-                rule: "b",
-                limit: &l,
-                shadow: false,
-                verdict: &long,
-            },
-        ];
+        let vs = [enforced("a", &l, &short), enforced("b", &l, &long)];
         let Decision::Deny(d) = decide(&config(HeaderStyle::XRateLimit, false), &vs) else {
             panic!()
         };
@@ -201,12 +198,7 @@ mod tests {
             reset_ms: 1_000_000_000,
             ..verdict(false, 0, Some(1_000_000_000))
         };
-        let vs = [RuleVerdict {
-            rule: "a",
-            limit: &l,
-            shadow: false,
-            verdict: &absurd,
-        }];
+        let vs = [enforced("a", &l, &absurd)];
         let Decision::Deny(d) = decide(&config(HeaderStyle::XRateLimit, false), &vs) else {
             panic!()
         };
@@ -225,10 +217,8 @@ mod tests {
         let l = limit();
         let denied = verdict(false, 0, Some(1_000));
         let vs = [RuleVerdict {
-            rule: "s",
-            limit: &l,
             shadow: true,
-            verdict: &denied,
+            ..enforced("s", &l, &denied)
         }];
         assert_eq!(
             decide(&config(HeaderStyle::XRateLimit, true), &vs),
@@ -244,20 +234,7 @@ mod tests {
         let l = limit();
         let a = verdict(true, 3, Some(0));
         let b = verdict(true, 7, Some(0));
-        let vs = [
-            RuleVerdict {
-                rule: "tight",
-                limit: &l,
-                shadow: false,
-                verdict: &a,
-            },
-            RuleVerdict {
-                rule: "loose",
-                limit: &l,
-                shadow: false,
-                verdict: &b,
-            },
-        ];
+        let vs = [enforced("tight", &l, &a), enforced("loose", &l, &b)];
         let Decision::Allow { headers, .. } = decide(&config(HeaderStyle::Ietf, true), &vs) else {
             panic!()
         };
@@ -277,12 +254,7 @@ mod tests {
     fn a_request_that_can_never_pass_gets_no_retry_after() {
         let l = limit();
         let never = verdict(false, 10, None);
-        let vs = [RuleVerdict {
-            rule: "a",
-            limit: &l,
-            shadow: false,
-            verdict: &never,
-        }];
+        let vs = [enforced("a", &l, &never)];
         let Decision::Deny(d) = decide(&config(HeaderStyle::None, false), &vs) else {
             panic!()
         };

@@ -223,35 +223,27 @@ pub struct Stack<'a> {
 
 /// Stacked bars per category, one bar per stack side by side, in the stacks' order.
 pub fn stacked_bars(title: &str, y_desc: &str, categories: &[String], stacks: &[Stack]) -> String {
-    let total = |stack: &Stack, c: usize| -> f64 {
-        stack.segments.iter().filter_map(|(_, v)| v.get(c)).sum()
-    };
     let top = stacks
         .iter()
-        .flat_map(|stack| (0..categories.len()).map(move |c| total(stack, c)))
+        .flat_map(|stack| {
+            (0..categories.len())
+                .map(move |c| stack.segments.iter().filter_map(|(_, v)| v.get(c)).sum())
+        })
         .fold(1.0f64, f64::max)
         // Room above the tallest bar for the legend.
         * 1.3;
-    let mut labels: Vec<&str> = Vec::new();
-    for (label, _) in stacks.iter().flat_map(|s| &s.segments) {
-        if !labels.contains(label) {
-            labels.push(label);
-        }
-    }
-    let colour = |label: &str| {
-        let index = labels.iter().position(|l| *l == label).unwrap_or(0);
-        PALETTE[index % PALETTE.len()]
-    };
     let n = categories.len().max(1);
     let width = 0.8 / stacks.len().max(1) as f64;
     svg(|root| {
         let mut chart = frame(root, title, 0f64..n as f64, 0f64..top, 60)?;
         category_axes(&mut chart, categories, y_desc)?;
-        let mut in_legend: Vec<&str> = Vec::new();
+        // Labels in the order first drawn: each one's colour and legend entry.
+        let mut labels: Vec<&str> = Vec::new();
         for (g, stack) in stacks.iter().enumerate() {
             let mut base = vec![0.0; n];
             for (label, values) in &stack.segments {
-                let fill = colour(label);
+                let seen = labels.iter().position(|l| l == label);
+                let fill = PALETTE[seen.unwrap_or(labels.len()) % PALETTE.len()];
                 let bars = values.iter().enumerate().take(n).map(|(c, v)| {
                     let x0 = c as f64 + 0.1 + g as f64 * width;
                     let bar = Rectangle::new(
@@ -262,8 +254,8 @@ pub fn stacked_bars(title: &str, y_desc: &str, categories: &[String], stacks: &[
                     bar
                 });
                 let drawn = chart.draw_series(bars).map_err(|e| e.to_string())?;
-                if !in_legend.contains(label) {
-                    in_legend.push(label);
+                if seen.is_none() {
+                    labels.push(label);
                     drawn.label(*label).legend(move |(x, y)| {
                         Rectangle::new([(x, y - 5), (x + 14, y + 5)], fill.filled())
                     });
