@@ -380,6 +380,23 @@ fn header_values_that_are_not_utf8_are_keys_like_any_other() {
 }
 
 #[test]
+fn an_empty_header_value_is_a_key_like_any_other() {
+    let stack = Stack::start(
+        r#"{"cluster": "sluice", "rules": [
+            {"name": "per-key", "key": [{"header": "x-api-key"}], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1m"}}
+        ]}"#,
+    );
+    let mut blank = request(T, "192.0.2.8", "/");
+    blank.headers.push(("x-api-key".into(), String::new()));
+    let done = stack.replay(&[blank.clone(), blank]);
+    assert_eq!(statuses(&done), [200, 429]);
+    assert_eq!(
+        decision_record(&done[0]).unwrap(),
+        r#"[{"rule":"per-key","key":"","outcome":"allowed"}]"#
+    );
+}
+
+#[test]
 fn a_bad_configuration_is_refused_at_configure_naming_the_field() {
     let host = Host::new().unwrap();
     let wasm = sluice_e2e::filter_wasm();
