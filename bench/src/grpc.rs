@@ -110,7 +110,7 @@ pub fn run(in_flight: usize, duration: Duration, repeats: usize) -> anyhow::Resu
         .build()?;
     runtime.block_on(wait_ready(addr))?;
     // The same decision as the gRPC side: one gcra check per request.
-    let bodies = bodies(1);
+    let bodies = bodies(1)?;
     let warmup = Duration::from_secs(1);
     let mut pairs = Vec::with_capacity(repeats);
     for _ in 0..repeats.max(1) {

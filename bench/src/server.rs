@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
+use sluice_core::key::{LimitKey, RuleName};
 use sluice_core::limit::{Algorithm, Limit};
+use sluice_core::wire::{CheckTemplate, write_decide_request};
 use sluice_harness::{RedisServer, free_port};
 use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
 use sluice_sim::report::charts;
@@ -259,17 +261,23 @@ pub(crate) fn client_key(i: u64) -> u64 {
     i.wrapping_mul(2_654_435_761) % KEYSPACE
 }
 
-/// One request body per client key, in a scrambled order.
-pub(crate) fn bodies(checks: usize) -> Vec<Bytes> {
-    (0..KEYSPACE)
-        .map(|i| {
-            let key = client_key(i);
-            let checks: Vec<String> = (0..checks)
-                .map(|c| format!(r#"{{"rule":"bench{c}","key":"client-{key}","limit":{LIMIT}}}"#))
-                .collect();
-            Bytes::from(format!(r#"{{"checks":[{}]}}"#, checks.join(",")))
+/// One request body per client key, in a scrambled order, written as the filter writes them.
+pub(crate) fn bodies(checks: usize) -> anyhow::Result<Vec<Bytes>> {
+    let limit: Limit = serde_json::from_str(LIMIT)?;
+    let templates = (0..checks)
+        .map(|c| {
+            let rule = RuleName::new(format!("bench{c}"))?;
+            Ok(CheckTemplate::new(&rule, &limit, 1, false, false))
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((0..KEYSPACE)
+        .map(|i| {
+            let key = LimitKey::from_parts([format!("client-{}", client_key(i)).as_bytes()]);
+            let mut body = Vec::new();
+            write_decide_request(&mut body, templates.iter().map(|t| (t, &key)));
+            Bytes::from(body)
+        })
+        .collect())
 }
 
 /// How redis-benchmark calls the script.
@@ -383,7 +391,7 @@ pub fn run(
                     concurrency,
                     Duration::from_secs(1),
                     duration,
-                    &bodies(checks),
+                    &bodies(checks)?,
                 ))?;
                 let spent = SluiceCpu {
                     client_s: cpu::this_thread()? - client,

@@ -327,6 +327,7 @@ fn bucket_bound(b: &BucketLimit, span_ms: u64) -> u64 {
 }
 
 /// A limit exactly as written, before validation.
+// The fields' order is the wire's: serde writes them so, and `wire::compact` reads them so.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::write_json_string;
+use crate::wire::{write_json_string, write_json_u64};
 
 /// The filter-state name of the record.
 pub const DECISION_PROPERTY: &str = "sluice.decision";
@@ -112,7 +112,7 @@ pub fn encode<S: AsRef<str>>(record: &[RuleRecord<S>]) -> Vec<u8> {
         out.push(b'"');
         if line.delay_ms != 0 {
             out.extend_from_slice(br#","delay_ms":"#);
-            out.extend_from_slice(line.delay_ms.to_string().as_bytes());
+            write_json_u64(&mut out, line.delay_ms);
         }
         if line.local {
             out.extend_from_slice(br#","local":true"#);

@@ -1,5 +1,6 @@
-//! The filter's hand-written `/v1/decide` writer and reader against serde on the wire types:
-//! the same bytes out, the same verdicts in, and no text read differently.
+//! The hand-written `/v1/decide` writers and readers (the filter's and the server's) against
+//! serde on the wire types: the same bytes out, the same values in, and no text read
+//! differently.
 
 #![allow(clippy::unwrap_used)] // test code
 
@@ -9,8 +10,8 @@ use sluice_core::limit::Limit;
 use sluice_core::record::{self, RuleOutcome, RuleRecord};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::{
-    Check, CheckTemplate, DecideRequest, DecideResponse, read_canonical, read_decide_response,
-    write_decide_request,
+    Check, CheckTemplate, DecideRequest, DecideResponse, read_canonical, read_canonical_request,
+    read_decide_response, write_decide_request, write_decide_response,
 };
 
 const LIMITS: [&str; 6] = [
@@ -60,6 +61,20 @@ fn verdict() -> impl Strategy<Value = Verdict> {
                 delay_ms,
             },
         )
+}
+
+/// `body` with the byte at `cut` replaced by `byte`, `byte` inserted there, or that byte
+/// removed (`how`: 0, 1, 2).
+fn mutated(mut body: Vec<u8>, cut: prop::sample::Index, byte: u8, how: u8) -> Vec<u8> {
+    let at = cut.index(body.len());
+    match how {
+        0 => body[at] = byte,
+        1 => body.insert(at, byte),
+        _ => {
+            body.remove(at);
+        }
+    }
+    body
 }
 
 proptest! {
@@ -129,15 +144,44 @@ proptest! {
         byte in any::<u8>(),
         how in 0..3u8,
     ) {
-        let mut body = serde_json::to_vec(&DecideResponse { results }).unwrap();
-        let at = cut.index(body.len());
-        match how {
-            0 => body[at] = byte,
-            1 => body.insert(at, byte),
-            _ => { body.remove(at); }
-        }
+        let body = mutated(serde_json::to_vec(&DecideResponse { results }).unwrap(), cut, byte, how);
         let serde = serde_json::from_slice::<DecideResponse>(&body).map(|r| r.results);
         if let Some(fast) = read_canonical(&body) {
+            prop_assert_eq!(Some(fast), serde.ok());
+        }
+    }
+
+    #[test]
+    fn the_servers_answer_is_byte_for_byte_what_serde_writes(
+        results in prop::collection::vec(verdict(), 0..6),
+    ) {
+        let mut body = Vec::new();
+        write_decide_response(&mut body, &results);
+        let expected = serde_json::to_vec(&DecideResponse { results }).unwrap();
+        prop_assert_eq!(String::from_utf8(body).unwrap(), String::from_utf8(expected).unwrap());
+    }
+
+    #[test]
+    fn the_filters_requests_read_as_serde_reads_them(
+        checks in prop::collection::vec(check(), 0..6),
+    ) {
+        // Keys holding the two characters JSON escapes are left to serde.
+        let plain = checks.iter().all(|c| !c.key.as_str().contains(['"', '\\']));
+        let request = DecideRequest { checks };
+        let body = serde_json::to_vec(&request).unwrap();
+        prop_assert_eq!(read_canonical_request(&body), plain.then_some(request));
+    }
+
+    #[test]
+    fn no_request_text_reads_differently_from_serde(
+        checks in prop::collection::vec(check(), 1..3),
+        cut in any::<prop::sample::Index>(),
+        byte in prop_oneof![any::<u8>(), Just(b'\\'), Just(b'"'), Just(0x1f), Just(b'0'), Just(b' ')],
+        how in 0..3u8,
+    ) {
+        let body = mutated(serde_json::to_vec(&DecideRequest { checks }).unwrap(), cut, byte, how);
+        let serde = serde_json::from_slice::<DecideRequest>(&body);
+        if let Some(fast) = read_canonical_request(&body) {
             prop_assert_eq!(Some(fast), serde.ok());
         }
     }

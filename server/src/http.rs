@@ -6,13 +6,13 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Body;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sluice_core::wire::{
     DECIDE_PATH, DecideRequest, ErrorBody, LEASE_PATH, LeaseRequest, MAX_BODY_BYTES,
-    REPLAY_TIME_HEADER, WireError,
+    REPLAY_TIME_HEADER, WireError, write_decide_response,
 };
 
 use crate::engine::Engine;
@@ -43,6 +43,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint".to_owned()) })
         .with_state(state)
+}
+
+/// A 200 answer with a JSON body already written, as `axum::Json` would send it.
+fn json(body: Vec<u8>) -> Response {
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn error(status: StatusCode, message: String) -> Response {
@@ -79,9 +89,11 @@ fn bad_request(state: &AppState, e: &WireError) -> Response {
     error(StatusCode::BAD_REQUEST, e.to_string())
 }
 
-async fn decide(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+// Handlers take the whole request: axum's `HeaderMap` extractor would copy the headers.
+async fn decide(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let started = Instant::now();
-    let (body, now_us) = match admit(&state, &headers, body).await {
+    let (parts, body) = request.into_parts();
+    let (body, now_us) = match admit(&state, &parts.headers, body).await {
         Ok(admitted) => admitted,
         Err(refusal) => return refusal,
     };
@@ -92,7 +104,9 @@ async fn decide(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
     match state.engine.decide(&request, now_us).await {
         Ok(response) => {
             state.metrics.decision_time(started.elapsed());
-            axum::Json(response).into_response()
+            let mut body = Vec::with_capacity(16 + 112 * response.results.len());
+            write_decide_response(&mut body, &response.results);
+            json(body)
         }
         Err(e) => {
             tracing::warn!(error = %e, "decision failed");
@@ -101,8 +115,9 @@ async fn decide(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
     }
 }
 
-async fn lease(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let (body, now_us) = match admit(&state, &headers, body).await {
+async fn lease(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let (body, now_us) = match admit(&state, &parts.headers, body).await {
         Ok(admitted) => admitted,
         Err(refusal) => return refusal,
     };

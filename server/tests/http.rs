@@ -97,6 +97,9 @@ async fn a_bearer_token_is_required_when_configured() {
         .decide(&server.url(), &body, &[("authorization", "Bearer s3cret")])
         .await;
     assert_eq!(right.status, 200, "{}", right.body);
+    assert_eq!(right.content_type, "application/json");
+    let answer: sluice_core::wire::DecideResponse = serde_json::from_str(&right.body).unwrap();
+    assert!(answer.results[0].allowed, "{}", right.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,12 +1,14 @@
-//! The `/v1/decide` body written and its answer read without a general serializer, for the
-//! filter's hot path. The bytes are exactly what serde writes for [`DecideRequest`] (the
-//! tests compare them), and the reader takes only the answer's canonical form (the server's,
-//! serde's compact output) and hands anything else to serde, so the wire is the one defined
-//! by the types in [`super`], whichever path reads or writes it.
+//! The `/v1/decide` body and its answer written and read without a general serializer, on
+//! both hot paths: the filter writes requests and reads answers, the server reads requests and
+//! writes answers. What is written is exactly what serde writes for [`DecideRequest`] and
+//! [`DecideResponse`] (the tests compare the bytes). A reader takes only the canonical form
+//! (serde's compact output, fields in declaration order) and hands anything else to serde, so
+//! the wire is the one defined by the types in [`super`], whichever path reads or writes it.
 
-use super::{Check, DecideResponse, WireError};
+use super::{Check, DecideRequest, DecideResponse, WireError};
+use crate::duration::Millis;
 use crate::key::{LimitKey, RuleName};
-use crate::limit::Limit;
+use crate::limit::{Limit, RawLimit};
 use crate::verdict::Verdict;
 
 /// A rule's part of every check it sends, encoded once: everything but the key.
@@ -76,6 +78,40 @@ pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
     }
 }
 
+/// Writes `n` as JSON writes a number.
+pub fn write_json_u64(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// Writes the `/v1/decide` answer holding `results`, into `out`.
+pub fn write_decide_response(out: &mut Vec<u8>, results: &[Verdict]) {
+    out.extend_from_slice(br#"{"results":["#);
+    for (i, v) in results.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(if v.allowed {
+            br#"{"allowed":true,"limit":"#.as_slice()
+        } else {
+            br#"{"allowed":false,"limit":"#.as_slice()
+        });
+        write_json_u64(out, v.limit);
+        out.extend_from_slice(br#","remaining":"#);
+        write_json_u64(out, v.remaining);
+        out.extend_from_slice(br#","reset_ms":"#);
+        write_json_u64(out, v.reset_ms);
+        out.extend_from_slice(br#","retry_after_ms":"#);
+        match v.retry_after_ms {
+            Some(ms) => write_json_u64(out, ms),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(br#","delay_ms":"#);
+        write_json_u64(out, v.delay_ms);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+}
+
 /// Whether any byte is `"`, `\\` or a control character, eight bytes at a time (this runs on
 /// every key the filter writes).
 fn needs_escape(bytes: &[u8]) -> bool {
@@ -122,20 +158,15 @@ pub fn read_decide_response(body: &[u8], checks: usize) -> Result<Vec<Verdict>, 
 /// The verdicts of an answer in serde's compact form with the fields in declaration order;
 /// `None` for any other text, valid or not.
 pub fn read_canonical(body: &[u8]) -> Option<Vec<Verdict>> {
-    let mut r = Reader { bytes: body, at: 0 };
-    r.literal(br#"{"results":["#)?;
-    let mut results = Vec::with_capacity(4);
-    if !r.eat(b']') {
-        loop {
-            results.push(r.verdict()?);
-            if r.eat(b']') {
-                break;
-            }
-            r.literal(b",")?;
-        }
-    }
-    r.literal(b"}")?;
-    (r.at == body.len()).then_some(results)
+    Reader::whole(body, br#"{"results":"#, Reader::verdict)
+}
+
+/// A `/v1/decide` body in serde's compact form with the fields in declaration order (what the
+/// filter writes), not yet validated as a whole; `None` for any other text, valid or not.
+/// Each name, key and limit is validated as serde would, and `None` where serde would refuse.
+pub fn read_canonical_request(body: &[u8]) -> Option<DecideRequest> {
+    let checks = Reader::whole(body, br#"{"checks":"#, Reader::check)?;
+    Some(DecideRequest { checks })
 }
 
 struct Reader<'a> {
@@ -143,7 +174,36 @@ struct Reader<'a> {
     at: usize,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    /// All of `body`: `head`, a list of items read by `item`, and the closing `}`.
+    fn whole<T>(
+        body: &'a [u8],
+        head: &[u8],
+        item: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let mut r = Reader { bytes: body, at: 0 };
+        r.literal(head)?;
+        let items = r.list(item)?;
+        r.literal(b"}")?;
+        (r.at == body.len()).then_some(items)
+    }
+
+    /// `[item,item,...]`.
+    fn list<T>(&mut self, mut item: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
+        self.literal(b"[")?;
+        let mut items = Vec::with_capacity(4);
+        if !self.eat(b']') {
+            loop {
+                items.push(item(self)?);
+                if self.eat(b']') {
+                    break;
+                }
+                self.literal(b",")?;
+            }
+        }
+        Some(items)
+    }
+
     fn literal(&mut self, expected: &[u8]) -> Option<()> {
         let end = self.at.checked_add(expected.len())?;
         (self.bytes.get(self.at..end)? == expected).then(|| self.at = end)
@@ -155,6 +215,79 @@ impl Reader<'_> {
             self.at += 1;
         }
         found
+    }
+
+    /// A string without escapes or control characters (serde refuses those raw, and unescapes
+    /// the rest, which is left to it).
+    fn string(&mut self) -> Option<&str> {
+        self.literal(b"\"")?;
+        let rest = self.bytes.get(self.at..)?;
+        let len = rest.iter().position(|&b| b == b'"')?;
+        let text = &rest[..len];
+        if text.iter().any(|&b| b == b'\\' || b < 0x20) {
+            return None;
+        }
+        self.at += len + 1;
+        std::str::from_utf8(text).ok()
+    }
+
+    fn duration(&mut self) -> Option<Millis> {
+        self.string()?.parse().ok()
+    }
+
+    fn check(&mut self) -> Option<Check> {
+        self.literal(br#"{"rule":"#)?;
+        let rule = RuleName::new(self.string()?).ok()?;
+        self.literal(br#","key":"#)?;
+        let key = LimitKey::parse(self.string()?).ok()?;
+        self.literal(br#","limit":"#)?;
+        let limit = self.limit()?;
+        self.literal(br#","cost":"#)?;
+        let cost = self.number()?;
+        let count_denied = self.literal(br#","count_denied":true"#).is_some();
+        let shadow = self.literal(br#","shadow":true"#).is_some();
+        self.literal(b"}")?;
+        Some(Check {
+            rule,
+            key,
+            limit,
+            cost,
+            count_denied,
+            shadow,
+        })
+    }
+
+    /// A limit's fields in [`RawLimit`]'s order, each present only when set, as serde writes
+    /// them; validated as serde validates them.
+    fn limit(&mut self) -> Option<Limit> {
+        self.literal(br#"{"algorithm":"#)?;
+        let mut raw = RawLimit {
+            algorithm: self.string()?.to_owned(),
+            ..RawLimit::default()
+        };
+        if self.literal(br#","limit":"#).is_some() {
+            raw.limit = Some(self.number()?);
+        }
+        if self.literal(br#","window":"#).is_some() {
+            raw.window = Some(self.duration()?);
+        }
+        if self.literal(br#","rate":"#).is_some() {
+            raw.rate = Some(self.number()?);
+        }
+        if self.literal(br#","per":"#).is_some() {
+            raw.per = Some(self.duration()?);
+        }
+        if self.literal(br#","burst":"#).is_some() {
+            raw.burst = Some(self.number()?);
+        }
+        if self.literal(br#","mode":"#).is_some() {
+            raw.mode = Some(self.string()?.to_owned());
+        }
+        if self.literal(br#","max_wait":"#).is_some() {
+            raw.max_wait = Some(self.duration()?);
+        }
+        self.literal(b"}")?;
+        Limit::try_from(raw).ok()
     }
 
     fn number(&mut self) -> Option<u64> {

@@ -45,7 +45,8 @@ mod compact;
 use serde::{Deserialize, Serialize};
 
 pub use compact::{
-    CheckTemplate, read_canonical, read_decide_response, write_decide_request, write_json_string,
+    CheckTemplate, read_canonical, read_canonical_request, read_decide_response,
+    write_decide_request, write_decide_response, write_json_string, write_json_u64,
 };
 
 use crate::key::{LimitKey, RuleName};
@@ -128,7 +129,10 @@ pub struct WireError(pub String);
 impl DecideRequest {
     /// Parses and validates a request body; the error names the field and the reason.
     pub fn from_json(body: &[u8]) -> Result<DecideRequest, WireError> {
-        let request: DecideRequest = parse_with_path(body)?;
+        let request = match read_canonical_request(body) {
+            Some(request) => request,
+            None => parse_with_path(body)?,
+        };
         request.validate()?;
         Ok(request)
     }
