@@ -340,7 +340,7 @@ fn redis_benchmark(
             "--csv",
         ])
         .args([command, &callee, "1", &key])
-        .args(call.args())
+        .args(call.args().iter().map(ToString::to_string))
         .stdin(Stdio::null())
         .output()
         .context("running redis-benchmark (apt-get install redis-tools)")?;

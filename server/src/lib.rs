@@ -32,6 +32,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::ServiceExt;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -40,7 +41,7 @@ use tokio::task::JoinHandle;
 pub use config::ServerConfig;
 
 use crate::engine::Engine;
-use crate::http::{AppState, router};
+use crate::http::{AppState, Service, router};
 use crate::metrics::Metrics;
 use crate::rls::RlsState;
 use crate::rls::config::Reload;
@@ -86,6 +87,10 @@ pub async fn serve_on(
         }
     };
     let servers = async {
+        let app = ServiceExt::<axum::extract::Request>::into_make_service(Service::new(
+            Arc::clone(&state),
+            app,
+        ));
         let http = axum::serve(nodelay(listener), app).with_graceful_shutdown(stopped());
         match grpc_app {
             Some((grpc_listener, grpc)) => {
@@ -204,7 +209,8 @@ pub async fn spawn(config: ServerConfig, listen: SocketAddr) -> std::io::Result<
 /// A server in this process that is reached by calling it (see [`memory`]); it must be
 /// created within a Tokio runtime, and lives as long as any clone of it.
 pub fn in_process(config: ServerConfig) -> memory::InProcessServer {
-    memory::InProcessServer::new(router(app_state(&config)))
+    let state = app_state(&config);
+    memory::InProcessServer::new(Service::new(Arc::clone(&state), router(state)))
 }
 
 impl RunningServer {

@@ -82,7 +82,11 @@ impl LimitScript {
 
     /// `EVALSHA` of its text with `keys` and `args`; invoked, it loads the script and tries
     /// again on `NOSCRIPT`.
-    pub fn evalsha(&self, keys: &[String], args: &[String]) -> redis::ScriptInvocation<'_> {
+    pub fn evalsha(
+        &self,
+        keys: &[String],
+        args: &[impl redis::ToRedisArgs],
+    ) -> redis::ScriptInvocation<'_> {
         let mut invocation = self.text.prepare_invoke();
         for key in keys {
             invocation.key(key);
@@ -94,15 +98,12 @@ impl LimitScript {
     }
 
     /// `FCALL` of its function with `keys` and `args`.
-    pub fn fcall(&self, keys: &[String], args: &[String]) -> redis::Cmd {
-        // Sized up front: the command's buffers would otherwise grow several times a call.
-        let data = [&self.function]
-            .into_iter()
-            .chain(keys)
-            .chain(args)
-            .map(String::len)
-            .sum::<usize>();
-        let mut fcall = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data + 16);
+    pub fn fcall(&self, keys: &[String], args: &[impl redis::ToRedisArgs]) -> redis::Cmd {
+        // Sized up front (arguments are mostly short numbers): the command's buffers would
+        // otherwise grow several times a call.
+        let data = self.function.len() + keys.iter().map(String::len).sum::<usize>();
+        let mut fcall =
+            redis::Cmd::with_capacity(3 + keys.len() + args.len(), data + 16 * args.len() + 8);
         fcall
             .arg("FCALL")
             .arg(&self.function)
@@ -340,19 +341,54 @@ impl ScriptCall {
     }
 
     /// `ARGV` of the algorithm's script (see `lua/single.lua`).
-    pub fn args(&self) -> Vec<String> {
+    pub fn args(&self) -> Vec<ScriptArg> {
         let mut args = Vec::with_capacity(4 + self.params.len());
-        args.push(self.time.arg());
-        args.push(decimal(self.cost));
-        args.push(flag(self.count_denied).to_owned());
-        args.push(flag(self.commit).to_owned());
-        args.extend(self.params.iter().copied().map(decimal));
+        args.push(ScriptArg::Time(self.time));
+        args.push(ScriptArg::Number(self.cost));
+        args.push(ScriptArg::Flag(self.count_denied));
+        args.push(ScriptArg::Flag(self.commit));
+        args.extend(self.params.iter().copied().map(ScriptArg::Number));
         args
     }
 
     /// The script to run.
     pub fn script(&self) -> &'static LimitScript {
         SCRIPTS.get(self.algorithm)
+    }
+}
+
+/// One argument of a check's script call, written into the command as it is: a call has
+/// several, and a string of its own for each would cost an allocation apiece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptArg {
+    /// The time argument ([`ScriptTime::arg`]).
+    Time(ScriptTime),
+    /// A count or a parameter, in decimal.
+    Number(u64),
+    /// `1` or `0`.
+    Flag(bool),
+}
+
+impl redis::ToRedisArgs for ScriptArg {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        let mut digits = itoa::Buffer::new();
+        match *self {
+            ScriptArg::Time(ScriptTime::Redis) => out.write_arg(b""),
+            ScriptArg::Time(ScriptTime::Carried(us)) => out.write_arg(digits.format(us).as_bytes()),
+            ScriptArg::Time(time @ ScriptTime::Replay(_)) => out.write_arg(time.arg().as_bytes()),
+            ScriptArg::Number(n) => out.write_arg(digits.format(n).as_bytes()),
+            ScriptArg::Flag(b) => out.write_arg(flag(b).as_bytes()),
+        }
+    }
+}
+
+impl std::fmt::Display for ScriptArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            ScriptArg::Time(time) => f.write_str(&time.arg()),
+            ScriptArg::Number(n) => write!(f, "{n}"),
+            ScriptArg::Flag(b) => f.write_str(flag(b)),
+        }
     }
 }
 
@@ -594,13 +630,33 @@ mod tests {
         // 5 per 2 s: 400000 us per unit, one tick per microsecond.
         let call = ScriptCall::new(&limit, "k".into(), ScriptTime::Replay(42), 3, true);
         assert_eq!(
-            call.args(),
+            written(&call.args()),
             ["r42", "3", "1", "1", "400000", "1", "7", "250000"]
         );
         let call = ScriptCall::new(&limit, "k".into(), ScriptTime::Redis, 1, false).asking();
-        assert_eq!(call.args()[..4], ["", "1", "0", "0"]);
+        assert_eq!(written(&call.args())[..4], ["", "1", "0", "0"]);
         let call = ScriptCall::new(&limit, "k".into(), ScriptTime::Carried(9), 1, false);
-        assert_eq!(call.args()[0], "9");
+        assert_eq!(written(&call.args())[0], "9");
+        assert_eq!(
+            call.args()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            written(&call.args()),
+            "displayed as written"
+        );
+    }
+
+    /// The arguments as they go into the command.
+    fn written(args: &[ScriptArg]) -> Vec<String> {
+        let cmd = LimitScript::fcall(SCRIPTS.get(Algorithm::Gcra), &[], args);
+        cmd.args_iter()
+            .skip(3)
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+                other => panic!("not a plain argument: {other:?}"),
+            })
+            .collect()
     }
 
     #[test]

@@ -342,7 +342,7 @@ impl Store {
         self: &Arc<Self>,
         script: &LimitScript,
         keys: &[String],
-        args: &[String],
+        args: &[impl redis::ToRedisArgs + Sync],
     ) -> Result<Vec<i64>, StoreError> {
         let backend = self.backend().await?;
         self.within_timeout(async {

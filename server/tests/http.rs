@@ -73,6 +73,29 @@ async fn bad_requests_get_400_naming_the_problem_and_never_reach_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_post_decides_and_unknown_paths_are_404() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let http = Http::http1();
+    let url = server.url();
+    let body = one_check("r", "k", LIMIT);
+    for method in ["GET", "PUT", "DELETE"] {
+        let answer = http
+            .send(method, &format!("{url}/v1/decide"), &[], body.clone())
+            .await;
+        assert_eq!(answer.status, 405, "{method}: {}", answer.body);
+    }
+    let answer = http
+        .send("POST", &format!("{url}/v1/decide/more"), &[], body.clone())
+        .await;
+    assert_eq!(answer.status, 404, "{}", answer.body);
+    assert_eq!(answer.json()["error"], "no such endpoint");
+    assert_eq!(calls(&redis, "fcall"), 0, "nothing was decided");
+    assert_eq!(http.decide(&url, &body, &[]).await.status, 200);
+    assert_eq!(calls(&redis, "fcall"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bearer_token_is_required_when_configured() {
     let redis = RedisServer::start().unwrap();
     let server = server(Topology::Standalone(redis.url()), |c| {
