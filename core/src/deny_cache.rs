@@ -64,25 +64,13 @@ impl SlotKeys {
         let mut hasher = fnv::FnvHasher::default();
         hasher.write(id.as_bytes());
         let slot = hasher.finish() % u64::from(self.slots);
-        let mut key = String::with_capacity(self.prefix.len() + 20);
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(slot);
+        let mut key = String::with_capacity(self.prefix.len() + digits.len());
         key.push_str(&self.prefix);
-        push_decimal(&mut key, slot);
+        key.push_str(digits);
         key
     }
-}
-
-fn push_decimal(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// A short, stable fingerprint of a configuration's bytes.
