@@ -12,6 +12,7 @@ use std::hash::Hasher;
 
 use sha2::{Digest, Sha256};
 
+use crate::decimal;
 use crate::key::{LimitKey, RuleName};
 
 /// One remembered denial.
@@ -82,22 +83,17 @@ pub fn fingerprint(configuration: &[u8]) -> String {
 impl Entry {
     /// `until|reset_at|limit|id`.
     pub fn encode(&self) -> Vec<u8> {
-        format!(
-            "{}|{}|{}|{}",
-            self.until_ms, self.reset_at_ms, self.limit, self.id
-        )
-        .into_bytes()
+        decimal::write_record(&[self.until_ms, self.reset_at_ms, self.limit], &self.id)
     }
 
     /// Reads a slot's bytes; `None` for anything malformed (the slot is then treated as empty).
     pub fn decode(bytes: &[u8]) -> Option<Entry> {
-        let text = std::str::from_utf8(bytes).ok()?;
-        let mut fields = text.splitn(4, '|');
+        let ([until_ms, reset_at_ms, limit], id) = decimal::read_record(bytes)?;
         Some(Entry {
-            until_ms: fields.next()?.parse().ok()?,
-            reset_at_ms: fields.next()?.parse().ok()?,
-            limit: fields.next()?.parse().ok()?,
-            id: fields.next()?.to_owned(),
+            until_ms,
+            reset_at_ms,
+            limit,
+            id: id.to_owned(),
         })
     }
 

@@ -39,6 +39,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::decimal;
 use crate::duration::Millis;
 use crate::wire::LeaseGrant;
 
@@ -156,33 +157,28 @@ impl Allowance {
     /// `units|lease_until|next_ask|asking_since|period_start|seen|seen_before|last_seen|pace|
     /// pace_next|limit|remaining|id` (the id last: it may hold any printable character).
     pub fn encode(&self) -> Vec<u8> {
-        format!(
-            "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
-            self.units,
-            self.lease_until_us,
-            self.next_ask_us,
-            self.asking_since_us,
-            self.period_start_us,
-            self.seen,
-            self.seen_before,
-            self.last_seen_us,
-            self.pace_us,
-            self.pace_next_us,
-            self.limit,
-            self.remaining,
-            self.id
+        decimal::write_record(
+            &[
+                self.units,
+                self.lease_until_us,
+                self.next_ask_us,
+                self.asking_since_us,
+                self.period_start_us,
+                self.seen,
+                self.seen_before,
+                self.last_seen_us,
+                self.pace_us,
+                self.pace_next_us,
+                self.limit,
+                self.remaining,
+            ],
+            &self.id,
         )
-        .into_bytes()
     }
 
     /// Reads a slot's bytes; `None` for anything malformed (the slot is then free).
     pub fn decode(bytes: &[u8]) -> Option<Allowance> {
-        let text = std::str::from_utf8(bytes).ok()?;
-        let mut fields = text.splitn(13, '|');
-        let mut n = [0u64; 12];
-        for slot in &mut n {
-            *slot = fields.next()?.parse().ok()?;
-        }
+        let (n, id) = decimal::read_record::<12>(bytes)?;
         let [
             units,
             lease_until_us,
@@ -198,7 +194,7 @@ impl Allowance {
             remaining,
         ] = n;
         Some(Allowance {
-            id: fields.next()?.to_owned(),
+            id: id.to_owned(),
             units,
             lease_until_us,
             next_ask_us,

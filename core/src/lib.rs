@@ -31,6 +31,7 @@
 #![deny(missing_docs)]
 
 pub mod algorithm;
+pub mod decimal;
 pub mod decision;
 pub mod deny_cache;
 pub mod duration;

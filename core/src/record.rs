@@ -8,7 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::{write_json_string, write_json_u64};
+use crate::decimal;
+use crate::wire::write_json_string;
 
 /// The filter-state name of the record.
 pub const DECISION_PROPERTY: &str = "sluice.decision";
@@ -112,7 +113,7 @@ pub fn encode<S: AsRef<str>>(record: &[RuleRecord<S>]) -> Vec<u8> {
         out.push(b'"');
         if line.delay_ms != 0 {
             out.extend_from_slice(br#","delay_ms":"#);
-            write_json_u64(&mut out, line.delay_ms);
+            decimal::write(&mut out, line.delay_ms);
         }
         if line.local {
             out.extend_from_slice(br#","local":true"#);

@@ -6,6 +6,7 @@
 //! the wire is the one defined by the types in [`super`], whichever path reads or writes it.
 
 use super::{Check, DecideRequest, DecideResponse, WireError};
+use crate::decimal;
 use crate::duration::Millis;
 use crate::key::{LimitKey, RuleName};
 use crate::limit::{Limit, RawLimit};
@@ -78,11 +79,6 @@ pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
     }
 }
 
-/// Writes `n` as JSON writes a number.
-pub fn write_json_u64(out: &mut Vec<u8>, n: u64) {
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-}
-
 /// Writes the `/v1/decide` answer holding `results`, into `out`.
 pub fn write_decide_response(out: &mut Vec<u8>, results: &[Verdict]) {
     out.extend_from_slice(br#"{"results":["#);
@@ -95,18 +91,18 @@ pub fn write_decide_response(out: &mut Vec<u8>, results: &[Verdict]) {
         } else {
             br#"{"allowed":false,"limit":"#.as_slice()
         });
-        write_json_u64(out, v.limit);
+        decimal::write(out, v.limit);
         out.extend_from_slice(br#","remaining":"#);
-        write_json_u64(out, v.remaining);
+        decimal::write(out, v.remaining);
         out.extend_from_slice(br#","reset_ms":"#);
-        write_json_u64(out, v.reset_ms);
+        decimal::write(out, v.reset_ms);
         out.extend_from_slice(br#","retry_after_ms":"#);
         match v.retry_after_ms {
-            Some(ms) => write_json_u64(out, ms),
+            Some(ms) => decimal::write(out, ms),
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(br#","delay_ms":"#);
-        write_json_u64(out, v.delay_ms);
+        decimal::write(out, v.delay_ms);
         out.push(b'}');
     }
     out.extend_from_slice(b"]}");
@@ -291,30 +287,7 @@ impl<'a> Reader<'a> {
     }
 
     fn number(&mut self) -> Option<u64> {
-        // One pass over the digits; JSON has no leading zeros (serde writes none).
-        let rest = self.bytes.get(self.at..)?;
-        let mut value: u64 = 0;
-        let mut digits = 0;
-        for &b in rest {
-            let digit = b.wrapping_sub(b'0');
-            if digit > 9 {
-                break;
-            }
-            if digits == 1 && value == 0 {
-                return None;
-            }
-            // Up to 19 digits cannot overflow; checking every one would multiply in 128 bits
-            // (a library call in wasm).
-            value = if digits < 19 {
-                value * 10 + u64::from(digit)
-            } else {
-                value.checked_mul(10)?.checked_add(u64::from(digit))?
-            };
-            digits += 1;
-        }
-        if digits == 0 {
-            return None;
-        }
+        let (value, digits) = decimal::leading(self.bytes.get(self.at..)?)?;
         self.at += digits;
         Some(value)
     }

@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 
 pub use compact::{
     CheckTemplate, read_canonical, read_canonical_request, read_decide_response,
-    write_decide_request, write_decide_response, write_json_string, write_json_u64,
+    write_decide_request, write_decide_response, write_json_string,
 };
 
 use crate::key::{LimitKey, RuleName};
