@@ -277,11 +277,7 @@ pub enum ScriptTime {
 impl ScriptTime {
     /// The script's time argument.
     pub fn arg(self) -> String {
-        match self {
-            ScriptTime::Redis => String::new(),
-            ScriptTime::Carried(us) => decimal(us),
-            ScriptTime::Replay(us) => format!("r{}", itoa::Buffer::new().format(us)),
-        }
+        ScriptArg::Time(self).to_string()
     }
 }
 
@@ -369,26 +365,29 @@ pub enum ScriptArg {
     Flag(bool),
 }
 
+impl ScriptArg {
+    /// Hands the argument's text to `write`, from the stack but for a replay's time.
+    fn with_text<R>(self, write: impl FnOnce(&str) -> R) -> R {
+        let mut digits = itoa::Buffer::new();
+        match self {
+            ScriptArg::Time(ScriptTime::Redis) => write(""),
+            ScriptArg::Time(ScriptTime::Carried(us)) => write(digits.format(us)),
+            ScriptArg::Time(ScriptTime::Replay(us)) => write(&format!("r{}", digits.format(us))),
+            ScriptArg::Number(n) => write(digits.format(n)),
+            ScriptArg::Flag(b) => write(flag(b)),
+        }
+    }
+}
+
 impl redis::ToRedisArgs for ScriptArg {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        let mut digits = itoa::Buffer::new();
-        match *self {
-            ScriptArg::Time(ScriptTime::Redis) => out.write_arg(b""),
-            ScriptArg::Time(ScriptTime::Carried(us)) => out.write_arg(digits.format(us).as_bytes()),
-            ScriptArg::Time(time @ ScriptTime::Replay(_)) => out.write_arg(time.arg().as_bytes()),
-            ScriptArg::Number(n) => out.write_arg(digits.format(n).as_bytes()),
-            ScriptArg::Flag(b) => out.write_arg(flag(b).as_bytes()),
-        }
+        self.with_text(|text| out.write_arg(text.as_bytes()));
     }
 }
 
 impl std::fmt::Display for ScriptArg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match *self {
-            ScriptArg::Time(time) => f.write_str(&time.arg()),
-            ScriptArg::Number(n) => write!(f, "{n}"),
-            ScriptArg::Flag(b) => f.write_str(flag(b)),
-        }
+        self.with_text(|text| f.write_str(text))
     }
 }
 

@@ -361,17 +361,21 @@ fn shaping_holds_requests_so_that_they_leave_at_the_rate() {
     assert_eq!(stat(&run, "sluice.rule.smooth.shaped"), 5);
 }
 
-#[test]
-fn header_values_that_are_not_utf8_are_keys_like_any_other() {
+/// Two requests carrying `api_key` in `x-api-key`, under a rule that admits one a minute per key.
+fn twice_with_api_key(api_key: &str) -> Vec<Completed> {
     let stack = Stack::start(
         r#"{"cluster": "sluice", "rules": [
             {"name": "per-key", "key": [{"header": "x-api-key"}], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1m"}}
         ]}"#,
     );
-    let mut odd = request(T, "192.0.2.8", "/");
-    odd.headers
-        .push(("x-api-key".into(), "caf\u{e9} {}:%".into()));
-    let done = stack.replay(&[odd.clone(), odd]);
+    let mut keyed = request(T, "192.0.2.8", "/");
+    keyed.headers.push(("x-api-key".into(), api_key.into()));
+    stack.replay(&[keyed.clone(), keyed])
+}
+
+#[test]
+fn header_values_that_are_not_utf8_are_keys_like_any_other() {
+    let done = twice_with_api_key("caf\u{e9} {}:%");
     assert_eq!(statuses(&done), [200, 429]);
     assert_eq!(
         decision_record(&done[0]).unwrap(),
@@ -381,14 +385,7 @@ fn header_values_that_are_not_utf8_are_keys_like_any_other() {
 
 #[test]
 fn an_empty_header_value_is_a_key_like_any_other() {
-    let stack = Stack::start(
-        r#"{"cluster": "sluice", "rules": [
-            {"name": "per-key", "key": [{"header": "x-api-key"}], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1m"}}
-        ]}"#,
-    );
-    let mut blank = request(T, "192.0.2.8", "/");
-    blank.headers.push(("x-api-key".into(), String::new()));
-    let done = stack.replay(&[blank.clone(), blank]);
+    let done = twice_with_api_key("");
     assert_eq!(statuses(&done), [200, 429]);
     assert_eq!(
         decision_record(&done[0]).unwrap(),
