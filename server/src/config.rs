@@ -13,6 +13,9 @@ use crate::rls::RlsState;
 use crate::rls::config::WatchedConfig;
 use crate::store::{ScriptCalls, Topology};
 
+/// The prefix of every Redis key when `--key-prefix` is not given.
+pub const DEFAULT_KEY_PREFIX: &str = "sluice";
+
 /// Command-line and environment settings, as given.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -63,7 +66,7 @@ pub struct Args {
     pub redis_scripts: ScriptCalls,
 
     /// Prefix of every Redis key sluice writes.
-    #[arg(long, env = "SLUICE_KEY_PREFIX", default_value = "sluice")]
+    #[arg(long, env = "SLUICE_KEY_PREFIX", default_value = DEFAULT_KEY_PREFIX)]
     pub key_prefix: String,
 
     /// A bearer token callers must present (Authorization: Bearer <token>).
@@ -179,7 +182,7 @@ impl ServerConfig {
             topology: Topology::Standalone(url.into()),
             redis_timeout: Duration::from_millis(100),
             script_calls: ScriptCalls::default(),
-            key_prefix: "sluice".to_owned(),
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             token: None,
             replay_time: false,
             shutdown_grace: Duration::from_secs(10),

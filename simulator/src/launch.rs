@@ -59,13 +59,17 @@ impl Services {
         let mut config = ServerConfig::standalone(redis_url.clone());
         config.replay_time = true;
         config.redis_timeout = Duration::from_secs(2);
-        // A fresh prefix per run: a replay must not read state an earlier one left in Redis.
-        // Fixed width, so that key sizes (and the memory report) are the same run after run.
-        config.key_prefix = format!(
-            "sluice-sim-{:08x}{:016x}",
-            std::process::id(),
-            chrono::Utc::now().timestamp_micros()
-        );
+        // A Redis started here is empty and this run's alone, so its keys keep the server's
+        // default names, and the memory report gives what production's keys take. In a Redis
+        // the user gives, a fresh prefix per run: a replay must not read state an earlier one
+        // left there. Fixed width, so that key sizes are the same run after run.
+        if redis.is_none() {
+            config.key_prefix = format!(
+                "sluice-sim-{:08x}{:016x}",
+                std::process::id(),
+                chrono::Utc::now().timestamp_micros()
+            );
+        }
         let keys = Some((redis_url.clone(), config.key_prefix.clone()));
         let server = {
             let _entered = runtime.enter();

@@ -146,13 +146,15 @@ pub fn run(
             stats: &stats,
         },
     );
-    let memory = match services.limit_keys() {
-        Some((url, prefix)) => runtime.block_on(redis_memory::measure(url, prefix)),
-        None => {
-            Err("the limit keys live in the Redis of the server given with --server".to_owned())
-        }
-    };
-    report.set_memory(memory);
+    match services.limit_keys() {
+        Some((url, prefix)) => match runtime.block_on(redis_memory::measure(url, prefix)) {
+            Ok(by_rule) => report.set_memory(by_rule, prefix),
+            Err(why) => report.memory_unknown(why),
+        },
+        None => report.memory_unknown(
+            "the limit keys live in the Redis of the server given with --server".to_owned(),
+        ),
+    }
     services.stop(&runtime);
     Ok(Outcome {
         report,

@@ -6,7 +6,10 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
 
 use sluice_e2e::{request, session_setup, shared_trace};
+use sluice_harness::RedisServer;
+use sluice_server::config::DEFAULT_KEY_PREFIX;
 use sluice_sim::compare::{self, Comparison, Nominal};
+use sluice_sim::redis_memory;
 use sluice_sim::replay::Clock;
 use sluice_sim::report::{self, Report, html};
 use sluice_sim::session::{self, Outcome};
@@ -241,6 +244,65 @@ fn a_virtual_time_replay_gives_byte_identical_json_reports() {
     let b = serde_json::to_vec_pretty(&second.report).unwrap();
     assert!(a == b, "the reports differ:\n{}", first_difference(&a, &b));
     assert_eq!(html::page(&first.report), html::page(&second.report));
+}
+
+#[test]
+fn the_memory_report_gives_what_keys_named_as_in_production_take() {
+    let trace = synthetic_trace(Kind::Demo, 60);
+    // A replay in a Redis of its own names its keys as the server does by default.
+    let own = run(EXAMPLE_POLICY, &trace, Topology::default());
+    assert_eq!(own.report.memory_caveat(), None);
+    // One in a Redis the user gives names them apart, and says so.
+    let shared = RedisServer::start().expect("redis-server starts");
+    let mut setup = session_setup(EXAMPLE_POLICY);
+    setup.redis = Some(shared.url());
+    let apart = session::run(&setup, &trace, &mut |_| {}).expect("the replay runs");
+    let prefix = apart
+        .report
+        .memory_key_prefix
+        .clone()
+        .expect("a prefix of its own");
+    let caveat = apart
+        .report
+        .memory_caveat()
+        .expect("the longer names are told");
+    assert!(
+        caveat.contains(&prefix) && caveat.contains("`sluice`"),
+        "{caveat}"
+    );
+    // The same keys renamed as production names them take what the first replay reported.
+    let keys = shared
+        .cli(&["--scan", "--pattern", &format!("{prefix}:*")])
+        .unwrap();
+    let mut renamed = 0;
+    for key in keys.lines() {
+        let production = key.replacen(prefix.as_str(), DEFAULT_KEY_PREFIX, 1);
+        shared.cli(&["RENAME", key, &production]).unwrap();
+        renamed += 1;
+    }
+    assert!(renamed > 0, "the replay left its keys");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let production = runtime
+        .block_on(redis_memory::measure(&shared.url(), DEFAULT_KEY_PREFIX))
+        .unwrap();
+    for rule in &own.report.rules {
+        let (reported, renamed) = (rule.memory.clone().unwrap(), &production[&rule.rule]);
+        assert_eq!(&reported, renamed, "rule {}", rule.rule);
+        let longer = apart
+            .report
+            .rules
+            .iter()
+            .find(|r| r.rule == rule.rule)
+            .unwrap();
+        assert!(
+            longer.memory.as_ref().unwrap().bytes > reported.bytes,
+            "rule {}: longer names cost more",
+            rule.rule
+        );
+    }
 }
 
 fn first_difference(a: &[u8], b: &[u8]) -> String {

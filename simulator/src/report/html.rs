@@ -287,6 +287,9 @@ pub fn page(report: &Report) -> String {
             &["rule", "keys", "bytes/key", "largest", "total"],
             &rows,
         ));
+        if let Some(caveat) = report.memory_caveat() {
+            let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(&caveat));
+        }
     }
 
     out.push_str("<h2>Most limited keys</h2>\n");

@@ -20,6 +20,7 @@ use serde::Serialize;
 use sluice_core::limit::Limit;
 use sluice_core::policy::Policy;
 use sluice_core::record::RuleOutcome;
+use sluice_server::config::DEFAULT_KEY_PREFIX;
 
 pub use self::recorder::Recorder;
 use crate::accuracy::{self, Accuracy, Offer, RuleLimit};
@@ -313,6 +314,10 @@ pub struct Report {
     /// Why Redis memory was not measured, if it was not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_note: Option<String>,
+    /// The prefix of the keys measured, when it is not the server's default (a replay in a
+    /// Redis the user gave names its keys apart, so their names are longer than production's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_key_prefix: Option<String>,
 }
 
 /// What a report is built from besides the recorder.
@@ -520,19 +525,34 @@ impl Report {
             timeline,
             latency,
             memory_note: None,
+            memory_key_prefix: None,
         }
     }
 
-    /// Fills in each rule's Redis memory, or says why it is unknown.
-    pub fn set_memory(&mut self, measured: Result<BTreeMap<String, RuleMemory>, String>) {
-        match measured {
-            Ok(mut by_rule) => {
-                for rule in &mut self.rules {
-                    rule.memory = Some(by_rule.remove(&rule.rule).unwrap_or_default());
-                }
-            }
-            Err(why) => self.memory_note = Some(why),
+    /// Fills in each rule's Redis memory, measured on keys named under `prefix`.
+    pub fn set_memory(&mut self, mut by_rule: BTreeMap<String, RuleMemory>, prefix: &str) {
+        for rule in &mut self.rules {
+            rule.memory = Some(by_rule.remove(&rule.rule).unwrap_or_default());
         }
+        self.memory_key_prefix = (prefix != DEFAULT_KEY_PREFIX).then(|| prefix.to_owned());
+    }
+
+    /// Says why Redis memory is unknown.
+    pub fn memory_unknown(&mut self, why: String) {
+        self.memory_note = Some(why);
+    }
+
+    /// How the measured keys' names differ from production's, when they do.
+    pub fn memory_caveat(&self) -> Option<String> {
+        let prefix = self.memory_key_prefix.as_ref()?;
+        let longer = prefix.len() as i64 - DEFAULT_KEY_PREFIX.len() as i64;
+        Some(format!(
+            "these keys are named under this run's prefix `{prefix}`, {} bytes {} than under \
+             the server's default `{DEFAULT_KEY_PREFIX}`; production's keys take about that much {} each",
+            longer.unsigned_abs(),
+            if longer >= 0 { "longer" } else { "shorter" },
+            if longer >= 0 { "less" } else { "more" },
+        ))
     }
 
     /// The terminal report.

@@ -399,6 +399,9 @@ fn memory(report: &Report, out: &mut String) {
         out,
         "  (MEMORY USAGE of every key; idle keys expire after their longest window in production)"
     );
+    if let Some(caveat) = report.memory_caveat() {
+        let _ = writeln!(out, "  ({caveat})");
+    }
     let _ = writeln!(out);
 }
 
