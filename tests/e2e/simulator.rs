@@ -267,7 +267,7 @@ fn the_memory_report_gives_what_keys_named_as_in_production_take() {
         .memory_caveat()
         .expect("the longer names are told");
     assert!(
-        caveat.contains(&prefix) && caveat.contains("`sluice`"),
+        caveat.contains(&prefix) && caveat.contains(&format!("\"{DEFAULT_KEY_PREFIX}\"")),
         "{caveat}"
     );
     // The same keys renamed as production names them take what the first replay reported.

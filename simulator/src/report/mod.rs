@@ -547,8 +547,8 @@ impl Report {
         let prefix = self.memory_key_prefix.as_ref()?;
         let longer = prefix.len() as i64 - DEFAULT_KEY_PREFIX.len() as i64;
         Some(format!(
-            "these keys are named under this run's prefix `{prefix}`, {} bytes {} than under \
-             the server's default `{DEFAULT_KEY_PREFIX}`; production's keys take about that much {} each",
+            "these keys are named under this run's prefix \"{prefix}\", {} bytes {} than under \
+             the server's default \"{DEFAULT_KEY_PREFIX}\"; production's keys take about that much {} each",
             longer.unsigned_abs(),
             if longer >= 0 { "longer" } else { "shorter" },
             if longer >= 0 { "less" } else { "more" },
