@@ -274,13 +274,6 @@ pub enum ScriptTime {
     Replay(i64),
 }
 
-impl ScriptTime {
-    /// The script's time argument.
-    pub fn arg(self) -> String {
-        ScriptArg::Time(self).to_string()
-    }
-}
-
 /// One check's call: the key, what is asked, and whether to consume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScriptCall {
@@ -357,7 +350,8 @@ impl ScriptCall {
 /// several, and a string of its own for each would cost an allocation apiece.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScriptArg {
-    /// The time argument ([`ScriptTime::arg`]).
+    /// The time argument: empty for Redis' own clock, the microseconds carried, or `r` and
+    /// a replay's microseconds (see `clock()` in `lua/prelude.lua`).
     Time(ScriptTime),
     /// A count or a parameter, in decimal.
     Number(u64),
@@ -391,12 +385,6 @@ impl std::fmt::Display for ScriptArg {
     }
 }
 
-/// `n` in decimal, as a script argument (the `itoa` crate: a tenth of `to_string`'s work, and
-/// every call writes several).
-fn decimal(n: impl itoa::Integer) -> String {
-    itoa::Buffer::new().format(n).to_owned()
-}
-
 fn flag(b: bool) -> &'static str {
     if b { "1" } else { "0" }
 }
@@ -408,7 +396,7 @@ pub struct BatchCall {
     /// `KEYS`: each check's key.
     pub keys: Vec<String>,
     /// `ARGV`.
-    pub args: Vec<String>,
+    pub args: Vec<ScriptArg>,
 }
 
 impl BatchCall {
@@ -417,16 +405,16 @@ impl BatchCall {
     pub fn new(time: ScriptTime, calls: Vec<(ScriptCall, bool)>) -> BatchCall {
         let mut args =
             Vec::with_capacity(2 + calls.iter().map(|(c, _)| 5 + c.params.len()).sum::<usize>());
-        args.push(time.arg());
-        args.push(decimal(calls.len()));
+        args.push(ScriptArg::Time(time));
+        args.push(ScriptArg::Number(calls.len() as u64));
         let mut keys = Vec::with_capacity(calls.len());
         for (call, shadow) in calls {
-            args.push(decimal(call.algorithm.ordinal() + 1));
-            args.push(decimal(call.cost));
-            args.push(flag(call.count_denied).to_owned());
-            args.push(flag(shadow).to_owned());
-            args.push(decimal(call.params.len()));
-            args.extend(call.params.iter().copied().map(decimal));
+            args.push(ScriptArg::Number(call.algorithm.ordinal() as u64 + 1));
+            args.push(ScriptArg::Number(call.cost));
+            args.push(ScriptArg::Flag(call.count_denied));
+            args.push(ScriptArg::Flag(shadow));
+            args.push(ScriptArg::Number(call.params.len() as u64));
+            args.extend(call.params.iter().copied().map(ScriptArg::Number));
             keys.push(call.key);
         }
         BatchCall { keys, args }
@@ -471,9 +459,16 @@ impl LeaseCall {
         holder: &str,
         asks: impl IntoIterator<Item = (&'a LeaseAsk, String)>,
     ) -> LeaseCall {
+        // Lease calls are few (most requests are decided from what they grant), so their
+        // arguments are strings, the holder's among them; numbers are written as a check's.
+        let number = |n: u64| ScriptArg::Number(n).to_string();
         let mut call = LeaseCall {
             keys: Vec::new(),
-            args: vec![time.arg(), holder.to_owned(), String::new()],
+            args: vec![
+                ScriptArg::Time(time).to_string(),
+                holder.to_owned(),
+                String::new(),
+            ],
         };
         let mut count = 0;
         for (ask, state_key) in asks {
@@ -486,8 +481,9 @@ impl LeaseCall {
                 }
                 _ => (0, Millis::MIN),
             };
-            call.args.push(decimal(ask.limit.algorithm().ordinal() + 1));
-            for number in [
+            call.args
+                .push(number(ask.limit.algorithm().ordinal() as u64 + 1));
+            for n in [
                 ask.want,
                 ask.held,
                 ask.returning,
@@ -499,14 +495,14 @@ impl LeaseCall {
                 period.as_micros().unsigned_abs(),
                 params.len() as u64,
             ] {
-                call.args.push(decimal(number));
+                call.args.push(number(n));
             }
-            call.args.extend(params.iter().copied().map(decimal));
+            call.args.extend(params.iter().copied().map(number));
             call.keys.push(ledger_key(&state_key));
             call.keys.insert(call.keys.len() - 1, state_key);
             count += 1;
         }
-        call.args[2] = decimal(count);
+        call.args[2] = number(count);
         call
     }
 
@@ -675,7 +671,7 @@ mod tests {
         );
         assert_eq!(batch.keys, ["a", "b"]);
         assert_eq!(
-            batch.args,
+            written(&batch.args),
             [
                 "r7", "2", // time, checks
                 "1", "1", "0", "0", "2", "5", "60000000", // fixed_window

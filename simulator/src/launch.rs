@@ -44,7 +44,7 @@ impl Services {
                 keys: None,
             });
         }
-        let (redis, redis_url) = match redis {
+        let (started, redis_url) = match redis {
             Some(url) => (None, url),
             None => {
                 let started = RedisServer::start()
@@ -63,7 +63,7 @@ impl Services {
         // default names, and the memory report gives what production's keys take. In a Redis
         // the user gives, a fresh prefix per run: a replay must not read state an earlier one
         // left there. Fixed width, so that key sizes are the same run after run.
-        if redis.is_none() {
+        if started.is_none() {
             config.key_prefix = format!(
                 "sluice-sim-{:08x}{:016x}",
                 std::process::id(),
@@ -79,7 +79,7 @@ impl Services {
         runtime.block_on(wait_ready(&endpoint))?;
         let description = format!("sluice-server in this process, Redis at {redis_url}");
         Ok(Services {
-            redis,
+            redis: started,
             endpoint,
             description,
             keys,
