@@ -766,7 +766,7 @@ impl Envoy {
         };
         let (headers, filter_state) = match ended {
             Ok(Some(host)) => (
-                host.response_headers.pairs().to_vec(),
+                host.response_headers.into_pairs(),
                 host.filter_state.into_iter().collect(),
             ),
             _ => (Vec::new(), Vec::new()),
@@ -806,7 +806,7 @@ impl Envoy {
             id: stream.request.id,
             worker,
             status,
-            headers: response.pairs().to_vec(),
+            headers: response.into_pairs(),
             local_reply: stream.local_reply.map(|r| r.details),
             filter_state: Vec::new(),
             started_ns: stream.started_ns,
@@ -891,7 +891,7 @@ fn stream_host(request: &Request, now_ns: u64, context: u32) -> StreamHost {
     };
     if headers.get("x-forwarded-proto").is_none() {
         let scheme = headers.get(":scheme").unwrap_or(b"http").to_vec();
-        headers.add(b"x-forwarded-proto", &scheme);
+        headers.add(b"x-forwarded-proto", scheme);
     }
     StreamHost {
         request_headers: headers,

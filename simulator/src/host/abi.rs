@@ -155,12 +155,13 @@ pub fn encode_pairs<K: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(K, V)]) -> Vec<u8>
     out
 }
 
-/// Reads a serialized map. As Envoy's host does, anything malformed reads as no pairs.
-pub fn decode_pairs(bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+/// Reads a serialized map, in place. As Envoy's host does, anything malformed reads as no
+/// pairs.
+pub fn decode_pairs(bytes: &[u8]) -> Vec<(&[u8], &[u8])> {
     fn u32_at(bytes: &[u8], at: usize) -> Option<usize> {
         Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize)
     }
-    let parse = || -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let parse = || -> Option<Vec<(&[u8], &[u8])>> {
         let count = u32_at(bytes, 0)?;
         let mut sizes = Vec::with_capacity(count.min(1024));
         for i in 0..count {
@@ -169,9 +170,9 @@ pub fn decode_pairs(bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut at = 4 + count.checked_mul(8)?;
         let mut pairs = Vec::with_capacity(count.min(1024));
         for (klen, vlen) in sizes {
-            let key = bytes.get(at..at + klen)?.to_vec();
+            let key = bytes.get(at..at + klen)?;
             at += klen + 1;
-            let value = bytes.get(at..at + vlen)?.to_vec();
+            let value = bytes.get(at..at + vlen)?;
             at += vlen + 1;
             pairs.push((key, value));
         }
@@ -200,7 +201,12 @@ mod tests {
             (b":path".to_vec(), b"/a".to_vec()),
             (b"x".to_vec(), vec![0xff, 0]),
         ];
-        assert_eq!(decode_pairs(&encode_pairs(&pairs)), pairs);
+        let encoded = encode_pairs(&pairs);
+        let decoded: Vec<(Vec<u8>, Vec<u8>)> = decode_pairs(&encoded)
+            .into_iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        assert_eq!(decoded, pairs);
         assert!(decode_pairs(&[1, 0, 0, 0, 9, 9]).is_empty());
         assert!(decode_pairs(&[]).is_empty());
     }

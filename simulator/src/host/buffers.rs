@@ -10,23 +10,22 @@ use super::abi::{BufferType, Status};
 use super::memory::{self, Access, HostResult, finish, or_status, status};
 use super::state::HostState;
 
-fn buffer(state: &mut HostState, kind: i32) -> Access<Vec<u8>> {
+fn buffer(state: &mut HostState, kind: i32) -> Access<&[u8]> {
     let kind = BufferType::from_abi(kind).ok_or(Status::BadArgument)?;
     match kind {
-        BufferType::RequestBody => Ok(Vec::new()),
+        BufferType::RequestBody => Ok(&[]),
         BufferType::ResponseBody => Ok(state
             .target_stream()
-            .map(|s| s.response_body.clone())
-            .unwrap_or_default()),
+            .map_or(&[][..], |s| s.response_body.as_slice())),
         BufferType::CalloutResponseBody => state
             .callouts
             .reply
             .as_ref()
-            .and_then(|r| r.body.clone())
+            .and_then(|r| r.body.as_deref())
             .ok_or(Status::NotFound),
-        BufferType::VmConfiguration => Ok(state.info.vm_configuration.clone()),
+        BufferType::VmConfiguration => Ok(&state.info.vm_configuration),
         BufferType::PluginConfiguration if state.configuring => {
-            Ok(state.info.plugin_configuration.clone())
+            Ok(&state.info.plugin_configuration)
         }
         _ => Err(Status::NotFound),
     }
@@ -40,14 +39,20 @@ fn get_bytes(
     ptr_ptr: i32,
     size_ptr: i32,
 ) -> HostResult {
-    let data = or_status!(buffer(caller.data_mut(), kind));
     let (start, length) = (start as u32 as usize, length as u32 as usize);
     if start.checked_add(length).is_none() {
         return status(Status::BadArgument);
     }
-    let end = (start + length).min(data.len());
-    let slice = data.get(start..end).unwrap_or_default();
-    finish(memory::give(&mut caller, slice, ptr_ptr, size_ptr))
+    finish(memory::give_held(
+        &mut caller,
+        |state| {
+            let data = buffer(state, kind)?;
+            let end = (start + length).min(data.len());
+            Ok(data.get(start..end).unwrap_or_default())
+        },
+        ptr_ptr,
+        size_ptr,
+    ))
 }
 
 fn get_status(

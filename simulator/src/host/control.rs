@@ -74,7 +74,7 @@ fn send_local_response(
         body,
         headers: decode_pairs(&headers)
             .into_iter()
-            .map(|(k, v)| (String::from_utf8_lossy(&k).to_ascii_lowercase(), v))
+            .map(|(k, v)| (String::from_utf8_lossy(k).to_ascii_lowercase(), v.to_vec()))
             .collect(),
     };
     push_action(&mut caller, StreamAction::LocalReply(reply))

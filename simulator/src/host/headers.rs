@@ -44,32 +44,36 @@ impl HeaderMap {
 
     /// The first value of `name`, given as bytes (a name that is not UTF-8 matches none).
     pub fn get_bytes(&self, name: &[u8]) -> Option<&[u8]> {
+        self.position(name).map(|i| self.pairs[i].1.as_slice())
+    }
+
+    /// Where the first value of `name` is among the pairs.
+    pub fn position(&self, name: &[u8]) -> Option<usize> {
         // Names are stored in lower case: comparing without case is comparing with `name`
         // lower-cased.
         self.pairs
             .iter()
-            .find(|(k, _)| k.as_bytes().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
+            .position(|(k, _)| k.as_bytes().eq_ignore_ascii_case(name))
     }
 
     /// Appends a value.
-    pub fn add(&mut self, name: &[u8], value: &[u8]) {
-        self.pairs.push((lower(name), value.to_vec()));
+    pub fn add(&mut self, name: &[u8], value: impl Into<Vec<u8>>) {
+        self.pairs.push((lower(name), value.into()));
     }
 
     /// Replaces every value of `name` by one (appending it if absent).
-    pub fn replace(&mut self, name: &[u8], value: &[u8]) {
+    pub fn replace(&mut self, name: &[u8], value: impl Into<Vec<u8>>) {
         let name = lower(name);
         match self.pairs.iter().position(|(k, _)| *k == name) {
             Some(first) => {
-                self.pairs[first].1 = value.to_vec();
+                self.pairs[first].1 = value.into();
                 let mut i = 0;
                 self.pairs.retain(|(k, _)| {
                     i += 1;
                     i - 1 == first || *k != name
                 });
             }
-            None => self.pairs.push((name, value.to_vec())),
+            None => self.pairs.push((name, value.into())),
         }
     }
 
@@ -82,6 +86,11 @@ impl HeaderMap {
     /// The pairs, in order.
     pub fn pairs(&self) -> &[(String, Vec<u8>)] {
         &self.pairs
+    }
+
+    /// The pairs, in order, given up.
+    pub fn into_pairs(self) -> Vec<(String, Vec<u8>)> {
+        self.pairs
     }
 
     /// Bytes of names and values, as Envoy's `byteSize()`.
@@ -163,19 +172,22 @@ fn get_value(
     ptr_ptr: i32,
     size_ptr: i32,
 ) -> HostResult {
-    let value = or_status!(memory::with_bytes(
+    let index = or_status!(memory::with_bytes(
         &mut caller,
         key_ptr,
         key_len,
-        |key, state| {
-            let headers = readable(state, map)?;
-            headers
-                .get_bytes(key)
-                .map(<[u8]>::to_vec)
-                .ok_or(Status::NotFound)
-        }
+        |key, state| readable(state, map)?.position(key).ok_or(Status::NotFound)
     ));
-    finish(memory::give(&mut caller, &value, ptr_ptr, size_ptr))
+    finish(memory::give_held(
+        &mut caller,
+        |state| {
+            let pairs = readable(state, map)?.pairs();
+            let (_, value) = pairs.get(index).ok_or(Status::InternalFailure)?;
+            Ok(value.as_slice())
+        },
+        ptr_ptr,
+        size_ptr,
+    ))
 }
 
 fn modify(
@@ -183,16 +195,16 @@ fn modify(
     map: i32,
     key: (i32, i32),
     value: Option<(i32, i32)>,
-    edit: fn(&mut HeaderMap, &[u8], &[u8]),
+    edit: fn(&mut HeaderMap, &[u8], Vec<u8>),
 ) -> HostResult {
-    // The value is copied out (both regions cannot be borrowed with the state); the name is
-    // read in place.
+    // The value is copied out once, into the map (both regions cannot be borrowed with the
+    // state); the name is read in place.
     let value = match value {
         Some((p, l)) => or_status!(memory::read(&mut caller, p, l)),
         None => Vec::new(),
     };
     let edited = memory::with_bytes(&mut caller, key.0, key.1, |key, state| {
-        edit(writable(state, map)?, key, &value);
+        edit(writable(state, map)?, key, value);
         Ok(())
     });
     status(edited.err().unwrap_or(Status::Ok))
@@ -245,14 +257,14 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "env",
         "proxy_add_header_map_value",
         |c: Caller<'_, HostState>, map: i32, kp: i32, kl: i32, vp: i32, vl: i32| {
-            modify(c, map, (kp, kl), Some((vp, vl)), HeaderMap::add)
+            modify(c, map, (kp, kl), Some((vp, vl)), |h, k, v| h.add(k, v))
         },
     )?;
     linker.func_wrap(
         "env",
         "proxy_replace_header_map_value",
         |c: Caller<'_, HostState>, map: i32, kp: i32, kl: i32, vp: i32, vl: i32| {
-            modify(c, map, (kp, kl), Some((vp, vl)), HeaderMap::replace)
+            modify(c, map, (kp, kl), Some((vp, vl)), |h, k, v| h.replace(k, v))
         },
     )?;
     linker.func_wrap(

@@ -27,15 +27,20 @@ fn http_call(
     token_ptr: i32,
 ) -> HostResult {
     let read = |caller: &mut Caller<'_, HostState>, p, l| memory::read(caller, p, l);
+    // The headers are decoded in place and the trailers (which Envoy's async client never
+    // sends) only checked; the cluster's name and the body are copied, as the callout keeps
+    // them.
     let parts = (|| {
         Ok::<_, Status>((
             read(&mut caller, upstream_ptr, upstream_len)?,
-            read(&mut caller, headers_ptr, headers_len)?,
+            memory::with_bytes(&mut caller, headers_ptr, headers_len, |bytes, _| {
+                Ok(HeaderMap::from_pairs(decode_pairs(bytes)))
+            })?,
             read(&mut caller, body_ptr, body_len)?,
-            read(&mut caller, trailers_ptr, trailers_len)?,
+            memory::with_bytes(&mut caller, trailers_ptr, trailers_len, |_, _| Ok(()))?,
         ))
     })();
-    let (upstream, headers, body, _trailers) = match parts {
+    let (upstream, headers, body, ()) = match parts {
         Ok(p) => p,
         Err(s) => return status(s),
     };
@@ -51,7 +56,6 @@ fn http_call(
     if !state.callouts.clusters.contains(&cluster) {
         return status(Status::BadArgument);
     }
-    let headers = HeaderMap::from_pairs(decode_pairs(&headers));
     if [":path", ":method", ":authority"]
         .iter()
         .any(|h| headers.get(h).is_none())
@@ -63,7 +67,7 @@ fn http_call(
     state.callouts.outgoing.push(OutgoingCallout {
         token,
         cluster,
-        headers: headers.pairs().to_vec(),
+        headers: headers.into_pairs(),
         body,
         timeout_ms: timeout_ms as u32,
     });

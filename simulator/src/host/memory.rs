@@ -93,26 +93,86 @@ pub fn give(
     ptr_ptr: i32,
     size_ptr: i32,
 ) -> wasmtime::Result<Access<()>> {
-    let address = if data.is_empty() {
-        0
-    } else {
-        let Some(allocate) = caller.data().guest.allocator.clone() else {
-            return Ok(Err(Status::InvalidMemoryAccess));
-        };
-        let Ok(size) = i32::try_from(data.len()) else {
-            return Ok(Err(Status::InvalidMemoryAccess));
-        };
-        let address = allocate.call(&mut *caller, size)?;
-        if address == 0 {
-            return Ok(Err(Status::InvalidMemoryAccess));
-        }
-        if let Err(s) = write(caller, address, data) {
-            return Ok(Err(s));
-        }
-        address
+    let address = match allocate(caller, data.len())? {
+        Ok(0) => 0,
+        Ok(address) => match write(caller, address, data) {
+            Ok(()) => address,
+            Err(s) => return Ok(Err(s)),
+        },
+        Err(s) => return Ok(Err(s)),
     };
-    Ok(write_u32(caller, ptr_ptr, address as u32)
-        .and_then(|()| write_u32(caller, size_ptr, data.len() as u32)))
+    Ok(write_location(
+        caller,
+        (ptr_ptr, size_ptr),
+        address,
+        data.len(),
+    ))
+}
+
+/// As [`give`], for bytes the host's state holds, copied from there into the module's memory
+/// with no copy in between, as Envoy copies from its own maps and buffers. `held` finds them:
+/// once for their size, and again after the module's allocator ran; bytes whose size changed
+/// meanwhile are `InternalFailure`.
+pub fn give_held(
+    caller: &mut Caller<'_, HostState>,
+    held: impl Fn(&mut HostState) -> Access<&[u8]>,
+    ptr_ptr: i32,
+    size_ptr: i32,
+) -> wasmtime::Result<Access<()>> {
+    let size = match held(caller.data_mut()) {
+        Ok(bytes) => bytes.len(),
+        Err(s) => return Ok(Err(s)),
+    };
+    let address = match allocate(caller, size)? {
+        Ok(0) => 0,
+        Ok(address) => {
+            let copied = memory(caller).and_then(|memory| {
+                let (data, state) = memory.data_and_store_mut(&mut *caller);
+                let bytes = held(state)?;
+                if bytes.len() != size {
+                    return Err(Status::InternalFailure);
+                }
+                data.get_mut(region(address, size)?)
+                    .ok_or(Status::InvalidMemoryAccess)?
+                    .copy_from_slice(bytes);
+                Ok(())
+            });
+            match copied {
+                Ok(()) => address,
+                Err(s) => return Ok(Err(s)),
+            }
+        }
+        Err(s) => return Ok(Err(s)),
+    };
+    Ok(write_location(caller, (ptr_ptr, size_ptr), address, size))
+}
+
+/// `size` bytes from the module's allocator; 0 for none. The outer `Result` is a trap.
+fn allocate(caller: &mut Caller<'_, HostState>, size: usize) -> wasmtime::Result<Access<i32>> {
+    if size == 0 {
+        return Ok(Ok(0));
+    }
+    let Some(allocate) = caller.data().guest.allocator.clone() else {
+        return Ok(Err(Status::InvalidMemoryAccess));
+    };
+    let Ok(size) = i32::try_from(size) else {
+        return Ok(Err(Status::InvalidMemoryAccess));
+    };
+    Ok(match allocate.call(&mut *caller, size)? {
+        0 => Err(Status::InvalidMemoryAccess),
+        address => Ok(address),
+    })
+}
+
+/// Writes where given bytes are, and how many, for the module.
+fn write_location(
+    caller: &mut Caller<'_, HostState>,
+    (ptr_ptr, size_ptr): (i32, i32),
+    address: i32,
+    size: usize,
+) -> Access<()> {
+    write_u32(caller, ptr_ptr, address as u32)
+        .and_then(|()| write_u32(caller, size_ptr, size as u32))
 }
 
 /// Unwraps an [`Access`] inside a host call, or returns its status to the module.

@@ -41,8 +41,10 @@ pub struct VmInfo {
 pub struct Guest {
     /// The exported memory.
     pub memory: Option<Memory>,
-    /// `malloc` if exported, else `proxy_on_memory_allocate`.
-    pub allocator: Option<TypedFunc<i32, i32>>,
+    /// `malloc` if exported, else `proxy_on_memory_allocate`. Shared, because a call into it
+    /// needs the store the state lives in: an `Arc`'s clone costs a counter, a `TypedFunc`'s a
+    /// reference on its type in the engine's registry.
+    pub allocator: Option<Arc<TypedFunc<i32, i32>>>,
 }
 
 /// Which context host calls act on.

@@ -4,6 +4,8 @@
 //! it sets another effective context. A trap fails the VM: every later call is refused with
 //! [`VmFailed`], as Envoy skips every callback of a failed VM.
 
+use std::sync::Arc;
+
 use wasmtime::{Store, TypedFunc, WasmParams, WasmResults};
 
 use super::Plugin;
@@ -17,14 +19,16 @@ pub struct VmFailed(pub String);
 
 /// `proxy_on_http_call_response(root, token, headers, body size, trailers)`.
 type CalloutCallback = TypedFunc<(i32, i32, i32, i32, i32), ()>;
+/// A stream callback: (context, size, end of stream) to an action.
+type StreamCallback = TypedFunc<(i32, i32, i32), i32>;
 
 struct Callbacks {
     on_context_create: Option<TypedFunc<(i32, i32), ()>>,
     on_vm_start: Option<TypedFunc<(i32, i32), i32>>,
     on_configure: Option<TypedFunc<(i32, i32), i32>>,
-    on_request_headers: Option<TypedFunc<(i32, i32, i32), i32>>,
-    on_response_headers: Option<TypedFunc<(i32, i32, i32), i32>>,
-    on_response_body: Option<TypedFunc<(i32, i32, i32), i32>>,
+    on_request_headers: Option<StreamCallback>,
+    on_response_headers: Option<StreamCallback>,
+    on_response_body: Option<StreamCallback>,
     on_log: Option<TypedFunc<i32, ()>>,
     on_done: Option<TypedFunc<i32, i32>>,
     on_delete: Option<TypedFunc<i32, ()>>,
@@ -66,7 +70,7 @@ impl Vm {
             })
             .ok();
         store.data_mut().guest.memory = memory;
-        store.data_mut().guest.allocator = allocator;
+        store.data_mut().guest.allocator = allocator.map(Arc::new);
         macro_rules! export {
             ($name:literal) => {
                 instance.get_typed_func(&mut store, $name).ok()
@@ -97,13 +101,13 @@ impl Vm {
             callbacks,
             failure: None,
         };
-        if let Some(initialize) = initialize {
-            vm.run(0, Some(initialize), ())?;
-            if let Some(main) = main {
-                vm.run(0, Some(main), (0, 0))?;
+        if let Some(initialize) = &initialize {
+            vm.call(0, initialize, ())?;
+            if let Some(main) = &main {
+                vm.call(0, main, (0, 0))?;
             }
-        } else if let Some(start) = start {
-            vm.run(0, Some(start), ())?;
+        } else if let Some(start) = &start {
+            vm.call(0, start, ())?;
         }
         Ok(vm)
     }
@@ -113,49 +117,71 @@ impl Vm {
     pub fn start_root(&mut self, root_id: u32) -> Result<bool, VmFailed> {
         self.store.data_mut().contexts.root = root_id;
         let root = root_id as i32;
-        self.run(root_id, self.callbacks.on_context_create.clone(), (root, 0))?;
+        self.run(root_id, |c| c.on_context_create.as_ref(), (root, 0))?;
         let vm_config = self.store.data().info.vm_configuration.len() as i32;
-        if self.run(
-            root_id,
-            self.callbacks.on_vm_start.clone(),
-            (root, vm_config),
-        )? == Some(0)
-        {
+        if self.run(root_id, |c| c.on_vm_start.as_ref(), (root, vm_config))? == Some(0) {
             return Ok(false);
         }
         let plugin_config = self.store.data().info.plugin_configuration.len() as i32;
         self.store.data_mut().configuring = true;
-        let configured = self.run(
-            root_id,
-            self.callbacks.on_configure.clone(),
-            (root, plugin_config),
-        );
+        let configured = self.run(root_id, |c| c.on_configure.as_ref(), (root, plugin_config));
         self.store.data_mut().configuring = false;
         Ok(configured? != Some(0))
     }
 
+    /// Runs the callback `pick` finds on context `context`, if the module exports it.
+    ///
+    /// The export is borrowed, not cloned: cloning a `TypedFunc` takes a reference on its type
+    /// in the engine's registry, about 500 instructions a callback.
     fn run<P: WasmParams, R: WasmResults>(
         &mut self,
         context: u32,
-        f: Option<TypedFunc<P, R>>,
+        pick: fn(&Callbacks) -> Option<&TypedFunc<P, R>>,
         params: P,
     ) -> Result<Option<R>, VmFailed> {
-        if let Some(failure) = &self.failure {
+        let Self {
+            store,
+            callbacks,
+            failure,
+        } = self;
+        pick(callbacks)
+            .map(|f| Self::call_in(store, failure, context, f, params))
+            .transpose()
+    }
+
+    /// Runs start-up code, which is not a callback.
+    fn call<P: WasmParams, R: WasmResults>(
+        &mut self,
+        context: u32,
+        f: &TypedFunc<P, R>,
+        params: P,
+    ) -> Result<R, VmFailed> {
+        Self::call_in(&mut self.store, &mut self.failure, context, f, params)
+    }
+
+    /// Calls `f` on context `context`; a trap fails the VM for good, as in Envoy.
+    fn call_in<P: WasmParams, R: WasmResults>(
+        store: &mut Store<HostState>,
+        failure: &mut Option<String>,
+        context: u32,
+        f: &TypedFunc<P, R>,
+        params: P,
+    ) -> Result<R, VmFailed> {
+        if let Some(failure) = failure {
             return Err(VmFailed(failure.clone()));
         }
-        let Some(f) = f else { return Ok(None) };
-        let contexts = &mut self.store.data_mut().contexts;
+        let contexts = &mut store.data_mut().contexts;
         contexts.current = context;
         contexts.effective = None;
-        match f.call(&mut self.store, params) {
-            Ok(r) => Ok(Some(r)),
+        match f.call(&mut *store, params) {
+            Ok(r) => Ok(r),
             Err(trap) => {
                 let message = format!("{trap:?}");
-                self.store.data().logs.write(
+                store.data().logs.write(
                     super::log::Level::Critical,
                     format!("wasm VM trapped: {message}"),
                 );
-                self.failure = Some(message.clone());
+                *failure = Some(message.clone());
                 Err(VmFailed(message))
             }
         }
@@ -201,19 +227,15 @@ impl Vm {
     pub fn create_stream(&mut self, id: u32, host: StreamHost) -> Result<(), VmFailed> {
         self.store.data_mut().streams.insert(id, host);
         let root = self.store.data().contexts.root as i32;
-        self.run(
-            id,
-            self.callbacks.on_context_create.clone(),
-            (id as i32, root),
-        )
-        .map(drop)
+        self.run(id, |c| c.on_context_create.as_ref(), (id as i32, root))
+            .map(drop)
     }
 
     /// A stream callback taking (context, size, end of stream) and returning an action.
     fn stream_callback(
         &mut self,
         id: u32,
-        callback: Option<TypedFunc<(i32, i32, i32), i32>>,
+        callback: fn(&Callbacks) -> Option<&StreamCallback>,
         size: usize,
         end_of_stream: bool,
     ) -> Result<(Action, Effects), VmFailed> {
@@ -239,12 +261,7 @@ impl Vm {
         end_of_stream: bool,
     ) -> Result<(Action, Effects), VmFailed> {
         let count = self.header_count(id, |s| s.request_headers.len());
-        self.stream_callback(
-            id,
-            self.callbacks.on_request_headers.clone(),
-            count,
-            end_of_stream,
-        )
+        self.stream_callback(id, |c| c.on_request_headers.as_ref(), count, end_of_stream)
     }
 
     /// `proxy_on_response_headers`.
@@ -254,12 +271,7 @@ impl Vm {
         end_of_stream: bool,
     ) -> Result<(Action, Effects), VmFailed> {
         let count = self.header_count(id, |s| s.response_headers.len());
-        self.stream_callback(
-            id,
-            self.callbacks.on_response_headers.clone(),
-            count,
-            end_of_stream,
-        )
+        self.stream_callback(id, |c| c.on_response_headers.as_ref(), count, end_of_stream)
     }
 
     /// `proxy_on_response_body`.
@@ -269,21 +281,16 @@ impl Vm {
         size: usize,
         end_of_stream: bool,
     ) -> Result<(Action, Effects), VmFailed> {
-        self.stream_callback(
-            id,
-            self.callbacks.on_response_body.clone(),
-            size,
-            end_of_stream,
-        )
+        self.stream_callback(id, |c| c.on_response_body.as_ref(), size, end_of_stream)
     }
 
     /// `proxy_on_log`, `proxy_on_done`, `proxy_on_delete`, in Envoy's order; the stream's host
     /// side is returned (its filter state is what access logs read).
     pub fn end_stream(&mut self, id: u32) -> Result<Option<StreamHost>, VmFailed> {
         let result = (|| {
-            self.run(id, self.callbacks.on_log.clone(), id as i32)?;
-            self.run(id, self.callbacks.on_done.clone(), id as i32)?;
-            self.run(id, self.callbacks.on_delete.clone(), id as i32)
+            self.run(id, |c| c.on_log.as_ref(), id as i32)?;
+            self.run(id, |c| c.on_done.as_ref(), id as i32)?;
+            self.run(id, |c| c.on_delete.as_ref(), id as i32)
         })();
         let host = self.store.data_mut().streams.remove(&id);
         result.map(|_| host)
@@ -292,7 +299,7 @@ impl Vm {
     /// `proxy_on_tick` on the root context.
     pub fn on_tick(&mut self) -> Result<Effects, VmFailed> {
         let root = self.store.data().contexts.root;
-        self.run(root, self.callbacks.on_tick.clone(), root as i32)?;
+        self.run(root, |c| c.on_tick.as_ref(), root as i32)?;
         Ok(self.effects(None))
     }
 
@@ -314,7 +321,7 @@ impl Vm {
         callouts.reply = Some(reply);
         let result = self.run(
             root,
-            self.callbacks.on_http_call_response.clone(),
+            |c| c.on_http_call_response.as_ref(),
             (
                 root as i32,
                 token as i32,
