@@ -27,9 +27,9 @@ fn http_call(
     token_ptr: i32,
 ) -> HostResult {
     let read = |caller: &mut Caller<'_, HostState>, p, l| memory::read(caller, p, l);
-    // The headers are decoded in place and the trailers (which Envoy's async client never
-    // sends) only checked; the cluster's name and the body are copied, as the callout keeps
-    // them.
+    // The headers are decoded in place. The trailers are only checked to lie in memory: the
+    // callout the simulator sends carries none. The cluster's name and the body are copied,
+    // as the callout keeps them.
     let parts = (|| {
         Ok::<_, Status>((
             read(&mut caller, upstream_ptr, upstream_len)?,

@@ -129,7 +129,8 @@ impl Vm {
         Ok(configured? != Some(0))
     }
 
-    /// Runs the callback `pick` finds on context `context`, if the module exports it.
+    /// Runs the callback `pick` finds on context `context`, if the module exports it. A VM that
+    /// has failed runs nothing more, exported or not.
     ///
     /// The export is borrowed, not cloned: cloning a `TypedFunc` takes a reference on its type
     /// in the engine's registry, about 500 instructions a callback.
@@ -139,14 +140,16 @@ impl Vm {
         pick: fn(&Callbacks) -> Option<&TypedFunc<P, R>>,
         params: P,
     ) -> Result<Option<R>, VmFailed> {
+        self.check_alive()?;
         let Self {
             store,
             callbacks,
             failure,
         } = self;
-        pick(callbacks)
-            .map(|f| Self::call_in(store, failure, context, f, params))
-            .transpose()
+        let Some(f) = pick(callbacks) else {
+            return Ok(None);
+        };
+        Self::call_in(store, failure, context, f, params).map(Some)
     }
 
     /// Runs start-up code, which is not a callback.
@@ -156,7 +159,15 @@ impl Vm {
         f: &TypedFunc<P, R>,
         params: P,
     ) -> Result<R, VmFailed> {
+        self.check_alive()?;
         Self::call_in(&mut self.store, &mut self.failure, context, f, params)
+    }
+
+    fn check_alive(&self) -> Result<(), VmFailed> {
+        match &self.failure {
+            Some(failure) => Err(VmFailed(failure.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Calls `f` on context `context`; a trap fails the VM for good, as in Envoy.
@@ -167,9 +178,6 @@ impl Vm {
         f: &TypedFunc<P, R>,
         params: P,
     ) -> Result<R, VmFailed> {
-        if let Some(failure) = failure {
-            return Err(VmFailed(failure.clone()));
-        }
         let contexts = &mut store.data_mut().contexts;
         contexts.current = context;
         contexts.effective = None;
