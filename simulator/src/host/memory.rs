@@ -93,20 +93,15 @@ pub fn give(
     ptr_ptr: i32,
     size_ptr: i32,
 ) -> wasmtime::Result<Access<()>> {
-    let address = match allocate(caller, data.len())? {
-        Ok(0) => 0,
-        Ok(address) => match write(caller, address, data) {
-            Ok(()) => address,
-            Err(s) => return Ok(Err(s)),
-        },
-        Err(s) => return Ok(Err(s)),
-    };
-    Ok(write_location(
+    give_with(
         caller,
-        (ptr_ptr, size_ptr),
-        address,
         data.len(),
-    ))
+        |dest, _| {
+            dest.copy_from_slice(data);
+            Ok(())
+        },
+        (ptr_ptr, size_ptr),
+    )
 }
 
 /// As [`give`], for bytes the host's state holds, copied from there into the module's memory
@@ -123,28 +118,47 @@ pub fn give_held(
         Ok(bytes) => bytes.len(),
         Err(s) => return Ok(Err(s)),
     };
-    let address = match allocate(caller, size)? {
-        Ok(0) => 0,
-        Ok(address) => {
-            let copied = memory(caller).and_then(|memory| {
-                let (data, state) = memory.data_and_store_mut(&mut *caller);
-                let bytes = held(state)?;
-                if bytes.len() != size {
-                    return Err(Status::InternalFailure);
-                }
-                data.get_mut(region(address, size)?)
-                    .ok_or(Status::InvalidMemoryAccess)?
-                    .copy_from_slice(bytes);
-                Ok(())
-            });
-            match copied {
-                Ok(()) => address,
-                Err(s) => return Ok(Err(s)),
+    give_with(
+        caller,
+        size,
+        |dest, state| {
+            let bytes = held(state)?;
+            if bytes.len() != size {
+                return Err(Status::InternalFailure);
             }
-        }
+            dest.copy_from_slice(bytes);
+            Ok(())
+        },
+        (ptr_ptr, size_ptr),
+    )
+}
+
+/// Allocates `size` bytes with the module's allocator, has `fill` write them (beside the
+/// host's state), and writes their address and size at `ptr_ptr` and `size_ptr`.
+fn give_with(
+    caller: &mut Caller<'_, HostState>,
+    size: usize,
+    fill: impl FnOnce(&mut [u8], &mut HostState) -> Access<()>,
+    (ptr_ptr, size_ptr): (i32, i32),
+) -> wasmtime::Result<Access<()>> {
+    let address = match allocate(caller, size)? {
+        Ok(address) => address,
         Err(s) => return Ok(Err(s)),
     };
-    Ok(write_location(caller, (ptr_ptr, size_ptr), address, size))
+    if address != 0 {
+        let filled = memory(caller).and_then(|memory| {
+            let (data, state) = memory.data_and_store_mut(&mut *caller);
+            let dest = data
+                .get_mut(region(address, size)?)
+                .ok_or(Status::InvalidMemoryAccess)?;
+            fill(dest, state)
+        });
+        if let Err(s) = filled {
+            return Ok(Err(s));
+        }
+    }
+    Ok(write_u32(caller, ptr_ptr, address as u32)
+        .and_then(|()| write_u32(caller, size_ptr, size as u32)))
 }
 
 /// `size` bytes from the module's allocator; 0 for none. The outer `Result` is a trap.
@@ -162,17 +176,6 @@ fn allocate(caller: &mut Caller<'_, HostState>, size: usize) -> wasmtime::Result
         0 => Err(Status::InvalidMemoryAccess),
         address => Ok(address),
     })
-}
-
-/// Writes where given bytes are, and how many, for the module.
-fn write_location(
-    caller: &mut Caller<'_, HostState>,
-    (ptr_ptr, size_ptr): (i32, i32),
-    address: i32,
-    size: usize,
-) -> Access<()> {
-    write_u32(caller, ptr_ptr, address as u32)
-        .and_then(|()| write_u32(caller, size_ptr, size as u32))
 }
 
 /// Unwraps an [`Access`] inside a host call, or returns its status to the module.
