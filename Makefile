@@ -10,8 +10,12 @@ CARGO  ?= cargo
 WASM   := target/wasm32-wasip1/wasm/sluice_filter.wasm
 SIM    := target/release/sluice-sim
 DEMO   := target/demo
-# make demo TRACE=../shared/traces/zanbil_access_10k.log   (any access log)
+# make demo TRACE=/path/to/access.log   (any access log)
 TRACE  ?=
+# Without TRACE the demo replays this real access log, read in place, where the checkout has
+# it (the project's own working copies keep real traces beside the repository); a user's
+# clone has none and replays a synthetic trace generated from a fixed seed instead.
+REAL_TRACE := ../shared/traces/zanbil_access_10k.log
 POLICY ?= examples/policy.json
 # Extra replay flags, e.g. ARGS="--sort --instances 3"
 ARGS   ?=
@@ -34,8 +38,14 @@ build: wasm
 demo: build
 	@mkdir -p $(DEMO)
 ifeq ($(strip $(TRACE)),)
-	$(SIM) gen --kind demo --duration 10m --seed 1 --out $(DEMO)/trace.jsonl
-	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(DEMO)/trace.jsonl --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS)
+	@if [ -r $(REAL_TRACE) ]; then \
+		echo "demo: replaying the real access log $(REAL_TRACE)"; \
+		$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(REAL_TRACE) --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS); \
+	else \
+		echo "demo: no real access log at $(REAL_TRACE); replaying a synthetic trace (make demo TRACE=your.log replays yours)"; \
+		$(SIM) gen --kind demo --duration 10m --seed 1 --out $(DEMO)/trace.jsonl && \
+		$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(DEMO)/trace.jsonl --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS); \
+	fi
 else
 	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(TRACE) --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS)
 endif
