@@ -113,6 +113,10 @@ fn the_elastic_trace_is_never_replayed_as_logged() {
     let err = trace::read_file(&path, ReadOptions::default()).unwrap_err();
     assert_eq!(err.line, 8899, "{err}");
     assert!(err.to_string().contains("unterminated user agent"), "{err}");
+    assert!(
+        err.to_string().contains("--skip-bad"),
+        "says how to go on: {err}"
+    );
     // ... and, taken as logged (no spreading), its disorder is refused unless sorting is asked.
     let as_logged = ReadOptions {
         skip_bad: true,

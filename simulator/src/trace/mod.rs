@@ -204,10 +204,13 @@ pub fn read_bytes(name: &str, bytes: &[u8], options: ReadOptions) -> Result<Trac
                 trace.records.push(record);
             }
             Err(message) => {
-                let e = error(number, message);
                 if !options.skip_bad {
-                    return Err(e);
+                    return Err(error(
+                        number,
+                        format!("{message} (--skip-bad skips such lines and counts them)"),
+                    ));
                 }
+                let e = error(number, message);
                 trace.skipped += 1;
                 if trace.skipped_examples.len() < 5 {
                     trace.skipped_examples.push(e);
