@@ -1,8 +1,15 @@
 //! Envoy's gRPC rate limit API beside `/v1/decide`, on one sluice-server in the same run: the
 //! same decision (`gcra`, one descriptor or check, keys spread over 10,000 clients), asked
-//! `ShouldRateLimit` by a tonic client over one HTTP/2 connection (as Envoy's native filter
-//! asks, multiplexed), and `POST /v1/decide` by the lean HTTP/1.1 load generator over as many
-//! keep-alive connections as the gRPC client has requests in flight.
+//! `ShouldRateLimit` by tonic clients and `POST /v1/decide` by the lean HTTP/1.1 load
+//! generator over as many keep-alive connections as there are requests in flight.
+//!
+//! gRPC is asked twice: over as many HTTP/2 connections, one request in flight on each (like for
+//! like with `/v1/decide`), and over one connection carrying every request in flight, as one
+//! Envoy worker's rate limit filter multiplexes them. In a closed loop the second moves in
+//! lockstep: the server reads the whole batch at once, Redis answers it in one reply, the
+//! server writes every answer at once, and every caller asks again at once, so only one of the
+//! three processes works at a time. Envoy's requests come from its own clients, whenever they
+//! come, which keeps a connection's requests out of step.
 
 use std::ffi::OsStr;
 use std::net::SocketAddr;
@@ -17,21 +24,38 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use sluice_harness::{RedisServer, free_port};
 
 use crate::load::{self, Measured};
-use crate::server::{LIMIT, ServerProcess, bodies, client_key, wait_ready};
+use crate::server::{LIMIT, ServerProcess, SluiceCpu, bodies, client_key, wait_ready};
 
-/// The two APIs' rates in one pair of runs.
+/// One API's run: its rate and latency, and the CPU it took.
 #[derive(Debug, Clone)]
-pub struct Pair {
-    /// `ShouldRateLimit`.
-    pub grpc: Measured,
-    /// `/v1/decide`.
-    pub decide: Measured,
+pub struct Side {
+    /// Rate and latency.
+    pub measured: Measured,
+    /// What the client, the server and Redis spent on it.
+    pub cpu: SluiceCpu,
 }
 
-impl Pair {
-    /// gRPC's decisions per second over `/v1/decide`'s.
+/// The APIs, one run each, one after the other.
+#[derive(Debug, Clone)]
+pub struct Round {
+    /// `ShouldRateLimit`, one request in flight on each of as many connections.
+    pub grpc: Side,
+    /// `ShouldRateLimit`, every request in flight on one connection.
+    pub grpc_multiplexed: Side,
+    /// `/v1/decide`.
+    pub decide: Side,
+}
+
+impl Round {
+    /// gRPC's decisions per second over `/v1/decide`'s, like for like (a connection a request
+    /// in flight).
     pub fn ratio(&self) -> f64 {
-        self.grpc.rate() / self.decide.rate()
+        self.grpc.measured.rate() / self.decide.measured.rate()
+    }
+
+    /// gRPC's decisions per second over one multiplexed connection, over `/v1/decide`'s.
+    pub fn multiplexed_ratio(&self) -> f64 {
+        self.grpc_multiplexed.measured.rate() / self.decide.measured.rate()
     }
 }
 
@@ -55,19 +79,24 @@ fn request(key: u64) -> RateLimitRequest {
     }
 }
 
-/// `in_flight` callers, each asking again when answered, for `warmup + duration`.
+/// `connections` HTTP/2 connections with `per_connection` callers on each, every caller asking
+/// again when answered, for `warmup + duration`.
 async fn grpc_load(
     addr: SocketAddr,
-    in_flight: usize,
+    (connections, per_connection): (usize, usize),
     warmup: Duration,
     duration: Duration,
 ) -> anyhow::Result<Measured> {
-    let client = RateLimitServiceClient::connect(format!("http://{addr}")).await?;
+    let mut clients = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        clients.push(RateLimitServiceClient::connect(format!("http://{addr}")).await?);
+    }
+    let in_flight = connections * per_connection;
     let start = Instant::now();
     let (measure_from, stop) = (start + warmup, start + warmup + duration);
     let mut tasks = Vec::new();
     for caller in 0..in_flight {
-        let mut client = client.clone();
+        let mut client = clients[caller % connections].clone();
         tasks.push(tokio::spawn(async move {
             let (mut ok, mut errors, mut latencies) = (0u64, 0u64, Vec::with_capacity(1 << 16));
             let mut i = caller as u64;
@@ -95,9 +124,9 @@ async fn grpc_load(
     Measured::gather(tasks, duration).await
 }
 
-/// `repeats` pairs at `in_flight` requests in flight, each API measured for `duration` after a
-/// warm-up; pairs ordered by ratio.
-pub fn run(in_flight: usize, duration: Duration, repeats: usize) -> anyhow::Result<Vec<Pair>> {
+/// `repeats` rounds at `in_flight` requests in flight, each API measured for `duration` after
+/// a warm-up; rounds ordered by [`Round::ratio`].
+pub fn run(in_flight: usize, duration: Duration, repeats: usize) -> anyhow::Result<Vec<Round>> {
     let redis = RedisServer::start()?;
     let dir = std::env::temp_dir().join(format!("sluice-bench-rls-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -112,28 +141,36 @@ pub fn run(in_flight: usize, duration: Duration, repeats: usize) -> anyhow::Resu
     // The same decision as the gRPC side: one gcra check per request.
     let bodies = bodies(1)?;
     let warmup = Duration::from_secs(1);
-    let mut pairs = Vec::with_capacity(repeats);
-    for _ in 0..repeats.max(1) {
-        let grpc = runtime.block_on(grpc_load(addr, in_flight, warmup, duration))?;
-        let decide = runtime.block_on(load::run(
-            addr,
-            sluice_core::wire::DECIDE_PATH,
-            in_flight,
-            warmup,
-            duration,
-            &bodies,
-        ))?;
-        if grpc.errors > 0 || decide.errors > 0 {
+    let measure = |api: &str, load: &dyn Fn() -> anyhow::Result<Measured>| {
+        let (measured, cpu) = SluiceCpu::during(&redis, &server, load)?;
+        if measured.errors > 0 {
             bail!(
-                "{} gRPC and {} /v1/decide requests failed during the benchmark",
-                grpc.errors,
-                decide.errors
+                "{} {api} requests failed during the benchmark",
+                measured.errors
             );
         }
-        pairs.push(Pair { grpc, decide });
+        Ok(Side { measured, cpu })
+    };
+    let grpc_at = |layout| runtime.block_on(grpc_load(addr, layout, warmup, duration));
+    let mut rounds = Vec::with_capacity(repeats);
+    for _ in 0..repeats.max(1) {
+        rounds.push(Round {
+            grpc: measure("gRPC", &|| grpc_at((in_flight, 1)))?,
+            grpc_multiplexed: measure("gRPC", &|| grpc_at((1, in_flight)))?,
+            decide: measure("/v1/decide", &|| {
+                runtime.block_on(load::run(
+                    addr,
+                    sluice_core::wire::DECIDE_PATH,
+                    in_flight,
+                    warmup,
+                    duration,
+                    &bodies,
+                ))
+            })?,
+        });
     }
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
-    pairs.sort_by(|a, b| a.ratio().total_cmp(&b.ratio()));
-    Ok(pairs)
+    rounds.sort_by(|a, b| a.ratio().total_cmp(&b.ratio()));
+    Ok(rounds)
 }

@@ -103,37 +103,65 @@ fn main() -> ExitCode {
 const GRPC_IN_FLIGHT: usize = 16;
 
 fn grpc_section(seconds: u64) -> anyhow::Result<String> {
-    let pairs = grpc::run(GRPC_IN_FLIGHT, Duration::from_secs(seconds), SERVER_RUNS)?;
+    let rounds = grpc::run(GRPC_IN_FLIGHT, Duration::from_secs(seconds), SERVER_RUNS)?;
     let mut out = String::new();
     writeln!(
         out,
-        "The release `sluice-server` (`--threads 1`) answering Envoy's `ShouldRateLimit` (a tonic client, {GRPC_IN_FLIGHT} requests in flight on one HTTP/2 connection, as Envoy's native rate limit filter multiplexes them) and `POST /v1/decide` (the lean HTTP/1.1 client above, {GRPC_IN_FLIGHT} keep-alive connections), one after the other, {SERVER_RUNS} pairs of {seconds} s: the same `gcra` decision for keys spread over 10,000 clients. The row is the pair of median ratio, with the range.\n"
+        "The release `sluice-server` (`--threads 1`) answering Envoy's `ShouldRateLimit` (tonic clients) and `POST /v1/decide` (the lean HTTP/1.1 client above), {GRPC_IN_FLIGHT} requests in flight, one API after the other, {SERVER_RUNS} rounds of {seconds} s: the same `gcra` decision for keys spread over 10,000 clients. gRPC is asked twice: over {GRPC_IN_FLIGHT} HTTP/2 connections with one request in flight on each, like for like with `/v1/decide` over {GRPC_IN_FLIGHT} keep-alive connections; and over one connection carrying all {GRPC_IN_FLIGHT}, as one Envoy worker's native rate limit filter multiplexes its requests. CPU a decision as in the server section (user and system time from `/proc` and Redis' `INFO`, over each run's warm-up and measured span, divided by the decisions Redis made). The rows are the round of median ratio (gRPC over `/v1/decide`, like for like), with the range.\n"
     )?;
     writeln!(
         out,
-        "| API | decisions/s | p50 ms | p99 ms |\n|---|---|---|---|"
+        "| API | connections x in flight on each | decisions/s | p50 ms | p99 ms | client µs a decision | sluice-server µs | Redis µs | cores busy |\n|---|---|---|---|---|---|---|---|---|"
     )?;
-    let median = &pairs[pairs.len() / 2];
-    for (api, m) in [
-        ("gRPC `ShouldRateLimit`", &median.grpc),
-        ("`/v1/decide`", &median.decide),
+    let median = &rounds[rounds.len() / 2];
+    for (api, layout, side) in [
+        ("gRPC `ShouldRateLimit`", (GRPC_IN_FLIGHT, 1), &median.grpc),
+        (
+            "gRPC `ShouldRateLimit`",
+            (1, GRPC_IN_FLIGHT),
+            &median.grpc_multiplexed,
+        ),
+        ("`/v1/decide`", (GRPC_IN_FLIGHT, 1), &median.decide),
     ] {
+        let m = &side.measured;
+        let cpu = side.cpu.per_decision_us();
         writeln!(
             out,
-            "| {api} | {:.0} | {:.2} | {:.2} |",
+            "| {api} | {} x {} | {:.0} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            layout.0,
+            layout.1,
             m.rate(),
             m.quantile_ms(0.5),
-            m.quantile_ms(0.99)
+            m.quantile_ms(0.99),
+            cpu[0],
+            cpu[1],
+            cpu[2],
+            m.rate() * cpu.iter().sum::<f64>() / 1e6,
         )?;
     }
-    let (low, high) = (
-        pairs.first().map_or(f64::NAN, grpc::Pair::ratio),
-        pairs.last().map_or(f64::NAN, grpc::Pair::ratio),
-    );
+    let range = |ratio: fn(&grpc::Round) -> f64| {
+        rounds
+            .iter()
+            .map(ratio)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+                (lo.min(x), hi.max(x))
+            })
+    };
+    let (low, high) = range(grpc::Round::ratio);
+    let (m_low, m_high) = range(grpc::Round::multiplexed_ratio);
     writeln!(
         out,
-        "\ngRPC over `/v1/decide`: {:.2} (median; {low:.2} .. {high:.2}).",
-        median.ratio()
+        "\ngRPC over `/v1/decide`, like for like: {:.2} (median round; {low:.2} .. {high:.2}). Over one multiplexed connection: {:.2} in the same round ({m_low:.2} .. {m_high:.2} over the rounds).\n",
+        median.ratio(),
+        median.multiplexed_ratio(),
+    )?;
+    let server_us = |side: &grpc::Side| side.cpu.per_decision_us()[1];
+    writeln!(
+        out,
+        "*Cores busy*: the three processes' CPU a second, out of the machine's 2. One request in flight a connection, gRPC is CPU-bound: the server spent {:.1} µs a decision on it against {:.1} on `/v1/decide` (HTTP/2's frames and header compression, protobuf and tonic's layers, a request at a time). One connection carrying every request in flight costs the server less a decision ({:.1} µs: a batch of requests shares each read and write) but, in a closed loop, moves in lockstep: the server reads the whole batch at once, Redis answers it in one reply, the server writes every answer at once and every caller asks again at once, so mostly one process works at a time and the rate is set by the batch's trip around all three, not by anyone's CPU. An Envoy worker's connection lies between the two: its requests come when its own clients send them, out of step, and share reads and writes when they coincide.",
+        server_us(&median.grpc),
+        server_us(&median.decide),
+        server_us(&median.grpc_multiplexed),
     )?;
     Ok(out)
 }

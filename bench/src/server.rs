@@ -91,9 +91,7 @@ impl RedisWork {
 pub struct Run {
     /// sluice-server's side.
     pub sluice: Measured,
-    /// What Redis did for sluice (warm-up included).
-    pub sluice_redis: RedisWork,
-    /// CPU seconds the load generator and sluice-server spent over the same span.
+    /// The CPU sluice's side spent on it (warm-up included).
     pub sluice_cpu: SluiceCpu,
     /// redis-benchmark's `EVALSHA`: calls per second, p50 and p99 (ms).
     pub baseline: (f64, f64, f64),
@@ -127,12 +125,7 @@ impl Run {
 
     /// CPU microseconds a decision on sluice's side: load generator, server, Redis.
     pub fn sluice_cpu_us(&self) -> [f64; 3] {
-        let redis = &self.sluice_redis;
-        [
-            redis.per_decision_us(self.sluice_cpu.client_s),
-            redis.per_decision_us(self.sluice_cpu.server_s),
-            redis.cpu_us_per_decision(),
-        ]
+        self.sluice_cpu.per_decision_us()
     }
 
     /// CPU microseconds a decision by redis-benchmark's `EVALSHA`: redis-benchmark, Redis.
@@ -145,13 +138,54 @@ impl Run {
     }
 }
 
-/// CPU seconds, user and system, spent on sluice's side of a run besides Redis'.
+/// CPU spent on sluice's side of a run: seconds, user and system, of the load generator and
+/// the server, and what Redis did meanwhile.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SluiceCpu {
     /// The load generator (its one thread).
     pub client_s: f64,
     /// The sluice-server process.
     pub server_s: f64,
+    /// Redis.
+    pub redis: RedisWork,
+}
+
+impl SluiceCpu {
+    /// Runs `load` on this thread, the load generator's, and returns what it gave with the
+    /// CPU that it, `server` and `redis` spent meanwhile.
+    pub(crate) fn during<T>(
+        redis: &RedisServer,
+        server: &ServerProcess,
+        load: impl FnOnce() -> anyhow::Result<T>,
+    ) -> anyhow::Result<(T, SluiceCpu)> {
+        let ((out, client_s, server_s), redis) = RedisWork::during(redis, || {
+            let client = cpu::this_thread()?;
+            let serving = cpu::process(server.pid())?;
+            let out = load()?;
+            Ok((
+                out,
+                cpu::this_thread()? - client,
+                cpu::process(server.pid())? - serving,
+            ))
+        })?;
+        Ok((
+            out,
+            SluiceCpu {
+                client_s,
+                server_s,
+                redis,
+            },
+        ))
+    }
+
+    /// CPU microseconds a decision (as Redis counted them): load generator, server, Redis.
+    pub fn per_decision_us(&self) -> [f64; 3] {
+        [
+            self.redis.per_decision_us(self.client_s),
+            self.redis.per_decision_us(self.server_s),
+            self.redis.cpu_us_per_decision(),
+        ]
+    }
 }
 
 /// One measured configuration: its runs, ordered by ratio.
@@ -382,22 +416,16 @@ pub fn run(
     for &(concurrency, checks) in configurations {
         let mut runs = Vec::with_capacity(repeats);
         for _ in 0..repeats.max(1) {
-            let ((sluice, sluice_cpu), sluice_redis) = RedisWork::during(&redis, || {
-                let client = cpu::this_thread()?;
-                let serving = cpu::process(server.pid())?;
-                let measured = runtime.block_on(load::run(
+            let bodies = bodies(checks)?;
+            let (sluice, sluice_cpu) = SluiceCpu::during(&redis, &server, || {
+                runtime.block_on(load::run(
                     addr,
                     sluice_core::wire::DECIDE_PATH,
                     concurrency,
                     Duration::from_secs(1),
                     duration,
-                    &bodies(checks)?,
-                ))?;
-                let spent = SluiceCpu {
-                    client_s: cpu::this_thread()? - client,
-                    server_s: cpu::process(server.pid())? - serving,
-                };
-                Ok((measured, spent))
+                    &bodies,
+                ))
             })?;
             if sluice.errors > 0 {
                 bail!("{} requests failed during the benchmark", sluice.errors);
@@ -416,7 +444,6 @@ pub fn run(
             })?;
             runs.push(Run {
                 sluice,
-                sluice_redis,
                 sluice_cpu,
                 baseline,
                 baseline_redis,
