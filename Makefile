@@ -37,18 +37,16 @@ build: wasm
 
 demo: build
 	@mkdir -p $(DEMO)
-ifeq ($(strip $(TRACE)),)
-	@if [ -r $(REAL_TRACE) ]; then \
-		echo "demo: replaying the real access log $(REAL_TRACE)"; \
-		$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(REAL_TRACE) --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS); \
-	else \
+	@trace='$(TRACE)'; \
+	if [ -z "$$trace" ] && [ -r $(REAL_TRACE) ]; then \
+		trace=$(REAL_TRACE); \
+		echo "demo: replaying the real access log $$trace"; \
+	elif [ -z "$$trace" ]; then \
 		echo "demo: no real access log at $(REAL_TRACE); replaying a synthetic trace (make demo TRACE=your.log replays yours)"; \
-		$(SIM) gen --kind demo --duration 10m --seed 1 --out $(DEMO)/trace.jsonl && \
-		$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(DEMO)/trace.jsonl --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS); \
-	fi
-else
-	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace $(TRACE) --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS)
-endif
+		trace=$(DEMO)/trace.jsonl; \
+		$(SIM) gen --kind demo --duration 10m --seed 1 --out $$trace || exit 1; \
+	fi; \
+	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace "$$trace" --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS)
 
 test: wasm
 	@bash scripts/setup.sh --test

@@ -5,11 +5,8 @@
 //!
 //! gRPC is asked twice: over as many HTTP/2 connections, one request in flight on each (like for
 //! like with `/v1/decide`), and over one connection carrying every request in flight, as one
-//! Envoy worker's rate limit filter multiplexes them. In a closed loop the second moves in
-//! lockstep: the server reads the whole batch at once, Redis answers it in one reply, the
-//! server writes every answer at once, and every caller asks again at once, so only one of the
-//! three processes works at a time. Envoy's requests come from its own clients, whenever they
-//! come, which keeps a connection's requests out of step.
+//! Envoy worker's rate limit filter multiplexes them (in a closed loop that one moves in
+//! lockstep; BENCHMARKS.md's gRPC section says how).
 
 use std::ffi::OsStr;
 use std::net::SocketAddr;

@@ -414,9 +414,9 @@ pub fn run(
     runtime.block_on(wait_ready(addr))?;
     let mut rows = Vec::new();
     for &(concurrency, checks) in configurations {
+        let bodies = bodies(checks)?;
         let mut runs = Vec::with_capacity(repeats);
         for _ in 0..repeats.max(1) {
-            let bodies = bodies(checks)?;
             let (sluice, sluice_cpu) = SluiceCpu::during(&redis, &server, || {
                 runtime.block_on(load::run(
                     addr,
