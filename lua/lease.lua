@@ -17,7 +17,8 @@
 -- pool, counts after it expires. When the algorithm cannot give a holder all it wants, the
 -- holder is told when the rest will be there; when the holders' demands add up to more than
 -- the nominal rate, each is told its max-min fair share of the rate, as a pace.
--- Returns per ask: granted, lease_ms, more_in_ms, limit, remaining, pace_us.
+-- Answers per ask (reply() in prelude.lua): granted, lease_ms, more_in_ms, limit, remaining,
+-- pace_us.
 
 local POOL = '#pool'
 
@@ -161,9 +162,7 @@ for i = 1, n do
   }
   local grant = lease(KEYS[2 * i - 1], KEYS[2 * i], now, holder, ALGORITHMS[tonumber(ARGV[at])],
     ask, p)
-  for _, v in ipairs(grant) do
-    out[#out + 1] = v
-  end
+  out[i] = grant
   at = at + 11 + count
 end
-return out
+return reply(out)

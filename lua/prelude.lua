@@ -146,3 +146,15 @@ local function read_fields(key, pattern, shape)
   end
   return true, a, b, c
 end
+
+-- A script's answer: one string of integers separated by spaces, the six numbers of each
+-- check or lease ask in `tuples`, in order. One string is a single value for the server's
+-- Redis client to read, where an array of six integers cost it more than the rest of its
+-- work on a call (BENCHMARKS.md, server).
+local function reply(tuples)
+  local parts = {}
+  for i, t in ipairs(tuples) do
+    parts[i] = string.format('%d %d %d %d %d %d', t[1], t[2], t[3], t[4], t[5], t[6])
+  end
+  return table.concat(parts, ' ')
+end

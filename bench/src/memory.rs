@@ -22,7 +22,7 @@ async fn decide(
 ) -> anyhow::Result<()> {
     let call = ScriptCall::new(limit, key.to_owned(), time, cost, false);
     // As sluice-server calls it, the library loaded first (see `run`).
-    let _: Vec<i64> = call
+    let _: redis::Value = call
         .script()
         .fcall(std::slice::from_ref(&call.key), &call.args())
         .query_async(c)

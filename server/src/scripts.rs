@@ -8,8 +8,8 @@
 //! script as a function: called by `FCALL`, a script's definitions run once when the library
 //! loads rather than on every call.
 //! This module alone knows the scripts' arguments and replies: [`ScriptCall`] and
-//! [`BatchCall`] turn checks into `KEYS`/`ARGV`, and [`decode_reply`] turns six numbers back
-//! into a [`Verdict`], refusing anything else.
+//! [`BatchCall`] turn checks into `KEYS`/`ARGV`, and [`decode_reply`] turns a reply's six numbers
+//! back into a [`Verdict`], refusing anything else.
 
 use std::sync::LazyLock;
 
@@ -426,13 +426,11 @@ impl BatchCall {
     }
 
     /// Splits the batch script's reply into one verdict per check.
-    pub fn decode(&self, reply: Vec<i64>) -> Result<Vec<Verdict>, BadReply> {
-        if reply.len() != 6 * self.keys.len() {
-            return Err(BadReply(reply));
-        }
-        reply
-            .chunks(6)
-            .map(|six| decode_reply(six.to_vec()))
+    pub fn decode(&self, reply: &redis::Value) -> Result<Vec<Verdict>, BadReply> {
+        let numbers = reply_numbers(reply, self.keys.len())?;
+        numbers
+            .chunks_exact(6)
+            .map(|six| verdict(six).ok_or_else(|| BadReply::of(reply)))
             .collect()
     }
 }
@@ -512,13 +510,11 @@ impl LeaseCall {
     }
 
     /// Splits the script's reply into one grant per ask.
-    pub fn decode(&self, reply: Vec<i64>) -> Result<Vec<LeaseGrant>, BadReply> {
-        if reply.len() != 6 * (self.keys.len() / 2) {
-            return Err(BadReply(reply));
-        }
+    pub fn decode(&self, reply: &redis::Value) -> Result<Vec<LeaseGrant>, BadReply> {
+        let numbers = reply_numbers(reply, self.keys.len() / 2)?;
         let non_negative = |v: i64| u64::try_from(v).ok();
-        reply
-            .chunks(6)
+        numbers
+            .chunks_exact(6)
             .map(|six| {
                 let grant = (|| {
                     Some(LeaseGrant {
@@ -530,51 +526,101 @@ impl LeaseCall {
                         pace_us: non_negative(six[5])?,
                     })
                 })();
-                grant.ok_or_else(|| BadReply(six.to_vec()))
+                grant.ok_or_else(|| BadReply::of(reply))
             })
             .collect()
     }
 }
 
-/// A reply that is not what the scripts return.
+/// A reply that is not what the scripts answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unexpected script reply {0:?}: expected [allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms] per check, or [granted, lease_ms, more_in_ms, limit, remaining, pace_us] per lease ask"
+    "unexpected script reply {0}: expected a string of integers, six a check (allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms) or lease ask (granted, lease_ms, more_in_ms, limit, remaining, pace_us)"
 )]
-pub struct BadReply(pub Vec<i64>);
+pub struct BadReply(pub String);
 
-/// Turns a script's six numbers into a verdict.
-pub fn decode_reply(reply: Vec<i64>) -> Result<Verdict, BadReply> {
-    let [
+impl BadReply {
+    fn of(reply: &redis::Value) -> BadReply {
+        BadReply(match reply {
+            redis::Value::BulkString(bytes) => format!("{:?}", String::from_utf8_lossy(bytes)),
+            other => format!("{other:?}"),
+        })
+    }
+}
+
+/// The integers of a script's reply to `entries` checks or lease asks: one string, the
+/// six numbers of each separated by spaces (`reply` in `lua/prelude.lua`).
+fn reply_numbers(reply: &redis::Value, entries: usize) -> Result<Vec<i64>, BadReply> {
+    let redis::Value::BulkString(bytes) = reply else {
+        return Err(BadReply::of(reply));
+    };
+    let mut numbers = Vec::with_capacity(6 * entries);
+    if !bytes.is_empty() {
+        for word in bytes.split(|&b| b == b' ') {
+            numbers.push(integer(word).ok_or_else(|| BadReply::of(reply))?);
+        }
+    }
+    if numbers.len() != 6 * entries {
+        return Err(BadReply::of(reply));
+    }
+    Ok(numbers)
+}
+
+/// A decimal integer as Lua's `%d` writes it: an optional minus sign and digits. (`str::parse`
+/// took most of a reply's decoding, checking UTF-8 and signs it never meets.)
+fn integer(word: &[u8]) -> Option<i64> {
+    let (negative, digits) = match word {
+        [b'-', digits @ ..] => (true, digits),
+        digits => (false, digits),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
+    }
+    Some(if negative { -n } else { n })
+}
+
+/// Turns a single check's reply into its verdict.
+pub fn decode_reply(reply: &redis::Value) -> Result<Verdict, BadReply> {
+    let numbers = reply_numbers(reply, 1)?;
+    verdict(&numbers).ok_or_else(|| BadReply::of(reply))
+}
+
+/// A check's six numbers as a verdict; `None` if they cannot be one.
+fn verdict(six: &[i64]) -> Option<Verdict> {
+    let &[
         allowed,
         limit,
         remaining,
         reset_ms,
         retry_after_ms,
         delay_ms,
-    ] = reply[..]
+    ] = six
     else {
-        return Err(BadReply(reply));
+        return None;
     };
     let non_negative = |v: i64| u64::try_from(v).ok();
-    let verdict = (|| {
-        Some(Verdict {
-            allowed: match allowed {
-                0 => false,
-                1 => true,
-                _ => return None,
-            },
-            limit: non_negative(limit)?,
-            remaining: non_negative(remaining)?,
-            reset_ms: non_negative(reset_ms)?,
-            retry_after_ms: match retry_after_ms {
-                -1 if allowed == 0 => None,
-                v => Some(non_negative(v)?),
-            },
-            delay_ms: non_negative(delay_ms)?,
-        })
-    })();
-    verdict.ok_or(BadReply(reply))
+    Some(Verdict {
+        allowed: match allowed {
+            0 => false,
+            1 => true,
+            _ => return None,
+        },
+        limit: non_negative(limit)?,
+        remaining: non_negative(remaining)?,
+        reset_ms: non_negative(reset_ms)?,
+        retry_after_ms: match retry_after_ms {
+            -1 if allowed == 0 => None,
+            v => Some(non_negative(v)?),
+        },
+        delay_ms: non_negative(delay_ms)?,
+    })
 }
 
 #[cfg(test)]
@@ -682,8 +728,9 @@ mod tests {
 
     #[test]
     fn replies_are_checked() {
+        let reply = |text: &str| redis::Value::BulkString(text.as_bytes().to_vec());
         assert_eq!(
-            decode_reply(vec![0, 10, 0, 500, -1, 0]),
+            decode_reply(&reply("0 10 0 500 -1 0")),
             Ok(Verdict {
                 allowed: false,
                 limit: 10,
@@ -694,12 +741,29 @@ mod tests {
             })
         );
         for bad in [
-            vec![1, 2, 3],
-            vec![2, 1, 1, 1, 1, 1],
-            vec![1, 1, 1, 1, -1, 0],
-            vec![0, -5, 0, 0, 0, 0],
+            reply("1 2 3"),
+            reply("1 2 3 4 5 6 7"),
+            reply(""),
+            reply("2 1 1 1 1 1"),
+            reply("1 1 1 1 -1 0"),
+            reply("0 -5 0 0 0 0"),
+            reply("0 10 0 500 -1 0 "),
+            reply("0 10 0 5e2 -1 0"),
+            reply("0 10 0 99999999999999999999 -1 0"),
+            redis::Value::Array(vec![redis::Value::Int(1); 6]),
+            redis::Value::Nil,
         ] {
-            assert!(decode_reply(bad.clone()).is_err(), "{bad:?}");
+            assert!(decode_reply(&bad).is_err(), "{bad:?}");
         }
+        let batch = BatchCall {
+            keys: vec!["a".into(), "b".into()],
+            args: Vec::new(),
+        };
+        let verdicts = batch.decode(&reply("1 5 4 0 0 0 0 3 0 20 20 0")).unwrap();
+        assert_eq!(
+            verdicts.iter().map(|v| v.allowed).collect::<Vec<_>>(),
+            [true, false]
+        );
+        assert!(batch.decode(&reply("1 5 4 0 0 0")).is_err());
     }
 }

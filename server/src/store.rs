@@ -318,7 +318,7 @@ impl Store {
         let reply = self
             .invoke(call.script(), std::slice::from_ref(&call.key), &call.args())
             .await?;
-        Ok(decode_reply(reply)?)
+        Ok(decode_reply(&reply)?)
     }
 
     /// Runs lease asks in one call of the lease script.
@@ -327,13 +327,13 @@ impl Store {
         call: &LeaseCall,
     ) -> Result<Vec<LeaseGrant>, StoreError> {
         let reply = self.invoke(call.script(), &call.keys, &call.args).await?;
-        Ok(call.decode(reply)?)
+        Ok(call.decode(&reply)?)
     }
 
     /// Runs several checks in one call of the batch script.
     pub async fn run_batch(self: &Arc<Self>, call: &BatchCall) -> Result<Vec<Verdict>, StoreError> {
         let reply = self.invoke(call.script(), &call.keys, &call.args).await?;
-        Ok(call.decode(reply)?)
+        Ok(call.decode(&reply)?)
     }
 
     /// `FCALL`, and on a missing function `FUNCTION LOAD` and again; or `EVALSHA`, and on
@@ -343,7 +343,7 @@ impl Store {
         script: &LimitScript,
         keys: &[String],
         args: &[impl redis::ToRedisArgs + Sync],
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<redis::Value, StoreError> {
         let backend = self.backend().await?;
         self.within_timeout(async {
             if !self.eval_only.load(Ordering::Relaxed) {

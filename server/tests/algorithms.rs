@@ -41,13 +41,13 @@ async fn connections(redis: &RedisServer, n: usize) -> Vec<MultiplexedConnection
 }
 
 async fn invoke(connection: &mut MultiplexedConnection, call: &ScriptCall) -> Verdict {
-    let reply: Vec<i64> = call
+    let reply: redis::Value = call
         .script()
         .evalsha(std::slice::from_ref(&call.key), &call.args())
         .invoke_async(connection)
         .await
         .unwrap();
-    decode_reply(reply).unwrap()
+    decode_reply(&reply).unwrap()
 }
 
 /// Sends `times.len()` requests at once, request i at `times[i]`, spread over
