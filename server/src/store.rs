@@ -210,7 +210,10 @@ impl Store {
     fn manager_config(&self) -> ConnectionManagerConfig {
         ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(250))))
-            .set_response_timeout(Some(self.timeout))
+            // `within_timeout` bounds every call already. A second timer a call made tokio
+            // write to its own eventfd for most calls (a timer due before the event loop's
+            // next planned wake-up does), 1.5 writes a decision against 0.6 with one.
+            .set_response_timeout(None)
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500))
     }
