@@ -10,7 +10,8 @@
 --
 -- A request that an enforced (non-shadow) check denies consumes nothing from any rule: the
 -- checks that deny are decided as denials (counted only with count_denied), the others are
--- asked at cost 0. Otherwise every check consumes. Answers the six numbers of every check (reply() in prelude.lua).
+-- asked at cost 0. Otherwise every check consumes. Answers the six numbers of every check
+-- (reply() in prelude.lua).
 
 local now = clock(ARGV[1])
 local n = tonumber(ARGV[2])

@@ -139,8 +139,8 @@ async fn admit<B: HttpBody<Data = Bytes>>(
 }
 
 /// All of `body`, or `None` past `limit` bytes or when it fails. A call's body nearly always
-/// comes in one frame, which is kept as it is: read by axum's `to_bytes`, which boxes the body
-/// and gathers frames in a list, a decision's took 3 times the instructions.
+/// comes in one frame, which is kept as it is: axum's `to_bytes`, which gathers frames in a
+/// list behind a size limit, cost a decision about 0.4k instructions more (callgrind).
 async fn whole_body<B: HttpBody<Data = Bytes>>(body: B, limit: usize) -> Option<Bytes> {
     if body.size_hint().lower() > limit as u64 {
         return None;

@@ -8,8 +8,8 @@
 //! script as a function: called by `FCALL`, a script's definitions run once when the library
 //! loads rather than on every call.
 //! This module alone knows the scripts' arguments and replies: [`ScriptCall`] and
-//! [`BatchCall`] turn checks into `KEYS`/`ARGV`, and [`decode_reply`] turns a reply's six numbers
-//! back into a [`Verdict`], refusing anything else.
+//! [`BatchCall`] turn checks into `KEYS`/`ARGV`, and [`decode_reply`] turns a reply's six
+//! numbers back into a [`Verdict`], refusing anything else.
 
 use std::sync::LazyLock;
 
@@ -566,8 +566,8 @@ fn reply_numbers(reply: &redis::Value, entries: usize) -> Result<Vec<i64>, BadRe
     Ok(numbers)
 }
 
-/// A decimal integer as Lua's `%d` writes it: an optional minus sign and digits. (`str::parse`
-/// took most of a reply's decoding, checking UTF-8 and signs it never meets.)
+/// A decimal integer as Lua's `%d` writes it: an optional minus sign and digits. With
+/// `str::parse` and its UTF-8 check, reading a reply cost 1.1k instructions against 0.6k.
 fn integer(word: &[u8]) -> Option<i64> {
     let (negative, digits) = match word {
         [b'-', digits @ ..] => (true, digits),
