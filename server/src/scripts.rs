@@ -512,22 +512,9 @@ impl LeaseCall {
     /// Splits the script's reply into one grant per ask.
     pub fn decode(&self, reply: &redis::Value) -> Result<Vec<LeaseGrant>, BadReply> {
         let numbers = reply_numbers(reply, self.keys.len() / 2)?;
-        let non_negative = |v: i64| u64::try_from(v).ok();
         numbers
             .chunks_exact(6)
-            .map(|six| {
-                let grant = (|| {
-                    Some(LeaseGrant {
-                        granted: non_negative(six[0])?,
-                        lease_ms: non_negative(six[1])?,
-                        more_in_ms: non_negative(six[2])?,
-                        limit: non_negative(six[3])?,
-                        remaining: non_negative(six[4])?,
-                        pace_us: non_negative(six[5])?,
-                    })
-                })();
-                grant.ok_or_else(|| BadReply::of(reply))
-            })
+            .map(|six| grant(six).ok_or_else(|| BadReply::of(reply)))
             .collect()
     }
 }
@@ -592,6 +579,25 @@ pub fn decode_reply(reply: &redis::Value) -> Result<Verdict, BadReply> {
     verdict(&numbers).ok_or_else(|| BadReply::of(reply))
 }
 
+/// A lease ask's six numbers as its grant; `None` if they cannot be one.
+fn grant(six: &[i64]) -> Option<LeaseGrant> {
+    let &[granted, lease_ms, more_in_ms, limit, remaining, pace_us] = six else {
+        return None;
+    };
+    Some(LeaseGrant {
+        granted: non_negative(granted)?,
+        lease_ms: non_negative(lease_ms)?,
+        more_in_ms: non_negative(more_in_ms)?,
+        limit: non_negative(limit)?,
+        remaining: non_negative(remaining)?,
+        pace_us: non_negative(pace_us)?,
+    })
+}
+
+fn non_negative(v: i64) -> Option<u64> {
+    u64::try_from(v).ok()
+}
+
 /// A check's six numbers as a verdict; `None` if they cannot be one.
 fn verdict(six: &[i64]) -> Option<Verdict> {
     let &[
@@ -605,7 +611,6 @@ fn verdict(six: &[i64]) -> Option<Verdict> {
     else {
         return None;
     };
-    let non_negative = |v: i64| u64::try_from(v).ok();
     Some(Verdict {
         allowed: match allowed {
             0 => false,

@@ -210,10 +210,9 @@ pub fn read_bytes(name: &str, bytes: &[u8], options: ReadOptions) -> Result<Trac
                         format!("{message} (--skip-bad skips such lines and counts them)"),
                     ));
                 }
-                let e = error(number, message);
                 trace.skipped += 1;
                 if trace.skipped_examples.len() < 5 {
-                    trace.skipped_examples.push(e);
+                    trace.skipped_examples.push(error(number, message));
                 }
             }
         }
