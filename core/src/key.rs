@@ -172,10 +172,20 @@ fn escape_into(out: &mut String, bytes: &[u8]) {
 }
 
 /// A key being built, one part at a time (see [`LimitKey::from_parts`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct KeyBuilder {
     key: String,
     parts: usize,
+}
+
+impl Default for KeyBuilder {
+    fn default() -> KeyBuilder {
+        // Room for most keys, so that a key of several parts is not reallocated part by part.
+        KeyBuilder {
+            key: String::with_capacity(32),
+            parts: 0,
+        }
+    }
 }
 
 impl KeyBuilder {

@@ -6,6 +6,7 @@
 //! (or its absence) decides: resume, hold (shaping), or reply locally. A request denied by any
 //! rule gives back the units it took from allowances: a denied request consumes nothing.
 
+use std::borrow::Cow;
 use std::rc::Rc;
 
 use proxy_wasm::hostcalls;
@@ -75,23 +76,24 @@ impl Stream {
 
     /// The parts of the request the policy reads: only the headers its rules name, when it
     /// can say which (a header map read whole costs an allocation per header).
-    fn read_request(&self, policy: &Policy) -> HttpRequest {
-        let source_address = hostcalls::get_property(vec!["source", "address"])
-            .ok()
-            .flatten()
-            .map(|bytes| {
-                String::from_utf8(bytes)
-                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-            });
+    fn read_request<'p>(&self, policy: &'p Policy) -> HttpRequest<'p> {
+        let source_address = ffi::get_property(ffi::SOURCE_ADDRESS).map(|bytes| {
+            String::from_utf8(bytes)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        });
         let headers = match &policy.headers_read {
             Some(names) => names
                 .iter()
                 .filter_map(|name| {
                     let value = self.get_http_request_header_bytes(name)?;
-                    Some((name.clone(), value))
+                    Some((Cow::Borrowed(name.as_str()), value))
                 })
                 .collect(),
-            None => self.get_http_request_headers_bytes(),
+            None => self
+                .get_http_request_headers_bytes()
+                .into_iter()
+                .map(|(name, value)| (Cow::Owned(name), value))
+                .collect(),
         };
         HttpRequest {
             headers,

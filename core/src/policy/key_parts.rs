@@ -109,14 +109,14 @@ impl KeyPart {
 /// One request, as the keys of every rule read it: its client address is worked out (parsed
 /// and put in canonical form) once, however many rules key on it.
 pub struct KeySource<'a> {
-    request: &'a HttpRequest,
+    request: &'a HttpRequest<'a>,
     trusted_hops: u32,
-    client_ip: OnceCell<Option<String>>,
+    client_ip: OnceCell<Option<Cow<'a, str>>>,
 }
 
 impl<'a> KeySource<'a> {
     /// `request`, behind `trusted_hops` proxies that append to `x-forwarded-for`.
-    pub fn new(request: &'a HttpRequest, trusted_hops: u32) -> KeySource<'a> {
+    pub fn new(request: &'a HttpRequest<'a>, trusted_hops: u32) -> KeySource<'a> {
         KeySource {
             request,
             trusted_hops,
@@ -127,11 +127,16 @@ impl<'a> KeySource<'a> {
     fn client_ip(&self) -> Option<&str> {
         self.client_ip
             .get_or_init(|| {
+                if self.trusted_hops == 0
+                    && let Some(ip) = self.request.canonical_peer_ipv4()
+                {
+                    return Some(Cow::Borrowed(ip));
+                }
                 self.request
                     .client_ip(self.trusted_hops)
                     .map(|ip| match ip {
-                        IpAddr::V4(v4) => crate::key::dotted_quad(v4),
-                        IpAddr::V6(v6) => v6.to_string(),
+                        IpAddr::V4(v4) => Cow::Owned(crate::key::dotted_quad(v4)),
+                        IpAddr::V6(v6) => Cow::Owned(v6.to_string()),
                     })
             })
             .as_deref()

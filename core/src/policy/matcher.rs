@@ -100,7 +100,7 @@ impl HeaderMatch {
         }
     }
 
-    fn matches(&self, request: &HttpRequest) -> bool {
+    fn matches(&self, request: &HttpRequest<'_>) -> bool {
         match self {
             HeaderMatch::Present(name, want) => request.header(name).is_some() == *want,
             HeaderMatch::Value(name, m) => request.header(name).is_some_and(|v| m.matches(v)),
@@ -163,7 +163,7 @@ impl RequestMatch {
     }
 
     /// Whether `request` meets every condition.
-    pub fn matches(&self, request: &HttpRequest) -> bool {
+    pub fn matches(&self, request: &HttpRequest<'_>) -> bool {
         self.path.as_ref().is_none_or(|m| m.matches(request.path()))
             && (self.methods.is_empty() || self.methods.iter().any(|m| m == request.method()))
             && self

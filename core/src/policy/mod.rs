@@ -304,7 +304,7 @@ impl Policy {
 
     /// The checks `request` needs, one per rule that matches it and can build its key, in rule
     /// order. An empty list means no callout.
-    pub fn checks_for(&self, request: &HttpRequest) -> Vec<PlannedCheck> {
+    pub fn checks_for(&self, request: &HttpRequest<'_>) -> Vec<PlannedCheck> {
         let source = KeySource::new(request, self.trusted_hops);
         self.rules
             .iter()

@@ -1,18 +1,20 @@
 //! The parts of an HTTP request that rules look at, as the filter reads them from Envoy.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 /// A request's headers (lower-case names, raw byte values, pseudo-headers included) and the
 /// address of the peer that sent it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HttpRequest {
-    /// Header pairs in arrival order; a name may repeat.
-    pub headers: Vec<(String, Vec<u8>)>,
+pub struct HttpRequest<'a> {
+    /// Header pairs in arrival order; a name may repeat. A name can borrow the policy's own
+    /// copy when the filter reads only the headers the policy names.
+    pub headers: Vec<(Cow<'a, str>, Vec<u8>)>,
     /// Envoy's `source.address` property: `ip:port`, or `[v6]:port`.
     pub source_address: Option<String>,
 }
 
-impl HttpRequest {
+impl HttpRequest<'_> {
     /// The first value of header `name` (lower-case), as Envoy's header map returns it.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers
@@ -94,6 +96,15 @@ impl HttpRequest {
         ip.parse().ok()
     }
 
+    /// The peer's IPv4 address as `source.address` writes it, when that is already the
+    /// canonical dotted quad (as Envoy writes it): the key can borrow it instead of parsing
+    /// and formatting it again on every request.
+    pub fn canonical_peer_ipv4(&self) -> Option<&str> {
+        let address = self.source_address.as_deref()?;
+        let ip = address.rsplit_once(':').map_or(address, |(ip, _port)| ip);
+        is_canonical_ipv4(ip.as_bytes()).then_some(ip)
+    }
+
     /// The client's IP address: the peer's, unless `trusted_hops` proxies in front of Envoy
     /// append to `x-forwarded-for`; then the entry the outermost trusted proxy appended.
     /// Entries a client wrote itself sit further left and are never read. A request with fewer
@@ -118,15 +129,36 @@ impl HttpRequest {
     }
 }
 
+/// Whether `text` is an IPv4 address exactly as `Ipv4Addr`'s `Display` writes it: four
+/// decimal octets of at most 255, without leading zeros, joined by dots.
+fn is_canonical_ipv4(text: &[u8]) -> bool {
+    let mut octets = 0;
+    for octet in text.split(|&b| b == b'.') {
+        octets += 1;
+        let canonical = match *octet {
+            [d] => d.is_ascii_digit(),
+            [b'1'..=b'9', d] => d.is_ascii_digit(),
+            [b'1', d, e] => d.is_ascii_digit() && e.is_ascii_digit(),
+            [b'2', b'0'..=b'4', e] => e.is_ascii_digit(),
+            [b'2', b'5', b'0'..=b'5'] => true,
+            _ => false,
+        };
+        if !canonical || octets > 4 {
+            return false;
+        }
+    }
+    octets == 4
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn request(headers: &[(&str, &str)], source: &str) -> HttpRequest {
+    fn request(headers: &[(&str, &str)], source: &str) -> HttpRequest<'static> {
         HttpRequest {
             headers: headers
                 .iter()
-                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                .map(|(n, v)| (n.to_string().into(), v.as_bytes().to_vec()))
                 .collect(),
             source_address: Some(source.to_owned()),
         }
@@ -158,6 +190,56 @@ mod tests {
             request(&[], "[2001:db8::1]:443").peer_ip(),
             Some("2001:db8::1".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn only_canonical_ipv4_peers_are_borrowed() {
+        let peer = |address: &str| {
+            request(&[], address)
+                .canonical_peer_ipv4()
+                .map(str::to_owned)
+        };
+        assert_eq!(peer("192.0.2.1:443").as_deref(), Some("192.0.2.1"));
+        assert_eq!(peer("0.0.0.0").as_deref(), Some("0.0.0.0"));
+        assert_eq!(
+            peer("255.255.255.255:1").as_deref(),
+            Some("255.255.255.255")
+        );
+        for odd in [
+            "192.0.2.01:443",
+            "256.0.0.1:1",
+            "1.2.3:1",
+            "1.2.3.4.5:1",
+            "1..2.3:1",
+            "[2001:db8::1]:443",
+            "1.2.3.4 :1",
+            "",
+        ] {
+            assert_eq!(peer(odd), None, "{odd}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Borrowed exactly when parsing and writing the address again gives the same text:
+        /// a key never differs by which path built it.
+        #[test]
+        fn the_borrowed_peer_is_the_parsed_one_written_again(
+            address in "(0?[0-9]{1,3}[.]){3}0?[0-9]{1,3}(:[0-9]{0,5})?|[0-9.:]{0,20}",
+            octets in proptest::array::uniform4(0u8..),
+            port in 0u16..,
+        ) {
+            let dotted = std::net::Ipv4Addr::from(octets).to_string();
+            let r = request(&[], &format!("{dotted}:{port}"));
+            proptest::prop_assert_eq!(r.canonical_peer_ipv4(), Some(dotted.as_str()));
+            let r = request(&[], &address);
+            let rewritten = match r.peer_ip() {
+                Some(IpAddr::V4(v4)) => Some(v4.to_string()),
+                _ => None,
+            };
+            let ip = address.rsplit_once(':').map_or(address.as_str(), |(ip, _)| ip);
+            let expected = rewritten.filter(|text| text == ip);
+            proptest::prop_assert_eq!(r.canonical_peer_ipv4(), expected.as_deref());
+        }
     }
 
     #[test]

@@ -11,11 +11,11 @@ fn rule(name: &str, extra: &str) -> String {
     format!(r#"{{"name":"{name}","key":["client_ip"],"limit":{LIMIT}{extra}}}"#)
 }
 
-fn request(pairs: &[(&str, &str)]) -> HttpRequest {
+fn request(pairs: &[(&str, &str)]) -> HttpRequest<'static> {
     HttpRequest {
         headers: pairs
             .iter()
-            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+            .map(|(n, v)| (n.to_string().into(), v.as_bytes().to_vec()))
             .collect(),
         source_address: Some("192.0.2.10:40000".into()),
     }
