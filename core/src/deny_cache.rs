@@ -28,14 +28,44 @@ pub struct Entry {
     pub limit: u64,
 }
 
-/// The identity of a check in the cache.
+/// The identity of a check in the cache: `<rule>:<key>`.
 pub fn entry_id(rule: &RuleName, key: &LimitKey) -> String {
-    let (rule, key) = (rule.as_str(), key.as_str());
-    let mut id = String::with_capacity(rule.len() + 1 + key.len());
-    id.push_str(rule);
-    id.push(':');
-    id.push_str(key);
-    id
+    EntryId::new(rule, key).to_owned_id()
+}
+
+/// A check's identity in the cache, borrowed from the check: looking an entry up builds no
+/// string (this runs for every check of every request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryId<'a> {
+    rule: &'a str,
+    key: &'a str,
+}
+
+impl<'a> EntryId<'a> {
+    /// The identity of rule `rule`'s check of `key`.
+    pub fn new(rule: &'a RuleName, key: &'a LimitKey) -> EntryId<'a> {
+        EntryId {
+            rule: rule.as_str(),
+            key: key.as_str(),
+        }
+    }
+
+    /// Whether `id` (as [`entry_id`] writes it) is this identity.
+    pub fn is(&self, id: &str) -> bool {
+        id.len() == self.rule.len() + 1 + self.key.len()
+            && id.starts_with(self.rule)
+            && id.as_bytes()[self.rule.len()] == b':'
+            && id.ends_with(self.key)
+    }
+
+    /// The identity as an entry stores it.
+    pub fn to_owned_id(&self) -> String {
+        let mut id = String::with_capacity(self.rule.len() + 1 + self.key.len());
+        id.push_str(self.rule);
+        id.push(':');
+        id.push_str(self.key);
+        id
+    }
 }
 
 /// The shared-data keys of `slots` slots for the configuration whose fingerprint is
@@ -58,12 +88,25 @@ impl SlotKeys {
 
     /// The key of the slot `id` maps to.
     pub fn key(&self, id: &str) -> String {
+        self.key_of_parts(&[id.as_bytes()])
+    }
+
+    /// The key of the slot the check `id` maps to: the same as [`SlotKeys::key`] of its
+    /// written form, without writing it.
+    pub fn key_of(&self, id: EntryId<'_>) -> String {
+        self.key_of_parts(&[id.rule.as_bytes(), b":", id.key.as_bytes()])
+    }
+
+    /// The key of the slot of the id that is `parts` joined.
+    fn key_of_parts(&self, parts: &[&[u8]]) -> String {
         // FNV-1a: every worker's VM must pick the same slot for an id, so the hash is fixed
         // (no random seed); it runs on every request, so it is a cheap one. A client choosing
         // keys that collide only evicts its own entries, which costs callouts, never a wrong
-        // answer.
+        // answer. It hashes byte by byte, so parts hash as their concatenation does.
         let mut hasher = fnv::FnvHasher::default();
-        hasher.write(id.as_bytes());
+        for part in parts {
+            hasher.write(part);
+        }
         let slot = hasher.finish() % u64::from(self.slots);
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(slot);
@@ -97,9 +140,16 @@ impl Entry {
         })
     }
 
-    /// Whether this entry denies `id` at `now_ms`.
-    pub fn denies(&self, id: &str, now_ms: u64) -> bool {
-        self.id == id && now_ms < self.until_ms
+    /// The entry in a slot's `bytes` if it denies `id` at `now_ms`: what a lookup needs,
+    /// without building an entry for a slot that holds another key or an expired denial.
+    pub fn decode_denying(bytes: &[u8], id: EntryId<'_>, now_ms: u64) -> Option<Entry> {
+        let ([until_ms, reset_at_ms, limit], written_id) = decimal::read_record(bytes)?;
+        (now_ms < until_ms && id.is(written_id)).then(|| Entry {
+            until_ms,
+            reset_at_ms,
+            limit,
+            id: written_id.to_owned(),
+        })
     }
 
     /// Whether writing `self` over `current` loses nothing worth more: a live entry for the same
@@ -138,14 +188,6 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_denies_only_its_key_and_only_until_its_time() {
-        let e = entry("r:a", 1000);
-        assert!(e.denies("r:a", 999));
-        assert!(!e.denies("r:a", 1000));
-        assert!(!e.denies("r:b", 10));
-    }
-
-    #[test]
     fn slot_keys_name_the_configuration_and_the_slot() {
         assert_eq!(SlotKeys::new("abc", 1).key("r:1"), "sluice.abc.deny.0");
         let mut hasher = fnv::FnvHasher::default();
@@ -162,6 +204,40 @@ mod tests {
             ),
             "r:k"
         );
+    }
+
+    #[test]
+    fn an_entry_denies_only_its_key_and_only_until_its_time() {
+        let keys = SlotKeys::new("f", 1000);
+        let rule = RuleName::new("per-ip").unwrap();
+        for parts in [["1.2.3.4"], [""], ["a:b"]] {
+            let key = LimitKey::from_parts(parts.map(str::as_bytes));
+            let id = EntryId::new(&rule, &key);
+            let written = entry_id(&rule, &key);
+            assert!(id.is(&written));
+            assert_eq!(keys.key_of(id), keys.key(&written));
+            let e = entry(&written, 1000);
+            assert_eq!(Entry::decode_denying(&e.encode(), id, 999), Some(e.clone()));
+            assert_eq!(
+                Entry::decode_denying(&e.encode(), id, 1000),
+                None,
+                "expired"
+            );
+        }
+        let key = LimitKey::from_parts([b"k".as_slice()]);
+        let id = EntryId::new(&rule, &key);
+        for other in [
+            "per-ip:kk",
+            "per-ip;k",
+            "per-i:k",
+            "per-ip:",
+            "xper-ip:k",
+            "per-ip:k:",
+        ] {
+            assert!(!id.is(other), "{other}");
+            let e = entry(other, 1000);
+            assert_eq!(Entry::decode_denying(&e.encode(), id, 0), None, "{other}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! denials at once cannot lose the longer one.
 
 use proxy_wasm::hostcalls;
-use sluice_core::deny_cache::{Entry, SlotKeys};
+use sluice_core::deny_cache::{Entry, EntryId, SlotKeys};
 
 use crate::cas;
 
@@ -31,18 +31,11 @@ impl DenyCache {
         self.keys.is_some()
     }
 
-    fn read(&self, key: &str) -> (Option<Entry>, Option<u32>) {
-        match hostcalls::get_shared_data(key) {
-            Ok((bytes, cas)) => (bytes.as_deref().and_then(Entry::decode), cas),
-            Err(_) => (None, None),
-        }
-    }
-
     /// The live denial of `id`, if the cache holds one at `now_ms`.
-    pub fn lookup(&self, id: &str, now_ms: u64) -> Option<Entry> {
+    pub fn lookup(&self, id: EntryId<'_>, now_ms: u64) -> Option<Entry> {
         let keys = self.keys.as_ref()?;
-        let (entry, _) = self.read(&keys.key(id));
-        entry.filter(|e| e.denies(id, now_ms))
+        let bytes = hostcalls::get_shared_data(&keys.key_of(id)).ok()?.0?;
+        Entry::decode_denying(&bytes, id, now_ms)
     }
 
     /// Remembers a denial, unless its slot holds one that lasts longer.

@@ -13,7 +13,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, LogLevel};
 use sluice_core::decision::{Decision, Denial, RuleVerdict, decide};
-use sluice_core::deny_cache::{Entry, entry_id};
+use sluice_core::deny_cache::{Entry, EntryId, entry_id};
 use sluice_core::policy::{FailureMode, HttpRequest, PlannedCheck, Policy, Rule};
 use sluice_core::record::{self, DECISION_PROPERTY, RuleOutcome, RuleRecord};
 use sluice_core::verdict::Verdict;
@@ -112,7 +112,7 @@ impl Stream {
             .filter(|(_, p)| !rule(shared, p).shadow)
             .find_map(|(i, p)| {
                 let rule = rule(shared, p);
-                let entry = shared.cache.lookup(&entry_id(&rule.name, &p.key), now)?;
+                let entry = shared.cache.lookup(EntryId::new(&rule.name, &p.key), now)?;
                 let verdict = Verdict {
                     allowed: false,
                     limit: entry.limit,
