@@ -115,10 +115,10 @@ proptest! {
             RuleOutcome::Skipped,
             RuleOutcome::Failed,
         ];
-        let lines: Vec<RuleRecord<&str>> = lines
+        let lines: Vec<RuleRecord<&RuleName, &str>> = lines
             .iter()
             .map(|(c, outcome, delay_ms, local)| RuleRecord {
-                rule: c.rule.as_str(),
+                rule: &c.rule,
                 key: c.key.as_str(),
                 outcome: OUTCOMES[*outcome],
                 delay_ms: *delay_ms,

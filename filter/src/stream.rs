@@ -14,6 +14,7 @@ use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, LogLevel};
 use sluice_core::decision::{Decision, Denial, RuleVerdict, decide};
 use sluice_core::deny_cache::{Entry, EntryId, entry_id};
+use sluice_core::key::RuleName;
 use sluice_core::policy::{FailureMode, HttpRequest, PlannedCheck, Policy, Rule};
 use sluice_core::record::{self, DECISION_PROPERTY, RuleOutcome, RuleRecord};
 use sluice_core::verdict::Verdict;
@@ -314,7 +315,7 @@ impl Stream {
                 shared.cache.remember(&entry, asked_at);
             }
             records.push(RuleRecord {
-                rule: rule(shared, planned).name.as_str(),
+                rule: &rule(shared, planned).name,
                 key: planned.key.as_str(),
                 outcome: *outcome,
                 delay_ms,
@@ -355,7 +356,7 @@ impl Stream {
         );
         shared.stats.callout_failure();
         let admit = shared.policy.failure_mode == FailureMode::Allow;
-        let records: Vec<RuleRecord<&str>> = self
+        let records: Vec<RuleRecord<&RuleName, &str>> = self
             .planned
             .iter()
             .zip(&self.local)
@@ -367,7 +368,7 @@ impl Stream {
                 };
                 shared.stats.outcome(p.rule, outcome, false, local);
                 RuleRecord {
-                    rule: rule(shared, p).name.as_str(),
+                    rule: &rule(shared, p).name,
                     key: p.key.as_str(),
                     outcome,
                     delay_ms: 0,
@@ -477,7 +478,7 @@ impl HttpContext for Stream {
         let now_us = now_us(self);
         let now = now_us / 1000;
         if let Some((hit, denial)) = self.cached_denial(&shared, now) {
-            let records: Vec<RuleRecord<&str>> = self
+            let records: Vec<RuleRecord<&RuleName, &str>> = self
                 .planned
                 .iter()
                 .enumerate()
@@ -489,7 +490,7 @@ impl HttpContext for Stream {
                     };
                     shared.stats.outcome(p.rule, outcome, false, false);
                     RuleRecord {
-                        rule: rule(&shared, p).name.as_str(),
+                        rule: &rule(&shared, p).name,
                         key: p.key.as_str(),
                         outcome,
                         delay_ms: 0,

@@ -61,7 +61,7 @@ impl Recorder {
             return;
         };
         for line in lines {
-            let rule = self.rule_id(&line.rule);
+            let rule = self.rule_id(line.rule.as_str());
             let key = self.key_id(rule, &line.key);
             self.decisions.push(Decision {
                 key,
