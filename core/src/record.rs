@@ -73,16 +73,26 @@ pub type DecisionRecord = Vec<RuleRecord>;
 /// [`Skipped`]: RuleOutcome::Skipped
 pub fn outcomes(checks: impl IntoIterator<Item = (bool, bool)>) -> Vec<RuleOutcome> {
     let checks: Vec<(bool, bool)> = checks.into_iter().collect();
-    let denied = checks.iter().any(|&(shadow, allowed)| !shadow && !allowed);
+    let denied = request_denied(checks.iter().copied());
     checks
         .into_iter()
-        .map(|(shadow, allowed)| match (allowed, shadow) {
-            (true, _) if denied => RuleOutcome::Skipped,
-            (true, _) => RuleOutcome::Allowed,
-            (false, true) => RuleOutcome::ShadowDenied,
-            (false, false) => RuleOutcome::Denied,
-        })
+        .map(|(shadow, allowed)| outcome(shadow, allowed, denied))
         .collect()
+}
+
+/// Whether any enforced check denied the request, given `(shadow, allowed)` per check.
+pub fn request_denied(mut checks: impl Iterator<Item = (bool, bool)>) -> bool {
+    checks.any(|(shadow, allowed)| !shadow && !allowed)
+}
+
+/// What one check came to (see [`outcomes`]), given whether the request was denied.
+pub fn outcome(shadow: bool, allowed: bool, request_denied: bool) -> RuleOutcome {
+    match (allowed, shadow) {
+        (true, _) if request_denied => RuleOutcome::Skipped,
+        (true, _) => RuleOutcome::Allowed,
+        (false, true) => RuleOutcome::ShadowDenied,
+        (false, false) => RuleOutcome::Denied,
+    }
 }
 
 impl RuleOutcome {

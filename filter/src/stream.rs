@@ -244,20 +244,12 @@ impl Stream {
     /// Decides from the verdicts and remembers what came of each rule.
     fn conclude(&mut self, shared: &Shared, verdicts: &[Option<Verdict>]) -> Act {
         let asked_at = self.asked_at_ms;
-        let decided: Vec<(bool, bool)> = self
-            .planned
-            .iter()
-            .zip(verdicts)
-            .filter_map(|(p, v)| v.map(|v| (rule(shared, p).shadow, v.allowed)))
-            .collect();
-        let mut decided_outcomes = record::outcomes(decided).into_iter();
-        let outcomes: Vec<RuleOutcome> = verdicts
-            .iter()
-            .map(|v| match v {
-                Some(_) => decided_outcomes.next().unwrap_or(RuleOutcome::Skipped),
-                None => RuleOutcome::Skipped,
-            })
-            .collect();
+        let denied = record::request_denied(
+            self.planned
+                .iter()
+                .zip(verdicts)
+                .filter_map(|(p, v)| v.map(|v| (rule(shared, p).shadow, v.allowed))),
+        );
         let rule_verdicts: Vec<RuleVerdict<'_>> = self
             .planned
             .iter()
@@ -274,22 +266,19 @@ impl Stream {
             .collect();
         let decision = decide(&shared.policy.response, &rule_verdicts);
         let mut records = Vec::with_capacity(self.planned.len());
-        for (((planned, verdict), outcome), local) in self
-            .planned
-            .iter()
-            .zip(verdicts)
-            .zip(&outcomes)
-            .zip(&self.local)
-        {
+        for ((planned, verdict), local) in self.planned.iter().zip(verdicts).zip(&self.local) {
             let local = local.is_some();
+            let outcome = verdict.map_or(RuleOutcome::Skipped, |v| {
+                record::outcome(rule(shared, planned).shadow, v.allowed, denied)
+            });
             let delay_ms = match verdict {
-                Some(v) if *outcome == RuleOutcome::Allowed => v.delay_ms,
+                Some(v) if outcome == RuleOutcome::Allowed => v.delay_ms,
                 _ => 0,
             };
             shared
                 .stats
-                .outcome(planned.rule, *outcome, delay_ms > 0, local);
-            if *outcome == RuleOutcome::Denied
+                .outcome(planned.rule, outcome, delay_ms > 0, local);
+            if outcome == RuleOutcome::Denied
                 && !local
                 && let Some(Verdict {
                     retry_after_ms: Some(retry_ms),
@@ -317,7 +306,7 @@ impl Stream {
             records.push(RuleRecord {
                 rule: &rule(shared, planned).name,
                 key: planned.key.as_str(),
-                outcome: *outcome,
+                outcome,
                 delay_ms,
                 local,
             });
