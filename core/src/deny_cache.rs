@@ -54,7 +54,7 @@ impl<'a> EntryId<'a> {
     pub fn is(&self, id: &str) -> bool {
         id.len() == self.rule.len() + 1 + self.key.len()
             && id.starts_with(self.rule)
-            && id.as_bytes()[self.rule.len()] == b':'
+            && id.as_bytes().get(self.rule.len()) == Some(&b':')
             && id.ends_with(self.key)
     }
 
