@@ -244,12 +244,6 @@ impl Stream {
     /// Decides from the verdicts and remembers what came of each rule.
     fn conclude(&mut self, shared: &Shared, verdicts: &[Option<Verdict>]) -> Act {
         let asked_at = self.asked_at_ms;
-        let denied = record::request_denied(
-            self.planned
-                .iter()
-                .zip(verdicts)
-                .filter_map(|(p, v)| v.map(|v| (rule(shared, p).shadow, v.allowed))),
-        );
         let rule_verdicts: Vec<RuleVerdict<'_>> = self
             .planned
             .iter()
@@ -265,11 +259,14 @@ impl Stream {
             })
             .collect();
         let decision = decide(&shared.policy.response, &rule_verdicts);
+        let denied =
+            record::request_denied(rule_verdicts.iter().map(|v| (v.shadow, v.verdict.allowed)));
         let mut records = Vec::with_capacity(self.planned.len());
         for ((planned, verdict), local) in self.planned.iter().zip(verdicts).zip(&self.local) {
+            let rule = rule(shared, planned);
             let local = local.is_some();
             let outcome = verdict.map_or(RuleOutcome::Skipped, |v| {
-                record::outcome(rule(shared, planned).shadow, v.allowed, denied)
+                record::outcome(rule.shadow, v.allowed, denied)
             });
             let delay_ms = match verdict {
                 Some(v) if outcome == RuleOutcome::Allowed => v.delay_ms,
@@ -290,7 +287,6 @@ impl Stream {
                 // No longer than the limit's own longest wait: an answer claiming more (a
                 // lagging clock, or garbage) would otherwise lock the key out here with no
                 // callout to correct it; an entry cut short only costs a callout.
-                let rule = rule(shared, planned);
                 let longest_ms = rule.limit.longest_wait_ms();
                 let entry = Entry {
                     id: entry_id(&rule.name, &planned.key),
@@ -304,7 +300,7 @@ impl Stream {
                 shared.cache.remember(&entry, asked_at);
             }
             records.push(RuleRecord {
-                rule: &rule(shared, planned).name,
+                rule: &rule.name,
                 key: planned.key.as_str(),
                 outcome,
                 delay_ms,

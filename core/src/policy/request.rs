@@ -86,23 +86,26 @@ impl HttpRequest<'_> {
         without_port.to_ascii_lowercase()
     }
 
-    /// The peer's IP address, from `source.address`.
-    pub fn peer_ip(&self) -> Option<IpAddr> {
+    /// `source.address` without its port (and an IPv6 address without its brackets).
+    fn peer_host(&self) -> Option<&str> {
         let address = self.source_address.as_deref()?;
         if let Some(rest) = address.strip_prefix('[') {
-            return rest.split(']').next()?.parse().ok();
+            return rest.split(']').next();
         }
-        let ip = address.rsplit_once(':').map_or(address, |(ip, _port)| ip);
-        ip.parse().ok()
+        Some(address.rsplit_once(':').map_or(address, |(ip, _port)| ip))
+    }
+
+    /// The peer's IP address, from `source.address`.
+    pub fn peer_ip(&self) -> Option<IpAddr> {
+        self.peer_host()?.parse().ok()
     }
 
     /// The peer's IPv4 address as `source.address` writes it, when that is already the
     /// canonical dotted quad (as Envoy writes it): the key can borrow it instead of parsing
     /// and formatting it again on every request.
     pub fn canonical_peer_ipv4(&self) -> Option<&str> {
-        let address = self.source_address.as_deref()?;
-        let ip = address.rsplit_once(':').map_or(address, |(ip, _port)| ip);
-        is_canonical_ipv4(ip.as_bytes()).then_some(ip)
+        self.peer_host()
+            .filter(|host| is_canonical_ipv4(host.as_bytes()))
     }
 
     /// The client's IP address: the peer's, unless `trusted_hops` proxies in front of Envoy
