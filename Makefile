@@ -50,7 +50,8 @@ demo: build
 
 # The unit and doc tests name the same packages: with a different set, Cargo unifies the
 # dependencies' features differently (hashbrown's, through the filter's proxy-wasm) and builds
-# wasmtime and two dozen other crates a second time.
+# wasmtime and two dozen other crates a second time. (So Cargo warns, rightly, that the
+# filter, a cdylib, has no doc tests.)
 TESTED := --workspace --exclude sluice-probe --exclude sluice-noop-filter
 
 test: wasm
