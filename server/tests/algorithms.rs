@@ -1,9 +1,7 @@
 //! The six scripts under concurrency, against the two classic bugs, and for expiry, on a real
 //! redis-server each test starts.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

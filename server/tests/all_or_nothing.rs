@@ -6,9 +6,7 @@
 //! route, both on every request. The first request passes both; every later one is denied by
 //! `b`, and must leave `a` at 4 however many there are.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

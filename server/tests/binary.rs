@@ -1,9 +1,7 @@
 //! The `sluice-server` binary: settings from flags or `SLUICE_*` variables, JSON logs, and a
 //! graceful exit on SIGTERM.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -1,8 +1,6 @@
 //! Every script on a three-node Redis Cluster the test starts.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
-mod common;
+use crate::common;
 
 use sluice_core::algorithm::{Request, State, Update};
 use sluice_core::key::{LimitKey, RuleName, redis_key};

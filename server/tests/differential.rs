@@ -18,9 +18,7 @@
 //! library (`FCALL`) and as a script (`EVALSHA`), on the same keys: both must answer as the
 //! model does, from the state the other left.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,9 +1,7 @@
 //! sluice-server over HTTP, against a real redis-server: validation, auth, replay mode, HTTP/2,
 //! health, metrics, and the outcomes of the checks of one request.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
-mod common;
+use crate::common;
 
 use common::{Http, calls, one_check, server};
 use sluice_harness::RedisServer;

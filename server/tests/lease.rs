@@ -2,9 +2,7 @@
 //! never more than the algorithm admits at that instant, within each holder's and each key's
 //! cap; units given back go to the next grant; a lease ends with its ttl.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

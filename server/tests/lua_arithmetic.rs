@@ -5,8 +5,6 @@
 //! of days with limits of millions. Random sequences reach that path too rarely to trust them
 //! with it, so it is tested here on its own, at the edges and at random.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::Script;

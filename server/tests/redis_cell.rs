@@ -12,9 +12,7 @@
 //! (`CL.THROTTLE user123 15 30 60`). Each vector is decided by the Lua script on a real Redis
 //! (replay time) and by the reference model; both must give redis-cell's numbers.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
-mod common;
+use crate::common;
 
 use sluice_core::algorithm::{Request, State, Update};
 use sluice_core::limit::Limit;

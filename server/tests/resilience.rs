@@ -1,9 +1,7 @@
 //! sluice-server when Redis misbehaves: stopped and started again, stuck, flushed of its scripts,
 //! clustered, failed over; and its graceful shutdown.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

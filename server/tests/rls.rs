@@ -4,9 +4,7 @@
 //! (The reference service's documented examples run through Envoy's Python stubs:
 //! tests/e2e/rls_reference.rs.)
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,7 +1,5 @@
 //! A request through the real .wasm, the real server and a real Redis.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
 use sluice_e2e::{Stack, header, request};
 use sluice_sim::trace::TraceRecord;
 

@@ -3,8 +3,6 @@
 //! `scripts/setup.sh` makes), every sluice policy embedded in `envoy/` against the filter's own
 //! configuration check, and the compose file and the workflow that run it for real.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -3,8 +3,6 @@
 //! (`tests/probe`), which calls the ABI directly and logs exactly what the host passed and
 //! answered. The last test holds the table and this file to each other.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;

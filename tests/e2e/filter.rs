@@ -1,8 +1,6 @@
 //! The filter's features, each through the real .wasm hosted by the simulator, the real server
 //! and a real Redis (or, for failures, a service that fails on purpose).
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
 use std::time::Duration;
 
 use sluice_e2e::misbehaving::{self, Misbehaviour};

@@ -1,7 +1,5 @@
 //! The simulator refuses modules as Envoy refuses them.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
 use sluice_sim::host::{Host, LoadError};
 
 fn load(wat: &str) -> Result<(), LoadError> {

@@ -2,8 +2,6 @@
 //! decided inside Envoy, workers racing on one allowance, an outage mid-lease, and rules with
 //! and without leases on one request.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
 use sluice_e2e::{Stack, decision_record, stat};
 use sluice_sim::Topology;
 use sluice_sim::envoy::Completed;

@@ -2,8 +2,6 @@
 //! real sluice-server over real Redis by a client nobody here wrote: the Python stubs of
 //! Envoy's API package (`xds-protos`), driven by `tests/e2e/rls_reference.py`.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;

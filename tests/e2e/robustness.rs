@@ -3,8 +3,6 @@
 //! body, no headers at all) go through the real .wasm in the simulator's host, and the VM must
 //! survive every one and answer every request.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sluice_e2e::probe::callouts;

@@ -3,8 +3,6 @@
 //!
 //! Tests on the shared traces skip, saying so, in a clone without `../shared`.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
-
 use sluice_e2e::{request, session_setup, shared_trace};
 use sluice_harness::RedisServer;
 use sluice_server::config::DEFAULT_KEY_PREFIX;

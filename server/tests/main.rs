@@ -1,0 +1,18 @@
+//! The server's integration tests, one module a file, built as one test binary: each of them
+//! links the server, its Redis client and tonic, and twelve binaries took twelve links and a
+//! third of a gigabyte of disk.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+mod algorithms;
+mod all_or_nothing;
+mod binary;
+mod cluster;
+mod common;
+mod differential;
+mod http;
+mod lease;
+mod lua_arithmetic;
+mod redis_cell;
+mod resilience;
+mod rls;

@@ -1,0 +1,15 @@
+//! The end-to-end tests, one module a file, built as one test binary: every one of them links
+//! the simulator and wasmtime, and as nine binaries they took nearly half a gigabyte of disk
+//! and nine links of it.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+
+mod end_to_end;
+mod envoy_config;
+mod fidelity;
+mod filter;
+mod host_loading;
+mod lease;
+mod rls_reference;
+mod robustness;
+mod simulator;
