@@ -1,5 +1,5 @@
 //! The parsers that read what others send — the filter's configuration, the server's answers,
-//! the filter's requests, an allowance in shared data — on arbitrary bytes and on JSON built
+//! the filter's requests, an allowance or a denial in shared data — on arbitrary bytes and on JSON built
 //! from their own vocabulary: they may refuse, they never panic. (The same targets run under
 //! libFuzzer in `fuzz/`.)
 
@@ -7,7 +7,9 @@
 
 use proptest::prelude::*;
 use serde_json::Value;
+use sluice_core::deny_cache::{Entry, EntryId, SlotKeys, entry_id};
 use sluice_core::duration::Millis;
+use sluice_core::key::{LimitKey, RuleName};
 use sluice_core::lease::{Allowance, LeaseConfig, LeaseTerms};
 use sluice_core::policy::{HttpRequest, Policy};
 use sluice_core::wire::{DecideRequest, LeaseGrant, LeaseRequest};
@@ -207,5 +209,41 @@ proptest! {
         let _ = allowance.demand_per_second(config.horizon);
         let _ = allowance.lease_ending(now_us, ttl_us, margin_us);
         prop_assert_eq!(Allowance::decode(&allowance.encode()), Some(allowance));
+    }
+
+    /// Whatever a deny cache slot holds (a VM of another build of the filter shares the slots
+    /// while Envoy swaps configurations), it is read without a panic, and the lookup's
+    /// shortcut finds exactly what a full reading finds that denies this check now: the entry
+    /// written for it, not one for a key that only starts or ends like it.
+    #[test]
+    fn a_deny_cache_slot_is_read_alike_by_the_lookup_and_in_full(
+        rule in "[a-z][a-z0-9_.-]{0,8}",
+        parts in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..6), 1..3),
+        [until_ms, reset_at_ms, limit, now_ms] in prop::array::uniform4(0u64..4_000),
+        written_as in 0u8..4,
+        junk in prop::collection::vec(any::<u8>(), 0..24),
+    ) {
+        let rule = RuleName::new(rule).unwrap();
+        let key = LimitKey::from_parts(parts.iter().map(Vec::as_slice));
+        let id = EntryId::new(&rule, &key);
+        let own = entry_id(&rule, &key);
+        prop_assert!(id.is(&own));
+        let keys = SlotKeys::new("f", 64);
+        prop_assert_eq!(keys.key_of(id), keys.key(&own));
+
+        let other = String::from_utf8_lossy(&junk);
+        let written = match written_as {
+            0 => own.clone(),
+            1 => format!("{own}{other}"),
+            2 => format!("{other}{own}"),
+            _ => own[..own.len() - junk.len() % own.len() - 1].to_owned() + &other,
+        };
+        let slot = if written_as == 3 && junk.len() % 2 == 1 {
+            junk.clone()
+        } else {
+            Entry { id: written, until_ms, reset_at_ms, limit }.encode()
+        };
+        let in_full = Entry::decode(&slot).filter(|e| now_ms < e.until_ms && e.id == own);
+        prop_assert_eq!(Entry::decode_denying(&slot, id, now_ms), in_full);
     }
 }
