@@ -2,7 +2,6 @@
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
-use std::net::IpAddr;
 
 use super::raw::{RawKeyPart, RawKeySource};
 use super::request::HttpRequest;
@@ -126,19 +125,7 @@ impl<'a> KeySource<'a> {
 
     fn client_ip(&self) -> Option<&str> {
         self.client_ip
-            .get_or_init(|| {
-                if self.trusted_hops == 0
-                    && let Some(ip) = self.request.canonical_peer_ipv4()
-                {
-                    return Some(Cow::Borrowed(ip));
-                }
-                self.request
-                    .client_ip(self.trusted_hops)
-                    .map(|ip| match ip {
-                        IpAddr::V4(v4) => Cow::Owned(crate::key::dotted_quad(v4)),
-                        IpAddr::V6(v6) => Cow::Owned(v6.to_string()),
-                    })
-            })
+            .get_or_init(|| self.request.client_ip_text(self.trusted_hops))
             .as_deref()
     }
 }

@@ -95,26 +95,34 @@ impl HttpRequest<'_> {
         Some(address.rsplit_once(':').map_or(address, |(ip, _port)| ip))
     }
 
-    /// The peer's IP address, from `source.address`.
-    pub fn peer_ip(&self) -> Option<IpAddr> {
-        self.peer_host()?.parse().ok()
-    }
-
-    /// The peer's IPv4 address as `source.address` writes it, when that is already the
-    /// canonical dotted quad (as Envoy writes it): the key can borrow it instead of parsing
-    /// and formatting it again on every request.
-    pub fn canonical_peer_ipv4(&self) -> Option<&str> {
-        self.peer_host()
-            .filter(|host| is_canonical_ipv4(host.as_bytes()))
-    }
-
     /// The client's IP address: the peer's, unless `trusted_hops` proxies in front of Envoy
     /// append to `x-forwarded-for`; then the entry the outermost trusted proxy appended.
     /// Entries a client wrote itself sit further left and are never read. A request with fewer
     /// entries than trusted hops did not come through those proxies: its peer is the client.
     pub fn client_ip(&self, trusted_hops: u32) -> Option<IpAddr> {
+        self.client_address(trusted_hops)?.parse().ok()
+    }
+
+    /// The client's IP address (see [`HttpRequest::client_ip`]) in canonical text, as keys hold
+    /// it: borrowed from the request when it already writes it so (Envoy's `source.address`
+    /// does, and proxies' `x-forwarded-for` entries mostly do), parsed and written again
+    /// otherwise.
+    pub fn client_ip_text(&self, trusted_hops: u32) -> Option<Cow<'_, str>> {
+        let address = self.client_address(trusted_hops)?;
+        if is_canonical_ipv4(address.as_bytes()) {
+            return Some(Cow::Borrowed(address));
+        }
+        Some(Cow::Owned(match address.parse().ok()? {
+            IpAddr::V4(v4) => crate::key::dotted_quad(v4),
+            IpAddr::V6(v6) => v6.to_string(),
+        }))
+    }
+
+    /// The text the client's IP address is read from: the host of `source.address` or one
+    /// `x-forwarded-for` entry, not yet parsed.
+    fn client_address(&self, trusted_hops: u32) -> Option<&str> {
         if trusted_hops == 0 {
-            return self.peer_ip();
+            return self.peer_host();
         }
         let entries: Vec<&[u8]> = self
             .header_values("x-forwarded-for")
@@ -123,12 +131,9 @@ impl HttpRequest<'_> {
             .collect();
         let hops = trusted_hops as usize;
         if entries.len() < hops {
-            return self.peer_ip();
+            return self.peer_host();
         }
-        std::str::from_utf8(entries[entries.len() - hops])
-            .ok()?
-            .parse()
-            .ok()
+        std::str::from_utf8(entries[entries.len() - hops]).ok()
     }
 }
 
@@ -186,22 +191,26 @@ mod tests {
     #[test]
     fn peer_addresses_lose_their_port() {
         assert_eq!(
-            request(&[], "192.0.2.1:443").peer_ip(),
+            request(&[], "192.0.2.1:443").client_ip(0),
             Some("192.0.2.1".parse().unwrap())
         );
         assert_eq!(
-            request(&[], "[2001:db8::1]:443").peer_ip(),
+            request(&[], "[2001:db8::1]:443").client_ip(0),
             Some("2001:db8::1".parse().unwrap())
         );
     }
 
+    /// The peer's address as a key holds it, when borrowed from `source.address`.
+    fn borrowed_peer<'r>(r: &'r HttpRequest<'_>) -> Option<&'r str> {
+        match r.client_ip_text(0)? {
+            Cow::Borrowed(ip) => Some(ip),
+            Cow::Owned(_) => None,
+        }
+    }
+
     #[test]
     fn only_canonical_ipv4_peers_are_borrowed() {
-        let peer = |address: &str| {
-            request(&[], address)
-                .canonical_peer_ipv4()
-                .map(str::to_owned)
-        };
+        let peer = |address: &str| borrowed_peer(&request(&[], address)).map(str::to_owned);
         assert_eq!(peer("192.0.2.1:443").as_deref(), Some("192.0.2.1"));
         assert_eq!(peer("0.0.0.0").as_deref(), Some("0.0.0.0"));
         assert_eq!(
@@ -233,15 +242,15 @@ mod tests {
         ) {
             let dotted = std::net::Ipv4Addr::from(octets).to_string();
             let r = request(&[], &format!("{dotted}:{port}"));
-            proptest::prop_assert_eq!(r.canonical_peer_ipv4(), Some(dotted.as_str()));
+            proptest::prop_assert_eq!(borrowed_peer(&r), Some(dotted.as_str()));
             let r = request(&[], &address);
-            let rewritten = match r.peer_ip() {
+            let rewritten = match r.client_ip(0) {
                 Some(IpAddr::V4(v4)) => Some(v4.to_string()),
                 _ => None,
             };
             let ip = address.rsplit_once(':').map_or(address.as_str(), |(ip, _)| ip);
             let expected = rewritten.filter(|text| text == ip);
-            proptest::prop_assert_eq!(r.canonical_peer_ipv4(), expected.as_deref());
+            proptest::prop_assert_eq!(borrowed_peer(&r), expected.as_deref());
         }
     }
 
