@@ -55,6 +55,9 @@ local function lease(key, ledger, now, holder, run, ask, p)
   local want, held, returning = ask.want, ask.held, ask.returning
   local max_units, max_total, ttl = ask.max_units, ask.max_total, ask.ttl
   local mine, pool, pool_expires, others = 0, 0, 0, 0
+  -- When the last of the other holders' leases ends: holders may lease a key on different
+  -- terms (a rollout that changes the ttl), and the ledger must outlive every lease in it.
+  local others_expire = now
   local demands = {ask.demand}
   local stale = {}
   local ledger_entries = redis.call('HGETALL', ledger)
@@ -69,6 +72,7 @@ local function lease(key, ledger, now, holder, run, ask, p)
       pool, pool_expires = units, expires
     else
       others = others + units
+      others_expire = math.max(others_expire, expires)
       demands[#demands + 1] = demand
     end
   end
@@ -133,7 +137,14 @@ local function lease(key, ledger, now, holder, run, ask, p)
     redis.call('HDEL', ledger, POOL)
   end
   if mine > 0 or pool > 0 then
-    redis.call('PEXPIRE', ledger, ttl_ms(ttl))
+    local last = others_expire
+    if mine > 0 then
+      last = math.max(last, now + ttl)
+    end
+    if pool > 0 then
+      last = math.max(last, pool_expires)
+    end
+    redis.call('PEXPIRE', ledger, ttl_ms(last - now))
   end
   return {granted, ceil_ms(ttl), more_in, answer[2], answer[3], pace}
 end

@@ -247,3 +247,29 @@ async fn holders_over_the_rate_are_paced_at_their_fair_shares() {
     // c joins at 900: b keeps 300, a and c share 700.
     assert_eq!(ask("c", 900, NOW + 3).await.pace_us, 2_858);
 }
+
+/// Holders may lease one key on different terms (a fleet part-way through a rollout that
+/// changes the ttl): a holder with a short lease must not make the ledger forget, when it
+/// lapses, what a holder with a long one still holds, or the key's cap on what is outstanding
+/// would no longer count those units.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lease_does_not_end_the_ledger_of_a_long_one() {
+    let redis = RedisServer::start().unwrap();
+    let store = common::connected_store(Topology::Standalone(redis.url())).await;
+    let engine = Engine::new(store, "terms".to_owned(), Arc::new(Metrics::default()));
+    // On Redis' own clock: a replay's keys live at least an hour, whatever their ttl.
+    let ask = |holder: &str, ttl: &str| {
+        let body = format!(
+            r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{},"terms":{{"max_units":8,"max_outstanding":12,"ttl":"{ttl}"}},"want":8}}]}}"#,
+            twenty(Algorithm::Gcra)
+        );
+        let request = LeaseRequest::from_json(body.as_bytes()).unwrap();
+        let engine = &engine;
+        async move { engine.lease(&request, None).await.unwrap().grants[0] }
+    };
+    assert_eq!(ask("long", "30s").await.granted, 8);
+    assert_eq!(ask("short", "100ms").await.granted, 4, "the cap of 12");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // `short`'s 4 have lapsed, `long`'s 8 have not: 4 more may be outstanding.
+    assert_eq!(ask("next", "30s").await.granted, 4);
+}
