@@ -18,7 +18,7 @@
 -- holder is told when the rest will be there; when the holders' demands add up to more than
 -- the nominal rate, each is told its max-min fair share of the rate, as a pace.
 -- Answers per ask (reply() in prelude.lua): granted, lease_ms, more_in_ms, limit, remaining,
--- pace_us.
+-- pace_us, held (of the units the ask said were held, those the ledger still counted).
 
 local POOL = '#pool'
 
@@ -146,7 +146,7 @@ local function lease(key, ledger, now, holder, run, ask, p)
     end
     redis.call('PEXPIRE', ledger, ttl_ms(last - now))
   end
-  return {granted, ceil_ms(ttl), more_in, answer[2], answer[3], pace}
+  return {granted, ceil_ms(ttl), more_in, answer[2], answer[3], pace, held}
 end
 
 local now = clock(ARGV[1])
@@ -176,4 +176,4 @@ for i = 1, n do
   out[i] = grant
   at = at + 11 + count
 end
-return reply(out)
+return reply(out, '%d %d %d %d %d %d %d')

@@ -147,14 +147,18 @@ local function read_fields(key, pattern, shape)
   return true, a, b, c
 end
 
--- A script's answer: one string of integers separated by spaces, the six numbers of each
--- check or lease ask in `tuples`, in order. One string is a single value for the server's
--- Redis client to read, where an array of six integers cost it more than the rest of its
--- work on a call (BENCHMARKS.md, server).
-local function reply(tuples)
+-- A check's six numbers in a reply.
+local CHECK_REPLY = '%d %d %d %d %d %d'
+
+-- A script's answer: one string of integers separated by spaces, the numbers of each check
+-- or lease ask in `tuples`, in order, as `format` writes them (a check's six unless given).
+-- One string is a single value for the server's Redis client to read, where an array of six
+-- integers cost it more than the rest of its work on a call (BENCHMARKS.md, server).
+local function reply(tuples, format)
+  format = format or CHECK_REPLY
   local parts = {}
   for i, t in ipairs(tuples) do
-    parts[i] = string.format('%d %d %d %d %d %d', t[1], t[2], t[3], t[4], t[5], t[6])
+    parts[i] = string.format(format, unpack(t))
   end
   return table.concat(parts, ' ')
 end

@@ -30,7 +30,7 @@
 //! use sluice_core::wire::LeaseGrant;
 //! let mut a = Allowance::new("per-tenant:acme");
 //! // 10 units for an ask of 10 sent at 0 µs, for a lease of 500 ms.
-//! let grant = LeaseGrant { granted: 10, lease_ms: 500, more_in_ms: 0, limit: 100, remaining: 90, pace_us: 0 };
+//! let grant = LeaseGrant { granted: 10, lease_ms: 500, more_in_ms: 0, limit: 100, remaining: 90, pace_us: 0, kept: None };
 //! a.grant(0, &grant);
 //! assert_eq!(a.take(3, 200_000), Take::Taken);
 //! assert_eq!(a.units, 7);
@@ -215,6 +215,12 @@ impl Allowance {
         now_us < self.lease_until_us
     }
 
+    /// The units an ask sent at `now_us` says are held: none once the lease has ended, since
+    /// the server counts a holder's units only while their lease lives.
+    pub fn held(&self, now_us: u64) -> u64 {
+        if self.leased(now_us) { self.units } else { 0 }
+    }
+
     /// Whether the slot may be given to another key at `now_us`: nothing held, nothing asked,
     /// no local denial, and unused for `ttl_us` (so a busy key keeps its slot).
     pub fn is_free(&self, now_us: u64, ttl_us: u64) -> bool {
@@ -302,7 +308,7 @@ impl Allowance {
     /// holds less than half its [`target`](Allowance::target) (one horizon, when `max_units`
     /// allows two); then up to the target.
     pub fn want(&self, now_us: u64, config: &LeaseConfig) -> Option<u64> {
-        let held = if self.leased(now_us) { self.units } else { 0 };
+        let held = self.held(now_us);
         let target = self.target(config);
         let ttl = config.terms.ttl.as_micros().unsigned_abs();
         if self.expected() < 2
@@ -322,7 +328,18 @@ impl Allowance {
     ///
     /// While the holders' demands add up to more than the limit's rate, every answer comes
     /// with this holder's pace (see [`Allowance::take`]).
+    ///
+    /// The new lease covers only the units the server counts: not those whose lease had
+    /// ended when the ask left (the ask said none were held), nor more than the server says
+    /// it kept of those the ask said were held (a renewal that reached it after their lease
+    /// ended there). Brought back to life, they would be spent outside every cap.
     pub fn grant(&mut self, asked_at_us: u64, grant: &LeaseGrant) {
+        if !self.leased(asked_at_us) {
+            self.units = 0;
+        }
+        if let Some(kept) = grant.kept {
+            self.units = self.units.min(kept);
+        }
         let granted = grant.granted;
         self.units = self.units.saturating_add(granted);
         // The server counts the lease from when it decided, after the ask left: ending it
@@ -395,6 +412,7 @@ mod tests {
             limit: 100,
             remaining: 40,
             pace_us: 0,
+            kept: None,
         }
     }
 
@@ -460,6 +478,39 @@ mod tests {
         assert!(a.give_back(2, 1_300 * MS));
         assert_eq!(a.take(3, 1_499 * MS), Take::Taken);
         assert!(!a.give_back(1, 1_500 * MS), "the lease ended");
+    }
+
+    #[test]
+    fn a_new_lease_covers_only_the_units_the_server_counts() {
+        // The lease ended (a renewal failed) with 5 units unspent: the next ask says none are
+        // held, and its grant of 8 leaves 8, not 13.
+        let mut a = Allowance::new("r:k");
+        a.grant(0, &grant(5, 1_000, 0));
+        assert_eq!(a.held(999 * MS), 5);
+        assert_eq!(a.held(1_000 * MS), 0, "the lease ended");
+        a.grant(1_200 * MS, &grant(8, 1_000, 0));
+        assert_eq!(a.units, 8);
+        // A renewal of 8 held that reached the server after their lease ended there: of the
+        // 8, spent down to 6 meanwhile, the holder keeps what the server kept, and the grant.
+        assert_eq!(a.take(2, 2_100 * MS), Take::Taken);
+        a.grant(
+            2_150 * MS,
+            &LeaseGrant {
+                kept: Some(0),
+                ..grant(4, 1_000, 0)
+            },
+        );
+        assert_eq!(a.units, 4);
+        a.grant(
+            2_160 * MS,
+            &LeaseGrant {
+                kept: Some(3),
+                ..grant(0, 1_000, 0)
+            },
+        );
+        assert_eq!(a.units, 3);
+        a.grant(2_170 * MS, &grant(2, 1_000, 0));
+        assert_eq!(a.units, 5, "all counted: all kept");
     }
 
     #[test]

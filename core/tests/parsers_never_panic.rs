@@ -130,14 +130,15 @@ fn any_slot() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn any_grant() -> impl Strategy<Value = LeaseGrant> {
-    prop::array::uniform6(any::<u64>()).prop_map(
-        |[granted, lease_ms, more_in_ms, limit, remaining, pace_us]| LeaseGrant {
+    (prop::array::uniform6(any::<u64>()), any::<Option<u64>>()).prop_map(
+        |([granted, lease_ms, more_in_ms, limit, remaining, pace_us], kept)| LeaseGrant {
             granted,
             lease_ms,
             more_in_ms,
             limit,
             remaining,
             pace_us,
+            kept,
         },
     )
 }

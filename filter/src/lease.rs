@@ -309,7 +309,7 @@ impl Leases {
                 let Some(mut a) = current.filter(|a| a.id == id) else {
                     return (None, TickStep::Idle(None));
                 };
-                let held = if a.leased(now_us) { a.units } else { 0 };
+                let held = a.held(now_us);
                 let demand = a.demand_per_second(config.horizon);
                 let until = a.lease_until_us;
                 if asking && a.asking_since_us != 0 {

@@ -108,7 +108,7 @@ impl Default for Metrics {
         let lease_units = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "lease_units",
-            "Units leased to Envoys and given back by them, by rule and kind (granted, returned)",
+            "Units leased to Envoys, given back by them, and lapsed (an Envoy renewed units whose lease had already ended), by rule and kind (granted, returned, lapsed)",
             lease_units.clone(),
         );
         Metrics {
@@ -203,6 +203,11 @@ impl Metrics {
             self.lease_units
                 .get_or_create(&labels("returned"))
                 .inc_by(ask.returning);
+        }
+        if let Some(kept) = grant.kept {
+            self.lease_units
+                .get_or_create(&labels("lapsed"))
+                .inc_by(ask.held.saturating_sub(kept));
         }
     }
 

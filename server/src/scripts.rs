@@ -427,9 +427,9 @@ impl BatchCall {
 
     /// Splits the batch script's reply into one verdict per check.
     pub fn decode(&self, reply: &redis::Value) -> Result<Vec<Verdict>, BadReply> {
-        let numbers = reply_numbers(reply, self.keys.len())?;
+        let numbers = reply_numbers(reply, self.keys.len(), CHECK_NUMBERS)?;
         numbers
-            .chunks_exact(6)
+            .chunks_exact(CHECK_NUMBERS)
             .map(|six| verdict(six).ok_or_else(|| BadReply::of(reply)))
             .collect()
     }
@@ -443,6 +443,8 @@ pub struct LeaseCall {
     pub keys: Vec<String>,
     /// `ARGV`.
     pub args: Vec<String>,
+    /// Each ask's `held`, to tell the holder when the ledger counted fewer.
+    pub held: Vec<u64>,
 }
 
 /// The ledger of a key's leases, beside its state (one hash tag).
@@ -467,9 +469,11 @@ impl LeaseCall {
                 holder.to_owned(),
                 String::new(),
             ],
+            held: Vec::new(),
         };
         let mut count = 0;
         for (ask, state_key) in asks {
+            call.held.push(ask.held);
             let params = script_params(&ask.limit);
             // The buckets' over-limit regime is a steady rate, which holders over it share as
             // a pace; windows admit in bursts by design, and are never paced (0 units).
@@ -511,10 +515,11 @@ impl LeaseCall {
 
     /// Splits the script's reply into one grant per ask.
     pub fn decode(&self, reply: &redis::Value) -> Result<Vec<LeaseGrant>, BadReply> {
-        let numbers = reply_numbers(reply, self.keys.len() / 2)?;
+        let numbers = reply_numbers(reply, self.held.len(), LEASE_NUMBERS)?;
         numbers
-            .chunks_exact(6)
-            .map(|six| grant(six).ok_or_else(|| BadReply::of(reply)))
+            .chunks_exact(LEASE_NUMBERS)
+            .zip(&self.held)
+            .map(|(seven, &held)| grant(seven, held).ok_or_else(|| BadReply::of(reply)))
             .collect()
     }
 }
@@ -522,7 +527,7 @@ impl LeaseCall {
 /// A reply that is not what the scripts answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unexpected script reply {0}: expected a string of integers, six a check (allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms) or lease ask (granted, lease_ms, more_in_ms, limit, remaining, pace_us)"
+    "unexpected script reply {0}: expected a string of integers, six a check (allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms) or seven a lease ask (granted, lease_ms, more_in_ms, limit, remaining, pace_us, held)"
 )]
 pub struct BadReply(pub String);
 
@@ -535,19 +540,24 @@ impl BadReply {
     }
 }
 
-/// The integers of a script's reply to `entries` checks or lease asks: one string, the
-/// six numbers of each separated by spaces (`reply` in `lua/prelude.lua`).
-fn reply_numbers(reply: &redis::Value, entries: usize) -> Result<Vec<i64>, BadReply> {
+/// The numbers of a check in a script's reply.
+const CHECK_NUMBERS: usize = 6;
+/// The numbers of a lease ask in a script's reply.
+const LEASE_NUMBERS: usize = 7;
+
+/// The integers of a script's reply to `entries` checks or lease asks of `width` numbers
+/// each: one string, the numbers separated by spaces (`reply` in `lua/prelude.lua`).
+fn reply_numbers(reply: &redis::Value, entries: usize, width: usize) -> Result<Vec<i64>, BadReply> {
     let redis::Value::BulkString(bytes) = reply else {
         return Err(BadReply::of(reply));
     };
-    let mut numbers = Vec::with_capacity(6 * entries);
+    let mut numbers = Vec::with_capacity(width * entries);
     if !bytes.is_empty() {
         for word in bytes.split(|&b| b == b' ') {
             numbers.push(integer(word).ok_or_else(|| BadReply::of(reply))?);
         }
     }
-    if numbers.len() != 6 * entries {
+    if numbers.len() != width * entries {
         return Err(BadReply::of(reply));
     }
     Ok(numbers)
@@ -575,15 +585,26 @@ fn integer(word: &[u8]) -> Option<i64> {
 
 /// Turns a single check's reply into its verdict.
 pub fn decode_reply(reply: &redis::Value) -> Result<Verdict, BadReply> {
-    let numbers = reply_numbers(reply, 1)?;
+    let numbers = reply_numbers(reply, 1, CHECK_NUMBERS)?;
     verdict(&numbers).ok_or_else(|| BadReply::of(reply))
 }
 
-/// A lease ask's six numbers as its grant; `None` if they cannot be one.
-fn grant(six: &[i64]) -> Option<LeaseGrant> {
-    let &[granted, lease_ms, more_in_ms, limit, remaining, pace_us] = six else {
+/// A lease ask's seven numbers as its grant, for an ask that said `asked_held` units were
+/// held; `None` if they cannot be one.
+fn grant(seven: &[i64], asked_held: u64) -> Option<LeaseGrant> {
+    let &[
+        granted,
+        lease_ms,
+        more_in_ms,
+        limit,
+        remaining,
+        pace_us,
+        held,
+    ] = seven
+    else {
         return None;
     };
+    let held = non_negative(held).filter(|&h| h <= asked_held)?;
     Some(LeaseGrant {
         granted: non_negative(granted)?,
         lease_ms: non_negative(lease_ms)?,
@@ -591,6 +612,7 @@ fn grant(six: &[i64]) -> Option<LeaseGrant> {
         limit: non_negative(limit)?,
         remaining: non_negative(remaining)?,
         pace_us: non_negative(pace_us)?,
+        kept: (held < asked_held).then_some(held),
     })
 }
 

@@ -149,7 +149,8 @@ async fn a_holder_never_keeps_more_than_the_ledger_says_it_holds() {
     // `a` claims to hold 8 and to give back 8: the ledger knows of 3, so the pool gets 3, and
     // `b`, wanting 8 of a cap of 12, can have 3 from the pool and 9 more... capped by its own
     // max_units of 8.
-    keys.ask("a", NOW + 1, (0, 8, 8)).await;
+    let a = keys.ask("a", NOW + 1, (0, 8, 8)).await;
+    assert_eq!(a.kept, Some(0), "none held beyond the 3 it gave back");
     let b = keys.ask("b", NOW + 2, (8, 0, 0)).await;
     assert_eq!(b.granted, 8);
     assert_eq!(
@@ -272,4 +273,38 @@ async fn a_short_lease_does_not_end_the_ledger_of_a_long_one() {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     // `short`'s 4 have lapsed, `long`'s 8 have not: 4 more may be outstanding.
     assert_eq!(ask("next", "30s").await.granted, 4);
+}
+
+/// A renewal that reaches the server after the holder's lease ended there: the ledger no
+/// longer counts the units it says it holds, and the answer says how many it kept, so that
+/// the holder does not spend them under the new lease, outside every cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_renewal_is_told_how_many_held_units_the_ledger_still_counts() {
+    let redis = RedisServer::start().unwrap();
+    let store = common::connected_store(Topology::Standalone(redis.url())).await;
+    let metrics = Arc::new(Metrics::default());
+    let engine = Engine::new(store, "late".to_owned(), metrics.clone());
+    // On Redis' own clock: a replay's keys live at least an hour, whatever their ttl.
+    let ask = |holder: &str, want: u64, held: u64| {
+        let body = format!(
+            r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{},"terms":{{"max_units":8,"max_outstanding":12,"ttl":"100ms"}},"want":{want},"held":{held}}}]}}"#,
+            twenty(Algorithm::Gcra)
+        );
+        let request = LeaseRequest::from_json(body.as_bytes()).unwrap();
+        let engine = &engine;
+        async move { engine.lease(&request, None).await.unwrap().grants[0] }
+    };
+    let a = ask("a", 8, 0).await;
+    assert_eq!((a.granted, a.kept), (8, None));
+    assert_eq!(ask("a", 0, 8).await.kept, None, "renewed in time: all kept");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let late = ask("a", 4, 8).await;
+    assert_eq!((late.granted, late.kept), (4, Some(0)));
+    // The ledger counts only a's new 4: b may have 8 of the cap of 12.
+    assert_eq!(ask("b", 8, 0).await.granted, 8);
+    let text = metrics.render();
+    assert!(
+        text.contains(r#"sluice_lease_units_total{rule="r",kind="lapsed"} 8"#),
+        "{text}"
+    );
 }

@@ -246,6 +246,12 @@ pub struct LeaseGrant {
     /// design).
     #[serde(default)]
     pub pace_us: u64,
+    /// When the server counted fewer of the units the ask said were held than it said (their
+    /// lease had already ended there, or Redis lost the ledger): how many it still counts.
+    /// The holder keeps no more of them than this. Absent when it counted them all, as it
+    /// does unless a renewal comes late.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<u64>,
 }
 
 fn is_holder(name: &str) -> bool {
@@ -353,6 +359,14 @@ impl LeaseRequest {
                 return Err(WireError(format!(
                     "response body: grants[{i}].granted is {}, more than the {} asked",
                     grant.granted, ask.want
+                )));
+            }
+            if let Some(kept) = grant.kept
+                && kept > ask.held
+            {
+                return Err(WireError(format!(
+                    "response body: grants[{i}].kept is {kept}, more than the {} held",
+                    ask.held
                 )));
             }
             if grant.lease_ms > ask.terms.ttl.as_millis() {
@@ -529,6 +543,27 @@ mod tests {
         assert_eq!(
             request.parse_response(br#"{"grants":[]}"#).unwrap_err().0,
             "response body: 0 grants for 1 asks"
+        );
+        // What the server kept of the units held: absent when all, never more than held.
+        let held = |kept: u64| {
+            let request = LeaseRequest::from_json(
+                format!(
+                    r#"{{"holder":"h","asks":[{}]}}"#,
+                    ASK.replace(r#""want":5"#, r#""want":5,"held":3"#)
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+            request.parse_response(
+                format!(r#"{{"grants":[{{"granted":0,"lease_ms":1000,"limit":10,"remaining":5,"kept":{kept}}}]}}"#)
+                    .as_bytes(),
+            )
+        };
+        assert_eq!(grant.kept, None);
+        assert_eq!(held(2).unwrap().grants[0].kept, Some(2));
+        assert_eq!(
+            held(4).unwrap_err().0,
+            "response body: grants[0].kept is 4, more than the 3 held"
         );
     }
 }
