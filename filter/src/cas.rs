@@ -5,6 +5,13 @@
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 
+/// The CAS of a write to a key that was absent. Envoy accepts any CAS for an absent key but
+/// refuses one that does not match a key that exists, so a write with this CAS creates the key
+/// only if no other worker did in between: with CAS 0, two workers that both found it absent
+/// would both write, and the first one's update would be lost. (CAS values count up from 1
+/// across the process; a key holds this one only from the write at which the counter wraps.)
+pub const CREATE_ONLY: u32 = u32::MAX;
+
 /// Reads `key`, lets `f` decide from its current value (`None`: empty or unreadable) what to
 /// write (`None`: nothing) and what to return, and writes with compare-and-swap, deciding
 /// again when another worker wrote in between. `None` when every attempt lost the race or
@@ -25,7 +32,7 @@ pub fn update<T, R>(
         let Some(next) = next else {
             return Some(result);
         };
-        match hostcalls::set_shared_data(key, Some(&encode(&next)), cas) {
+        match hostcalls::set_shared_data(key, Some(&encode(&next)), cas.or(Some(CREATE_ONLY))) {
             Ok(()) => return Some(result),
             Err(Status::CasMismatch) => continue,
             Err(_) => return None,

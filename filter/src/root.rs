@@ -15,6 +15,7 @@ use sluice_core::wire::{LEASE_PATH, LeaseRequest};
 use crate::answer;
 use crate::cache::DenyCache;
 use crate::callout;
+use crate::cas;
 use crate::held::{Held, SharedHeld};
 use crate::lease::Leases;
 use crate::stats::Stats;
@@ -132,8 +133,8 @@ fn holder(context: &dyn Context, key: &str) -> String {
         "{}:{started:x}",
         if node.is_empty() { "envoy" } else { &node }
     );
-    // Workers configure one after another after the canary: the first name written stays.
-    let _ = hostcalls::set_shared_data(key, Some(name.as_bytes()), None);
+    // The first name written stays, whichever VM configures first.
+    let _ = hostcalls::set_shared_data(key, Some(name.as_bytes()), Some(cas::CREATE_ONLY));
     match hostcalls::get_shared_data(key) {
         Ok((Some(bytes), _)) => String::from_utf8_lossy(&bytes).into_owned(),
         _ => name,
