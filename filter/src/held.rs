@@ -33,9 +33,9 @@ impl Held {
         self.queue.insert((release_at_ms, context_id));
     }
 
-    /// Forgets stream `context_id` (it ended while held).
-    pub fn forget(&mut self, context_id: u32) {
-        self.queue.retain(|(_, id)| *id != context_id);
+    /// Forgets stream `context_id`, held until `release_at_ms`, if it ended while held.
+    pub fn forget(&mut self, context_id: u32, release_at_ms: u64) {
+        self.queue.remove(&(release_at_ms, context_id));
     }
 
     /// Resumes every stream due at `now_ms`; stops the tick when none is left.

@@ -55,7 +55,8 @@ pub struct Stream {
     asked_at_ms: u64,
     response_headers: Vec<(String, String)>,
     replied_locally: bool,
-    held: bool,
+    /// When a shaping leaky bucket holds the request until, once it does.
+    held_until_ms: Option<u64>,
 }
 
 impl Stream {
@@ -71,7 +72,7 @@ impl Stream {
             asked_at_ms: 0,
             response_headers: Vec::new(),
             replied_locally: false,
-            held: false,
+            held_until_ms: None,
         }
     }
 
@@ -411,18 +412,18 @@ impl Stream {
     }
 
     fn hold(&mut self, shared: &Shared, delay_ms: u64) {
-        self.held = true;
         let release_at = self.asked_at_ms.saturating_add(delay_ms);
+        self.held_until_ms = Some(release_at);
         shared.held.borrow_mut().hold(self.id, release_at);
     }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if self.held
+        if let Some(release_at) = self.held_until_ms
             && let Some(shared) = &self.shared
         {
-            shared.held.borrow_mut().forget(self.id);
+            shared.held.borrow_mut().forget(self.id, release_at);
         }
     }
 }
