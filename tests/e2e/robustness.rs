@@ -1,7 +1,8 @@
 //! Nothing a client or the service sends can trap the filter: arbitrary request headers
 //! (non-UTF-8 values, odd paths, any address) and arbitrary callout answers (any status, any
 //! body, no headers at all) go through the real .wasm in the simulator's host, and the VM must
-//! survive every one and answer every request.
+//! survive every one and answer every request. Lease answers, scripted here, are held to what
+//! was asked, and never bring back units the server no longer counts.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -374,4 +375,147 @@ fn verdicts_impossible_for_their_rule_are_refused_and_cached_denials_are_bounded
         "asked the service again after 2 s"
     );
     assert!(envoy.failed(0).is_none());
+}
+
+/// A key leased on one Envoy by scripted answers: the Envoy, the time (ns), how many requests
+/// it has sent, and the units of its first lease.
+struct Leased {
+    envoy: Envoy,
+    now: u64,
+    sent: u64,
+    first_grant: u64,
+}
+
+const MS_NS: u64 = 1_000_000;
+const LEASE_TTL_MS: u64 = 1_000;
+const ALLOWED: &[u8] = br#"{"results":[{"allowed":true,"limit":1000,"remaining":900,"reset_ms":100,"retry_after_ms":null,"delay_ms":0}]}"#;
+
+impl Leased {
+    /// Makes the key busy by callout, then grants the first lease ask in full.
+    fn start(plugin: &sluice_sim::host::Plugin) -> Leased {
+        const LEASED: &str = r#"{"cluster": "sluice", "rules": [{"name": "r", "key": [{"const": "all"}],
+            "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000},
+            "lease": {"horizon": "100ms", "ttl": "1s"}}]}"#;
+        let envoy =
+            Envoy::start(plugin, EnvoyConfig::new(LEASED, ["sluice".to_owned()]), 0).unwrap();
+        let mut leased = Leased {
+            envoy,
+            now: 1_000_000 * MS_NS,
+            sent: 0,
+            first_grant: 0,
+        };
+        for _ in 0..50 {
+            leased.now += MS_NS;
+            assert!(!leased.send(), "decided in Envoy before any lease");
+        }
+        leased.first_grant = leased.answer_asks(|ask| (ask.want, None));
+        assert!(leased.first_grant > 10, "{}", leased.first_grant);
+        leased
+    }
+
+    /// Sends one request, answering its callout with an admission; whether it was decided
+    /// in Envoy.
+    fn send(&mut self) -> bool {
+        self.sent += 1;
+        !exchange(&mut self.envoy, get(self.sent, "/"), ALLOWED, self.now).0
+    }
+
+    /// Ticks every 5 ms until the tick sends a lease call, and answers each of its asks with
+    /// what `grant` makes of it (units granted, units kept); the units granted in all.
+    fn answer_asks(
+        &mut self,
+        mut grant: impl FnMut(&sluice_core::wire::LeaseAsk) -> (u64, Option<u64>),
+    ) -> u64 {
+        for _ in 0..40 {
+            self.now += 5 * MS_NS;
+            let calls = callouts(&self.envoy.tick(0, self.now));
+            let [call] = calls.as_slice() else {
+                continue;
+            };
+            let request = sluice_core::wire::LeaseRequest::from_json(&call.body).unwrap();
+            let mut total = 0;
+            let grants: Vec<serde_json::Value> = request
+                .asks
+                .iter()
+                .map(|ask| {
+                    let (granted, kept) = grant(ask);
+                    total += granted;
+                    serde_json::json!({"granted": granted, "lease_ms": LEASE_TTL_MS,
+                        "limit": 1000, "remaining": 500, "kept": kept})
+                })
+                .collect();
+            let body = serde_json::to_vec(&serde_json::json!({ "grants": grants })).unwrap();
+            self.envoy.deliver(0, call.token, ok_reply(&body), self.now);
+            return total;
+        }
+        panic!("no lease call in 200 ms")
+    }
+
+    /// Requests at this instant until one is not decided in Envoy: how many were.
+    fn spend_all(&mut self) -> u64 {
+        let mut local = 0;
+        while self.send() {
+            local += 1;
+            assert!(local < 10_000, "units without end");
+        }
+        local
+    }
+}
+
+/// A new lease covers only the units the server counts. Units left when a lease ended (its
+/// renewals failed) are not brought back by the next grant, whose ask said none were held;
+/// and a renewal the server answers with what it kept of the units held (it came after the
+/// lease had ended there) leaves the Envoy no more than that.
+#[test]
+fn a_new_lease_brings_back_no_unit_the_server_no_longer_counts() {
+    let host = Host::new().unwrap();
+    let plugin = host.load(&sluice_e2e::filter_wasm()).unwrap();
+
+    let mut lapsed = Leased::start(&plugin);
+    let lease_ends = lapsed.now + LEASE_TTL_MS * MS_NS;
+    // A request every 50 ms keeps the key in use, every lease call fails, and the lease ends
+    // with units unspent.
+    let failed = CalloutReply {
+        headers: Some(HeaderMap::from_pairs([(":status", b"503".to_vec())])),
+        body: None,
+        trailers: HeaderMap::default(),
+    };
+    let mut local_before_end = 0;
+    while lapsed.now < lease_ends + 100 * MS_NS {
+        lapsed.now += 50 * MS_NS;
+        local_before_end += u64::from(lapsed.send());
+        for call in callouts(&lapsed.envoy.tick(0, lapsed.now)) {
+            lapsed
+                .envoy
+                .deliver(0, call.token, failed.clone(), lapsed.now);
+        }
+    }
+    assert!(
+        local_before_end >= 15,
+        "spent from the lease: {local_before_end}"
+    );
+    assert!(!lapsed.send(), "the lease ended");
+    let mut held_said = None;
+    let granted = lapsed.answer_asks(|ask| {
+        held_said = Some(ask.held);
+        (ask.want.min(4), None)
+    });
+    assert_eq!(held_said, Some(0), "the ask says nothing is held");
+    assert_eq!(lapsed.spend_all(), granted, "only the new grant is spent");
+
+    let mut late = Leased::start(&plugin);
+    // Past half the lease's units a request marks the key as asked for, and the next lease
+    // call is answered as one that reached the server after the lease had ended there: none
+    // of the units held were kept.
+    for _ in 0..=late.first_grant / 2 {
+        assert!(late.send());
+    }
+    let mut held_said = 0;
+    let granted = late.answer_asks(|ask| {
+        held_said = ask.held;
+        (0, Some(0))
+    });
+    assert_eq!(granted, 0);
+    assert!(held_said > 10, "the Envoy held {held_said}");
+    assert_eq!(late.spend_all(), 0, "none of the units held are spent");
 }
