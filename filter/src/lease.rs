@@ -120,8 +120,9 @@ struct Orphan {
 struct WorkerState {
     /// By slot key: the allowances this worker used, which its tick looks after.
     touched: BTreeMap<String, Touched>,
-    /// Slot keys this worker marked as asked for, to ask at the next tick.
-    wanted: Vec<String>,
+    /// Slot keys this worker marked as asked for, with the mark's time, to ask at the next
+    /// tick if the mark is still the one in force.
+    wanted: Vec<(String, u64)>,
     /// By callout token.
     in_flight: HashMap<u32, Vec<Sent>>,
     orphans: Vec<Orphan>,
@@ -236,7 +237,7 @@ impl Leases {
         });
         let mut state = self.state.borrow_mut();
         if asked {
-            state.wanted.push(slot.clone());
+            state.wanted.push((slot.clone(), now_us));
         }
         if local.is_some() {
             state
@@ -279,14 +280,14 @@ impl Leases {
     /// there is nothing to say. Stops the tick when nothing needs it any more.
     pub fn on_tick(&self, rules: &[Rule], now_us: u64) -> Option<(LeaseRequest, SentAsks)> {
         let mut state = self.state.borrow_mut();
-        let wanted: Vec<String> = std::mem::take(&mut state.wanted);
+        let wanted = std::mem::take(&mut state.wanted);
         let mut asks: Vec<LeaseAsk> = Vec::new();
         let mut sent: Vec<Sent> = Vec::new();
         let margin = self.margin_us();
         let slots: Vec<String> = state
             .touched
             .iter()
-            .filter(|(slot, t)| t.look_at_us <= now_us || wanted.contains(slot))
+            .filter(|(slot, t)| t.look_at_us <= now_us || wanted.iter().any(|(w, _)| w == *slot))
             .map(|(slot, _)| slot.clone())
             .collect();
         for slot in slots {
@@ -303,7 +304,6 @@ impl Leases {
                 continue;
             };
             let ttl = config.terms.ttl.as_micros().unsigned_abs();
-            let asking = wanted.contains(&slot);
             let id = touched.id.clone();
             let outcome = update(&slot, |current| {
                 let Some(mut a) = current.filter(|a| a.id == id) else {
@@ -312,7 +312,12 @@ impl Leases {
                 let held = a.held(now_us);
                 let demand = a.demand_per_second(config.horizon);
                 let until = a.lease_until_us;
-                if asking && a.asking_since_us != 0 {
+                // Only the mark in force is asked for, if this worker made it: a mark that
+                // waited a whole ttl counts as lost, and another worker may have marked since.
+                if wanted
+                    .iter()
+                    .any(|(w, at)| *w == slot && *at == a.asking_since_us)
+                {
                     let want = a.target(config).saturating_sub(held);
                     return (None, TickStep::Ask((want, held, 0, demand, until)));
                 }

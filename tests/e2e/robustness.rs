@@ -388,16 +388,21 @@ struct Leased {
 
 const MS_NS: u64 = 1_000_000;
 const LEASE_TTL_MS: u64 = 1_000;
+/// One rule leasing one key, on a lease of `LEASE_TTL_MS`.
+const LEASE_POLICY: &str = r#"{"cluster": "sluice", "rules": [{"name": "r", "key": [{"const": "all"}],
+    "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000},
+    "lease": {"horizon": "100ms", "ttl": "1s"}}]}"#;
 const ALLOWED: &[u8] = br#"{"results":[{"allowed":true,"limit":1000,"remaining":900,"reset_ms":100,"retry_after_ms":null,"delay_ms":0}]}"#;
 
 impl Leased {
     /// Makes the key busy by callout, then grants the first lease ask in full.
     fn start(plugin: &sluice_sim::host::Plugin) -> Leased {
-        const LEASED: &str = r#"{"cluster": "sluice", "rules": [{"name": "r", "key": [{"const": "all"}],
-            "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000},
-            "lease": {"horizon": "100ms", "ttl": "1s"}}]}"#;
-        let envoy =
-            Envoy::start(plugin, EnvoyConfig::new(LEASED, ["sluice".to_owned()]), 0).unwrap();
+        let envoy = Envoy::start(
+            plugin,
+            EnvoyConfig::new(LEASE_POLICY, ["sluice".to_owned()]),
+            0,
+        )
+        .unwrap();
         let mut leased = Leased {
             envoy,
             now: 1_000_000 * MS_NS,
@@ -518,4 +523,61 @@ fn a_new_lease_brings_back_no_unit_the_server_no_longer_counts() {
     assert_eq!(granted, 0);
     assert!(held_said > 10, "the Envoy held {held_said}");
     assert_eq!(late.spend_all(), 0, "none of the units held are spent");
+}
+
+/// A worker that marked a key as asked for and then stalled (its tick did not run for a whole
+/// lease ttl, so its mark counts as lost) does not send its ask once another worker has marked
+/// and sent its own: two asks of one holder for one key, both saying 0 held, would make the
+/// server's ledger count only the second grant while the Envoy spends both.
+#[test]
+fn a_stalled_worker_does_not_ask_beside_the_worker_that_asked_since() {
+    let host = Host::new().unwrap();
+    let plugin = host.load(&sluice_e2e::filter_wasm()).unwrap();
+    let config = EnvoyConfig {
+        workers: 2,
+        ..EnvoyConfig::new(LEASE_POLICY, ["sluice".to_owned()])
+    };
+    let mut envoy = Envoy::start(&plugin, config, 0).unwrap();
+    let mut id = 0;
+    // One request on `worker`, its callout answered; the lease calls of `worker`'s tick.
+    let mut send = |envoy: &mut Envoy, worker: usize, now: u64| {
+        id += 1;
+        let outputs = envoy.begin(worker, get(id, "/"), now);
+        for call in callouts(&outputs) {
+            envoy.deliver(worker, call.token, ok_reply(ALLOWED), now);
+        }
+    };
+    let mut now = 1_000_000 * MS_NS;
+    // Worker 0's requests make the key busy, and one of them marks it as asked for; its tick
+    // does not run.
+    for _ in 0..10 {
+        now += MS_NS;
+        send(&mut envoy, 0, now);
+    }
+    // A whole ttl later worker 1 marks it again, and its tick sends the ask.
+    now += (LEASE_TTL_MS + 100) * MS_NS;
+    for _ in 0..10 {
+        now += MS_NS;
+        send(&mut envoy, 1, now);
+    }
+    now += 5 * MS_NS;
+    let asks_of = |calls: Vec<sluice_sim::host::state::OutgoingCallout>| -> usize {
+        calls
+            .iter()
+            .map(|c| {
+                sluice_core::wire::LeaseRequest::from_json(&c.body)
+                    .unwrap()
+                    .asks
+                    .iter()
+                    .filter(|a| a.want > 0)
+                    .count()
+            })
+            .sum()
+    };
+    assert_eq!(asks_of(callouts(&envoy.tick(1, now))), 1, "worker 1 asks");
+    assert_eq!(
+        asks_of(callouts(&envoy.tick(0, now))),
+        0,
+        "worker 0's mark is no longer the one in force"
+    );
 }
