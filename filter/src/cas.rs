@@ -10,7 +10,7 @@ use proxy_wasm::types::Status;
 /// only if no other worker did in between: with CAS 0, two workers that both found it absent
 /// would both write, and the first one's update would be lost. (CAS values count up from 1
 /// across the process; a key holds this one only from the write at which the counter wraps.)
-pub const CREATE_ONLY: u32 = u32::MAX;
+const CREATE_ONLY: u32 = u32::MAX;
 
 /// Reads `key`, lets `f` decide from its current value (`None`: empty or unreadable) what to
 /// write (`None`: nothing) and what to return, and writes with compare-and-swap, deciding

@@ -106,9 +106,25 @@ pub fn now_us(context: &dyn Context) -> u64 {
 /// This Envoy's name as a lease holder, the same for all its workers: Envoy's node id (or
 /// `envoy`) and the time the first of its VMs took it, kept in shared data under `key`.
 fn holder(context: &dyn Context, key: &str) -> String {
-    if let Ok((Some(bytes), _)) = hostcalls::get_shared_data(key) {
-        return String::from_utf8_lossy(&bytes).into_owned();
-    }
+    // The first name written stays, whichever VM configures first.
+    cas::update(
+        key,
+        2,
+        |bytes| Some(String::from_utf8_lossy(bytes).into_owned()),
+        |name: &String| name.as_bytes().to_vec(),
+        |taken| match taken {
+            Some(name) => (None, name),
+            None => {
+                let name = new_holder_name(context);
+                (Some(name.clone()), name)
+            }
+        },
+    )
+    .unwrap_or_else(|| new_holder_name(context))
+}
+
+/// A holder name of Envoy's node id (or `envoy`) and the time now.
+fn new_holder_name(context: &dyn Context) -> String {
     let node = hostcalls::get_property(vec!["node", "id"])
         .ok()
         .flatten()
@@ -129,16 +145,10 @@ fn holder(context: &dyn Context, key: &str) -> String {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let name = format!(
+    format!(
         "{}:{started:x}",
         if node.is_empty() { "envoy" } else { &node }
-    );
-    // The first name written stays, whichever VM configures first.
-    let _ = hostcalls::set_shared_data(key, Some(name.as_bytes()), Some(cas::CREATE_ONLY));
-    match hostcalls::get_shared_data(key) {
-        Ok((Some(bytes), _)) => String::from_utf8_lossy(&bytes).into_owned(),
-        _ => name,
-    }
+    )
 }
 
 impl Context for Root {

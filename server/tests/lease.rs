@@ -249,6 +249,18 @@ async fn holders_over_the_rate_are_paced_at_their_fair_shares() {
     assert_eq!(ask("c", 900, NOW + 3).await.pace_us, 2_858);
 }
 
+/// One ask of `holder` for key `k` of a gcra limit of 20 (caps: 8 a holder, 12 in all), on
+/// a lease of `ttl`, on Redis' own clock (a replay's keys live at least an hour, whatever
+/// their ttl).
+async fn ask_now(engine: &Engine, holder: &str, ttl: &str, (want, held): (u64, u64)) -> LeaseGrant {
+    let body = format!(
+        r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{},"terms":{{"max_units":8,"max_outstanding":12,"ttl":"{ttl}"}},"want":{want},"held":{held}}}]}}"#,
+        twenty(Algorithm::Gcra)
+    );
+    let request = LeaseRequest::from_json(body.as_bytes()).unwrap();
+    engine.lease(&request, None).await.unwrap().grants[0]
+}
+
 /// Holders may lease one key on different terms (a fleet part-way through a rollout that
 /// changes the ttl): a holder with a short lease must not make the ledger forget, when it
 /// lapses, what a holder with a long one still holds, or the key's cap on what is outstanding
@@ -258,16 +270,7 @@ async fn a_short_lease_does_not_end_the_ledger_of_a_long_one() {
     let redis = RedisServer::start().unwrap();
     let store = common::connected_store(Topology::Standalone(redis.url())).await;
     let engine = Engine::new(store, "terms".to_owned(), Arc::new(Metrics::default()));
-    // On Redis' own clock: a replay's keys live at least an hour, whatever their ttl.
-    let ask = |holder: &str, ttl: &str| {
-        let body = format!(
-            r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{},"terms":{{"max_units":8,"max_outstanding":12,"ttl":"{ttl}"}},"want":8}}]}}"#,
-            twenty(Algorithm::Gcra)
-        );
-        let request = LeaseRequest::from_json(body.as_bytes()).unwrap();
-        let engine = &engine;
-        async move { engine.lease(&request, None).await.unwrap().grants[0] }
-    };
+    let ask = |holder, ttl| ask_now(&engine, holder, ttl, (8, 0));
     assert_eq!(ask("long", "30s").await.granted, 8);
     assert_eq!(ask("short", "100ms").await.granted, 4, "the cap of 12");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -284,16 +287,7 @@ async fn a_late_renewal_is_told_how_many_held_units_the_ledger_still_counts() {
     let store = common::connected_store(Topology::Standalone(redis.url())).await;
     let metrics = Arc::new(Metrics::default());
     let engine = Engine::new(store, "late".to_owned(), metrics.clone());
-    // On Redis' own clock: a replay's keys live at least an hour, whatever their ttl.
-    let ask = |holder: &str, want: u64, held: u64| {
-        let body = format!(
-            r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{},"terms":{{"max_units":8,"max_outstanding":12,"ttl":"100ms"}},"want":{want},"held":{held}}}]}}"#,
-            twenty(Algorithm::Gcra)
-        );
-        let request = LeaseRequest::from_json(body.as_bytes()).unwrap();
-        let engine = &engine;
-        async move { engine.lease(&request, None).await.unwrap().grants[0] }
-    };
+    let ask = |holder, want, held| ask_now(&engine, holder, "100ms", (want, held));
     let a = ask("a", 8, 0).await;
     assert_eq!((a.granted, a.kept), (8, None));
     assert_eq!(ask("a", 0, 8).await.kept, None, "renewed in time: all kept");

@@ -204,10 +204,21 @@ fn ok_reply(body: &[u8]) -> CalloutReply {
 /// Sends `request` and answers each callout it makes, as it goes out, with `body`. Returns
 /// whether it called out, and its status once completed (`None`: still held).
 fn exchange(envoy: &mut Envoy, request: Request, body: &[u8], now: u64) -> (bool, Option<u16>) {
-    let mut outputs = envoy.begin(0, request, now);
+    exchange_on(envoy, 0, request, body, now)
+}
+
+/// As [`exchange`], on `worker`.
+fn exchange_on(
+    envoy: &mut Envoy,
+    worker: usize,
+    request: Request,
+    body: &[u8],
+    now: u64,
+) -> (bool, Option<u16>) {
+    let mut outputs = envoy.begin(worker, request, now);
     let asked = callouts(&outputs);
     for callout in &asked {
-        outputs.extend(envoy.deliver(0, callout.token, ok_reply(body), now));
+        outputs.extend(envoy.deliver(worker, callout.token, ok_reply(body), now));
     }
     let status = outputs.iter().find_map(|o| match o {
         Output::Completed(done) => Some(done.status),
@@ -539,13 +550,9 @@ fn a_stalled_worker_does_not_ask_beside_the_worker_that_asked_since() {
     };
     let mut envoy = Envoy::start(&plugin, config, 0).unwrap();
     let mut id = 0;
-    // One request on `worker`, its callout answered; the lease calls of `worker`'s tick.
     let mut send = |envoy: &mut Envoy, worker: usize, now: u64| {
         id += 1;
-        let outputs = envoy.begin(worker, get(id, "/"), now);
-        for call in callouts(&outputs) {
-            envoy.deliver(worker, call.token, ok_reply(ALLOWED), now);
-        }
+        exchange_on(envoy, worker, get(id, "/"), ALLOWED, now);
     };
     let mut now = 1_000_000 * MS_NS;
     // Worker 0's requests make the key busy, and one of them marks it as asked for; its tick
