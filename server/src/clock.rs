@@ -3,15 +3,20 @@
 //! Every replica must decide on one clock, and Redis' is the one they share. A script that
 //! reads `TIME` itself spends a command on it in every decision; instead the server reads
 //! `TIME` every [`READ_EVERY`] and carries it forward on its own monotonic clock between reads,
-//! passing the time to each script ([`ScriptTime::Carried`]). The carried time differs from
-//! Redis' by half the read's round trip plus the two clocks' drift since the read
-//! (microseconds). What such a difference does to a decision is in docs/algorithms.md ("Whose
-//! clock"). When no read has succeeded for [`TRUST_FOR`], scripts read `TIME` again.
+//! passing the time to each script ([`ScriptTime::Carried`]). When no read has succeeded for
+//! [`TRUST_FOR`], scripts read `TIME` again.
+//!
+//! Redis read its clock somewhere between the read's sending and its answer, so a read is
+//! off by at most half its round trip, and by the two clocks' drift as it ages. A read that
+//! waited behind a Redis stall (a fork, a slow script) or a queue of calls is off by half of
+//! that wait, which can be tens of milliseconds: the carried time is taken from the read whose
+//! bound is smallest now, so one slow read does not move it. What a difference of clocks does
+//! to a decision is in docs/algorithms.md ("Time comes from Redis' clock").
 //!
 //! [`ScriptTime::Carried`]: crate::scripts::ScriptTime::Carried
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::scripts::ScriptTime;
@@ -19,29 +24,56 @@ use crate::store::Store;
 
 /// How often the server reads Redis' `TIME`.
 pub const READ_EVERY: Duration = Duration::from_secs(1);
-/// How long a read is trusted when no newer one succeeds.
+/// How long the carried time is trusted when no read succeeds.
 pub const TRUST_FOR: Duration = Duration::from_secs(10);
+/// How fast this process' monotonic clock and Redis' may drift apart, in parts per million:
+/// two quartz clocks within 50 ppm each, as common crystals are.
+pub const DRIFT_PPM: i64 = 100;
 
-/// Redis' clock as last read, carried forward on this process' monotonic clock.
+/// Redis' clock as read, carried forward on this process' monotonic clock.
 #[derive(Debug)]
 pub struct RedisClock {
     origin: Instant,
-    /// Redis' time minus our monotonic time, in microseconds; meaningful once `read_at_us`
-    /// is set.
+    /// Redis' time minus our monotonic time, in microseconds, by the kept read; meaningful
+    /// once `answered_at_us` is set.
     offset_us: AtomicI64,
-    /// Our monotonic time of the last read, in microseconds since `origin`; `NEVER` before
-    /// the first.
-    read_at_us: AtomicI64,
+    /// Our monotonic time of the last answered read, in microseconds since `origin`; `NEVER`
+    /// before the first.
+    answered_at_us: AtomicI64,
+    /// The read `offset_us` comes from. Only the reading task writes it, once a read.
+    kept: Mutex<Option<Reading>>,
 }
 
 const NEVER: i64 = i64::MIN;
+
+/// One read of Redis' `TIME`, on our monotonic clock.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    /// Redis' time minus ours.
+    offset_us: i64,
+    /// Our time halfway through the read, when Redis most likely read its clock.
+    midpoint_us: i64,
+    /// Half the read's round trip: how far Redis' reading may be from the midpoint.
+    half_trip_us: i64,
+}
+
+impl Reading {
+    /// How far the time this read carries may be from Redis' at our time `now_us`.
+    fn bound_us(&self, now_us: i64) -> i64 {
+        let age = now_us.saturating_sub(self.midpoint_us).max(0);
+        // Rounded up: it is a bound.
+        let drift = age.saturating_mul(DRIFT_PPM).saturating_add(999_999) / 1_000_000;
+        self.half_trip_us.saturating_add(drift)
+    }
+}
 
 impl Default for RedisClock {
     fn default() -> Self {
         RedisClock {
             origin: Instant::now(),
             offset_us: AtomicI64::new(0),
-            read_at_us: AtomicI64::new(NEVER),
+            answered_at_us: AtomicI64::new(NEVER),
+            kept: Mutex::new(None),
         }
     }
 }
@@ -61,24 +93,44 @@ impl RedisClock {
     }
 
     /// Records a read of Redis' `TIME` (`redis_us`) asked at `sent` and answered at
-    /// `received`: Redis read its clock, most likely, halfway between.
+    /// `received`. The carried time follows it unless the read kept so far is still the
+    /// closer to Redis' clock.
     pub fn record(&self, redis_us: i64, sent: Instant, received: Instant) {
-        let midpoint = (self.local_us(sent) + self.local_us(received)) / 2;
-        self.offset_us.store(redis_us - midpoint, Ordering::Relaxed);
-        self.read_at_us
-            .store(self.local_us(received), Ordering::Release);
+        let (sent, received) = (self.local_us(sent), self.local_us(received));
+        let midpoint_us = sent + (received - sent) / 2;
+        let reading = Reading {
+            offset_us: redis_us - midpoint_us,
+            midpoint_us,
+            half_trip_us: (received - sent + 1) / 2,
+        };
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.is_none_or(|k| reading.bound_us(received) <= k.bound_us(received)) {
+            *kept = Some(reading);
+            self.offset_us.store(reading.offset_us, Ordering::Relaxed);
+        }
+        self.answered_at_us.store(received, Ordering::Release);
     }
 
-    /// Redis' time now, as carried since the last read; `None` before the first read or
-    /// when the last is older than [`TRUST_FOR`].
+    /// Redis' time now, as carried; `None` before the first read or when the last answered
+    /// read is older than [`TRUST_FOR`].
     pub fn now_us(&self, now: Instant) -> Option<i64> {
-        let read_at = self.read_at_us.load(Ordering::Acquire);
+        let answered_at = self.answered_at_us.load(Ordering::Acquire);
         let local = self.local_us(now);
         let trusted = i64::try_from(TRUST_FOR.as_micros()).unwrap_or(i64::MAX);
-        if read_at == NEVER || local.saturating_sub(read_at) > trusted {
+        if answered_at == NEVER || local.saturating_sub(answered_at) > trusted {
             return None;
         }
         Some(local + self.offset_us.load(Ordering::Relaxed))
+    }
+
+    /// How far the time scripts are given may be from Redis' clock now, in microseconds: the
+    /// kept read's bound while the carried time is trusted, and 0 while scripts read `TIME`.
+    pub fn uncertainty_us(&self, now: Instant) -> i64 {
+        if self.now_us(now).is_none() {
+            return 0;
+        }
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.map_or(0, |k| k.bound_us(self.local_us(now)))
     }
 
     /// The time a script call takes now: the carried clock while it is trusted, or else
@@ -86,6 +138,16 @@ impl RedisClock {
     pub fn script_time(&self) -> ScriptTime {
         self.now_us(Instant::now())
             .map_or(ScriptTime::Redis, ScriptTime::Carried)
+    }
+
+    /// Reads Redis' `TIME` once and records it.
+    pub async fn read(&self, store: &Arc<Store>) {
+        let sent = Instant::now();
+        match store.time_us().await {
+            Ok(redis_us) => self.record(redis_us, sent, Instant::now()),
+            // Not yet connected, or Redis away: calls fail on their own and say so.
+            Err(e) => tracing::debug!(error = %e, "reading redis TIME failed"),
+        }
     }
 
     /// Reads `TIME` every [`READ_EVERY`] until the store is dropped.
@@ -99,12 +161,7 @@ impl RedisClock {
                 let Some(store) = store.upgrade() else {
                     return;
                 };
-                let sent = Instant::now();
-                match store.time_us().await {
-                    Ok(redis_us) => clock.record(redis_us, sent, Instant::now()),
-                    // Not yet connected, or Redis away: calls fail on their own and say so.
-                    Err(e) => tracing::debug!(error = %e, "reading redis TIME failed"),
-                }
+                clock.read(&store).await;
             }
         });
     }
@@ -129,6 +186,51 @@ mod tests {
             clock.now_us(sent + Duration::from_millis(1_000)),
             Some(5_000_000 + 999_800)
         );
+    }
+
+    /// Redis' clock in these tests: exactly 3 s ahead of ours.
+    fn redis_at(clock: &RedisClock, at: Instant) -> i64 {
+        3_000_000 + clock.local_us(at)
+    }
+
+    #[test]
+    fn a_read_slowed_by_a_stall_does_not_move_the_carried_time() {
+        let clock = RedisClock::default();
+        let t0 = clock.origin + Duration::from_secs(1);
+        // A quick read: 200 µs there and back.
+        let quick = t0 + Duration::from_micros(200);
+        clock.record(redis_at(&clock, t0 + Duration::from_micros(50)), t0, quick);
+        // A second later a read waits 80 ms behind a stall, and Redis reads its clock at the
+        // end of it: taken at its midpoint, the carried time would run 40 ms ahead.
+        let asked = t0 + Duration::from_secs(1);
+        let answered = asked + Duration::from_millis(80);
+        clock.record(redis_at(&clock, answered), asked, answered);
+        let error = clock.now_us(answered).unwrap() - redis_at(&clock, answered);
+        // The quick read's bound: half of 200 µs, plus 100 ppm of the 1.0799 s since, rounded up.
+        assert_eq!(clock.uncertainty_us(answered), 208);
+        assert!(error.abs() <= 208, "carried time off by {error} µs");
+    }
+
+    #[test]
+    fn slower_reads_take_over_once_the_kept_one_has_aged_past_them() {
+        let clock = RedisClock::default();
+        let t0 = clock.origin + Duration::from_secs(1);
+        clock.record(redis_at(&clock, t0), t0, t0);
+        // Then reads of 2 ms there and back, each a second apart, at whose end Redis reads
+        // its clock: they carry a time 1 ms ahead, with a bound of 1 ms.
+        for second in 1..=12 {
+            let asked = t0 + Duration::from_secs(second);
+            let answered = asked + Duration::from_millis(2);
+            clock.record(redis_at(&clock, answered), asked, answered);
+            let error = clock.now_us(answered).unwrap() - redis_at(&clock, answered);
+            // The first read's bound reaches 1 ms after 10 s of drift.
+            let expected = if second < 10 { 0 } else { 1_000 };
+            assert_eq!(error, expected, "after {second} s");
+            assert!(
+                error <= clock.uncertainty_us(answered),
+                "after {second} s: off by more than the bound said"
+            );
+        }
     }
 
     #[test]

@@ -82,6 +82,11 @@ impl Engine {
         replay_us.or_else(|| self.clock.now_us(std::time::Instant::now()))
     }
 
+    /// Redis' clock as this server carries it.
+    pub fn clock(&self) -> &RedisClock {
+        &self.clock
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<Store> {
         &self.store

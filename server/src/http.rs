@@ -275,6 +275,9 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     state
         .metrics
         .set_redis_functions(state.engine.store().calls_functions());
+    state
+        .metrics
+        .set_redis_clock_uncertainty(state.engine.clock().uncertainty_us(Instant::now()));
     (
         [(
             header::CONTENT_TYPE,

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::RwLock;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -48,6 +49,7 @@ pub struct Metrics {
     redis_errors: Family<KindLabels, Counter>,
     bad_requests: Counter,
     redis_functions: Gauge,
+    redis_clock_uncertainty: Gauge<f64, AtomicU64>,
     split_decision_races: Counter,
     lease_answers: Family<LeaseLabels, Counter>,
     lease_units: Family<LeaseLabels, Counter>,
@@ -89,6 +91,14 @@ impl Default for Metrics {
              (--redis-scripts eval, or a Redis without Functions or whose ACL refuses them)",
             redis_functions.clone(),
         );
+        let redis_clock_uncertainty = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "redis_clock_uncertainty_seconds",
+            "How far the time scripts are given may be from Redis' clock: half the round trip \
+             of the TIME read the server carries, plus 100 ppm of drift since; 0 while scripts \
+             read TIME themselves",
+            redis_clock_uncertainty.clone(),
+        );
         let split_decision_races = Counter::default();
         registry.register(
             "split_decision_races",
@@ -123,6 +133,7 @@ impl Default for Metrics {
             redis_errors,
             bad_requests,
             redis_functions,
+            redis_clock_uncertainty,
         }
     }
 }
@@ -219,6 +230,11 @@ impl Metrics {
     /// Says whether scripts are called as Redis Functions now.
     pub fn set_redis_functions(&self, functions: bool) {
         self.redis_functions.set(i64::from(functions));
+    }
+
+    /// Says how far the time scripts are given may be from Redis' clock, in microseconds.
+    pub fn set_redis_clock_uncertainty(&self, us: i64) {
+        self.redis_clock_uncertainty.set(us as f64 / 1e6);
     }
 
     /// The rate limit service's stats, under the reference service's names.

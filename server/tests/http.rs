@@ -218,6 +218,17 @@ async fn health_readiness_and_metrics() {
             metrics.body
         );
     }
+    let uncertainty: f64 = metrics
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_redis_clock_uncertainty_seconds "))
+        .expect("the clock's uncertainty is reported")
+        .parse()
+        .unwrap();
+    assert!(
+        (0.0..0.05).contains(&uncertainty),
+        "Redis' clock carried within {uncertainty} s on loopback"
+    );
     redis.kill();
     let not_ready = http.get(&format!("{}/readyz", server.url())).await;
     assert_eq!(not_ready.status, 503);

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use common::{Http, one_check, server};
 use futures::future::join_all;
 use sluice_harness::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer};
+use sluice_server::clock::{RedisClock, read_time_us};
 use sluice_server::scripts::SCRIPTS;
-use sluice_server::store::{ScriptCalls, Topology};
+use sluice_server::store::{ScriptCalls, Store, Topology};
 
 const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
 
@@ -111,6 +112,49 @@ async fn a_stuck_redis_gets_503_when_the_timeout_expires_not_when_redis_answers(
     assert!(
         waited < Duration::from_millis(2500),
         "the answer came when Redis woke ({waited:?}), not at the timeout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_time_read_held_up_by_a_paused_redis_does_not_move_the_carried_clock() {
+    let redis = RedisServer::start().unwrap();
+    let store = Store::connect(Topology::Standalone(redis.url()), Duration::from_secs(5));
+    let clock = RedisClock::default();
+    for _ in 0..100 {
+        clock.read(&store).await;
+        if clock.now_us(Instant::now()).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        clock.now_us(Instant::now()).is_some(),
+        "no quick read of TIME"
+    );
+    // Redis answers nobody for 300 ms, and reads its clock for a TIME asked meanwhile when
+    // the pause ends: taken at the read's midpoint, the carried time would run about 150 ms
+    // ahead of Redis'.
+    redis.cli(&["CLIENT", "PAUSE", "300", "ALL"]).unwrap();
+    let started = Instant::now();
+    clock.read(&store).await;
+    let waited = started.elapsed();
+    assert!(
+        waited > Duration::from_millis(200),
+        "the read waited {waited:?}"
+    );
+
+    let mut c = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let sent = Instant::now();
+    let redis_now = read_time_us(&mut c).await.unwrap();
+    let midpoint = sent + sent.elapsed() / 2;
+    let off = clock.now_us(midpoint).unwrap() - redis_now;
+    assert!(
+        off.abs() < 20_000,
+        "the carried clock is {off} µs off Redis' after a read that waited {waited:?}"
     );
 }
 
