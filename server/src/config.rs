@@ -209,6 +209,9 @@ impl TryFrom<&Args> for ServerConfig {
         } else {
             Topology::Standalone(args.redis.clone())
         };
+        topology
+            .check()
+            .map_err(|e| format!("{}: {e}", redis_flag(&topology)))?;
         if args.key_prefix.is_empty() || args.key_prefix.contains(['{', '}']) {
             return Err(format!(
                 "--key-prefix: `{}` must be non-empty and without braces",
@@ -230,6 +233,15 @@ impl TryFrom<&Args> for ServerConfig {
             shutdown_grace: Duration::from_millis(args.shutdown_grace.as_millis()),
             rls: rls_state(args)?,
         })
+    }
+}
+
+/// The flag that gives `topology`'s URLs.
+fn redis_flag(topology: &Topology) -> &'static str {
+    match topology {
+        Topology::Standalone(_) => "--redis",
+        Topology::Cluster(_) => "--redis-cluster",
+        Topology::Sentinel { .. } => "--redis-sentinel",
     }
 }
 

@@ -43,7 +43,7 @@ pub enum ScriptCalls {
 }
 
 /// Where Redis is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Topology {
     /// One server (`redis://host:port/db`).
     Standalone(String),
@@ -56,6 +56,66 @@ pub enum Topology {
         /// The monitored primary's name.
         master: String,
     },
+}
+
+impl Topology {
+    /// Checks that every URL is one the Redis client connects by; the error names the first
+    /// that is not, its password hidden.
+    pub fn check(&self) -> Result<(), String> {
+        let urls: &[String] = match self {
+            Topology::Standalone(url) => std::slice::from_ref(url),
+            Topology::Cluster(urls)
+            | Topology::Sentinel {
+                sentinels: urls, ..
+            } => urls,
+        };
+        if urls.is_empty() {
+            return Err("no Redis URL".to_owned());
+        }
+        for url in urls {
+            redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|e| {
+                format!(
+                    "`{}` is not a Redis URL: redis://[[user]:password@]host[:port][/db], \
+                     rediss://… for TLS, or unix:///path ({e})",
+                    redacted(url)
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Written without passwords: topologies are logged.
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let all = |urls: &[String]| urls.iter().map(|u| redacted(u)).collect::<Vec<_>>();
+        match self {
+            Topology::Standalone(url) => f.debug_tuple("Standalone").field(&redacted(url)).finish(),
+            Topology::Cluster(urls) => f.debug_tuple("Cluster").field(&all(urls)).finish(),
+            Topology::Sentinel { sentinels, master } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", &all(sentinels))
+                .field("master", master)
+                .finish(),
+        }
+    }
+}
+
+/// `url` with its password, if it has one, written as `***`.
+pub fn redacted(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            // A URL with a password has a host, so it takes another.
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        Ok(_) => url.to_owned(),
+        // Not a URL, but it may still hold a password before an `@`.
+        Err(_) => match url.rfind('@') {
+            Some(at) => format!("***{}", &url[at..]),
+            None => url.to_owned(),
+        },
+    }
 }
 
 /// A failed Redis call.

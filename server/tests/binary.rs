@@ -86,6 +86,102 @@ fn a_bad_setting_stops_the_server_with_a_message_naming_it() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("`soon` is not a duration"));
+    let output = Command::new(BINARY)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--redis",
+            "htp://user:hunter2@redis:6379",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "a bad Redis URL is refused at once"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--redis: `htp://user:***@redis:6379` is not a Redis URL"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_in_the_redis_url_authenticates_and_never_reaches_the_logs() {
+    let redis = RedisServer::start().unwrap();
+    redis
+        .cli(&["CONFIG", "SET", "requirepass", "hunter2"])
+        .unwrap();
+    let port = free_port().unwrap();
+    let mut child = Command::new(BINARY)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "debug"])
+        .args([
+            "--redis",
+            &format!("redis://:hunter2@127.0.0.1:{}", redis.port()),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    assert!(ready(&url).await, "the server never became ready");
+    let answer = Http::http1()
+        .decide(
+            &url,
+            &common::one_check(
+                "r",
+                "k",
+                r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":1}"#,
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let lines = stop(&mut child).await;
+    assert!(
+        lines.iter().any(|l| l.contains(":***@127.0.0.1")),
+        "the topology is logged: {lines:?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("hunter2")), "{lines:?}");
+}
+
+/// Whether the server at `url` answered `/readyz` with 200 within 5 s.
+async fn ready(url: &str) -> bool {
+    let http = Http::http1();
+    for _ in 0..200 {
+        if let Ok(Ok(answer)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            http.try_send("GET", &format!("{url}/readyz"), &[], ""),
+        )
+        .await
+            && answer.status == 200
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
+
+/// Stops `child` by SIGTERM; its exit must be clean. What it wrote to stderr, by line.
+async fn stop(child: &mut std::process::Child) -> Vec<String> {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let stderr = child.stderr.take().unwrap();
+    let lines: Vec<String> = tokio::task::spawn_blocking(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect()
+    })
+    .await
+    .unwrap();
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "exit {exit:?}");
+    lines
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,23 +197,8 @@ async fn configured_from_the_environment_it_serves_logs_json_and_exits_cleanly_o
         .spawn()
         .unwrap();
     let url = format!("http://127.0.0.1:{port}");
-    let http = Http::http1();
-    let mut ready = false;
-    for _ in 0..200 {
-        if let Ok(Ok(answer)) = tokio::time::timeout(
-            Duration::from_millis(200),
-            http.try_send("GET", &format!("{url}/readyz"), &[], ""),
-        )
-        .await
-            && answer.status == 200
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(ready, "the server never became ready");
-    let answer = http
+    assert!(ready(&url).await, "the server never became ready");
+    let answer = Http::http1()
         .decide(
             &url,
             &common::one_check(
@@ -130,23 +211,7 @@ async fn configured_from_the_environment_it_serves_logs_json_and_exits_cleanly_o
         .await;
     assert_eq!(answer.status, 200);
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || {
-        let stderr = child.stderr.take().unwrap();
-        let lines: Vec<String> = BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .collect();
-        (child.wait().unwrap(), lines)
-    })
-    .await
-    .unwrap();
-    let (exit, lines) = exit;
-    assert!(exit.success(), "exit {exit:?}");
+    let lines = stop(&mut child).await;
     assert!(!lines.is_empty());
     for line in &lines {
         let parsed: serde_json::Value =
