@@ -123,19 +123,7 @@ async fn a_password_in_the_redis_url_authenticates_and_never_reaches_the_logs() 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    assert!(ready(&url).await, "the server never became ready");
-    let answer = Http::http1()
-        .decide(
-            &url,
-            &common::one_check(
-                "r",
-                "k",
-                r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":1}"#,
-            ),
-            &[],
-        )
-        .await;
+    let answer = decide_once(port).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     let lines = stop(&mut child).await;
     assert!(
@@ -145,9 +133,11 @@ async fn a_password_in_the_redis_url_authenticates_and_never_reaches_the_logs() 
     assert!(!lines.iter().any(|l| l.contains("hunter2")), "{lines:?}");
 }
 
-/// Whether the server at `url` answered `/readyz` with 200 within 5 s.
-async fn ready(url: &str) -> bool {
+/// Waits up to 5 s for the server on `port` to be ready, and asks it one decision.
+async fn decide_once(port: u16) -> common::Answer {
+    let url = format!("http://127.0.0.1:{port}");
     let http = Http::http1();
+    let mut ready = false;
     for _ in 0..200 {
         if let Ok(Ok(answer)) = tokio::time::timeout(
             Duration::from_millis(200),
@@ -156,11 +146,15 @@ async fn ready(url: &str) -> bool {
         .await
             && answer.status == 200
         {
-            return true;
+            ready = true;
+            break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    false
+    assert!(ready, "the server never became ready");
+    let limit = r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":1}"#;
+    http.decide(&url, &common::one_check("r", "k", limit), &[])
+        .await
 }
 
 /// Stops `child` by SIGTERM; its exit must be clean. What it wrote to stderr, by line.
@@ -196,19 +190,7 @@ async fn configured_from_the_environment_it_serves_logs_json_and_exits_cleanly_o
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    assert!(ready(&url).await, "the server never became ready");
-    let answer = Http::http1()
-        .decide(
-            &url,
-            &common::one_check(
-                "r",
-                "k",
-                r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":1}"#,
-            ),
-            &[],
-        )
-        .await;
+    let answer = decide_once(port).await;
     assert_eq!(answer.status, 200);
 
     let lines = stop(&mut child).await;
