@@ -8,7 +8,10 @@ COPY . .
 RUN cargo build --release --locked -p sluice-server
 
 FROM debian:bookworm-slim
-RUN useradd --system --uid 10001 sluice
+# The authorities rediss:// URLs are checked against, unless --redis-ca-cert names others.
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 sluice
 COPY --from=build /src/target/release/sluice-server /usr/local/bin/sluice-server
 USER sluice
 EXPOSE 8080

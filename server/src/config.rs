@@ -6,6 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use redis::{ClientTlsConfig, TlsCertificates};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sluice_core::duration::Millis;
 use sluice_core::rls::answer::RlsHeaders;
 
@@ -49,6 +52,20 @@ pub struct Args {
     /// The name of the primary the sentinels monitor.
     #[arg(long, env = "SLUICE_SENTINEL_MASTER")]
     pub sentinel_master: Option<String>,
+
+    /// PEM certificates of the authorities to trust for rediss:// URLs, instead of the
+    /// system's.
+    #[arg(long, env = "SLUICE_REDIS_CA_CERT")]
+    pub redis_ca_cert: Option<PathBuf>,
+
+    /// A PEM certificate (chain) to present to Redis over TLS, for a Redis that verifies its
+    /// clients (tls-auth-clients, Redis' default); with --redis-client-key.
+    #[arg(long, env = "SLUICE_REDIS_CLIENT_CERT", requires = "redis_client_key")]
+    pub redis_client_cert: Option<PathBuf>,
+
+    /// The PEM private key of --redis-client-cert.
+    #[arg(long, env = "SLUICE_REDIS_CLIENT_KEY", requires = "redis_client_cert")]
+    pub redis_client_key: Option<PathBuf>,
 
     /// Timeout of every Redis call (e.g. 50ms, 1s).
     #[arg(long, env = "SLUICE_REDIS_TIMEOUT", default_value = "100ms")]
@@ -159,6 +176,8 @@ pub enum LogFormat {
 pub struct ServerConfig {
     /// Where Redis is.
     pub topology: Topology,
+    /// Certificates for TLS to Redis, when given.
+    pub redis_tls: Option<TlsCertificates>,
     /// Timeout of every Redis call.
     pub redis_timeout: Duration,
     /// How scripts are called.
@@ -180,6 +199,7 @@ impl ServerConfig {
     pub fn standalone(url: impl Into<String>) -> ServerConfig {
         ServerConfig {
             topology: Topology::Standalone(url.into()),
+            redis_tls: None,
             redis_timeout: Duration::from_millis(100),
             script_calls: ScriptCalls::default(),
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
@@ -212,6 +232,25 @@ impl TryFrom<&Args> for ServerConfig {
         topology
             .check()
             .map_err(|e| format!("{}: {e}", redis_flag(&topology)))?;
+        let redis_tls = redis_tls(args)?;
+        if redis_tls.is_some() {
+            let flag = if args.redis_ca_cert.is_some() {
+                "--redis-ca-cert"
+            } else {
+                "--redis-client-cert"
+            };
+            if matches!(topology, Topology::Sentinel { .. }) {
+                return Err(format!(
+                    "{flag}: TLS through Sentinel is not supported; give the primary by --redis"
+                ));
+            }
+            if !topology.uses_tls() {
+                return Err(format!(
+                    "{flag}: certificates for TLS, but {} gives no rediss:// URL",
+                    redis_flag(&topology)
+                ));
+            }
+        }
         if args.key_prefix.is_empty() || args.key_prefix.contains(['{', '}']) {
             return Err(format!(
                 "--key-prefix: `{}` must be non-empty and without braces",
@@ -225,6 +264,7 @@ impl TryFrom<&Args> for ServerConfig {
         }
         Ok(ServerConfig {
             topology,
+            redis_tls,
             redis_timeout: Duration::from_millis(args.redis_timeout.as_millis()),
             script_calls: args.redis_scripts,
             key_prefix: args.key_prefix.clone(),
@@ -234,6 +274,51 @@ impl TryFrom<&Args> for ServerConfig {
             rls: rls_state(args)?,
         })
     }
+}
+
+/// The certificates the TLS flags name, read and checked.
+fn redis_tls(args: &Args) -> Result<Option<TlsCertificates>, String> {
+    let read = |flag: &str, path: &PathBuf| {
+        std::fs::read(path).map_err(|e| format!("{flag}: {}: {e}", path.display()))
+    };
+    let certificates = |flag: &str, path: &PathBuf| {
+        let pem = read(flag, path)?;
+        let certificates = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{flag}: {}: {e}", path.display()))?;
+        if certificates.is_empty() {
+            return Err(format!(
+                "{flag}: {}: no PEM certificate in it",
+                path.display()
+            ));
+        }
+        Ok(pem)
+    };
+    let root_cert = args
+        .redis_ca_cert
+        .as_ref()
+        .map(|path| certificates("--redis-ca-cert", path))
+        .transpose()?;
+    let client_tls = match (&args.redis_client_cert, &args.redis_client_key) {
+        (Some(cert), Some(key)) => {
+            let client_cert = certificates("--redis-client-cert", cert)?;
+            let client_key = read("--redis-client-key", key)?;
+            PrivateKeyDer::from_pem_slice(&client_key)
+                .map_err(|e| format!("--redis-client-key: {}: {e}", key.display()))?;
+            Some(ClientTlsConfig {
+                client_cert,
+                client_key,
+            })
+        }
+        _ => None,
+    };
+    if root_cert.is_none() && client_tls.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
 }
 
 /// The flag that gives `topology`'s URLs.

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use redis::TlsCertificates;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -62,13 +63,7 @@ impl Topology {
     /// Checks that every URL is one the Redis client connects by; the error names the first
     /// that is not, its password hidden.
     pub fn check(&self) -> Result<(), String> {
-        let urls: &[String] = match self {
-            Topology::Standalone(url) => std::slice::from_ref(url),
-            Topology::Cluster(urls)
-            | Topology::Sentinel {
-                sentinels: urls, ..
-            } => urls,
-        };
+        let urls = self.urls();
         if urls.is_empty() {
             return Err("no Redis URL".to_owned());
         }
@@ -82,6 +77,21 @@ impl Topology {
             })?;
         }
         Ok(())
+    }
+
+    /// Whether any of its URLs asks for TLS (`rediss://`).
+    pub fn uses_tls(&self) -> bool {
+        self.urls().iter().any(|url| url.starts_with("rediss://"))
+    }
+
+    fn urls(&self) -> &[String] {
+        match self {
+            Topology::Standalone(url) => std::slice::from_ref(url),
+            Topology::Cluster(urls)
+            | Topology::Sentinel {
+                sentinels: urls, ..
+            } => urls,
+        }
     }
 }
 
@@ -171,6 +181,7 @@ struct SentinelState {
 /// The shared Redis handle.
 pub struct Store {
     topology: Topology,
+    tls: Option<TlsCertificates>,
     timeout: Duration,
     /// Set once `FCALL` is known not to work here: [`ScriptCalls::Eval`], no Functions, or an
     /// ACL that refuses them.
@@ -186,15 +197,19 @@ impl Store {
     /// A store for `topology`, calling scripts as functions where Redis has them; connects in
     /// the background, retrying until it succeeds.
     pub fn connect(topology: Topology, timeout: Duration) -> Arc<Store> {
-        Store::connect_calling(topology, timeout, ScriptCalls::default())
+        Store::connect_calling(topology, timeout, ScriptCalls::default(), None)
     }
 
-    /// As [`Store::connect`], calling scripts as `calls` says.
+    /// As [`Store::connect`], calling scripts as `calls` says, and with `tls`'s certificates
+    /// for `rediss://` URLs (else the system's authorities, and no client certificate).
     pub fn connect_calling(
         topology: Topology,
         timeout: Duration,
         calls: ScriptCalls,
+        tls: Option<TlsCertificates>,
     ) -> Arc<Store> {
+        // ring is the one provider built in; installed before any TLS handshake asks for one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let sentinel = match &topology {
             Topology::Sentinel { sentinels, master } => {
                 match SentinelClient::build(
@@ -219,6 +234,7 @@ impl Store {
         };
         let store = Arc::new(Store {
             topology,
+            tls,
             timeout,
             eval_only: AtomicBool::new(calls == ScriptCalls::Eval),
             last_load_warning: std::sync::Mutex::new(None),
@@ -281,7 +297,10 @@ impl Store {
     async fn open(&self) -> Result<Backend, StoreError> {
         match &self.topology {
             Topology::Standalone(url) => {
-                let client = redis::Client::open(url.as_str())?;
+                let client = match &self.tls {
+                    Some(tls) => redis::Client::build_with_tls(url.as_str(), tls.clone())?,
+                    None => redis::Client::open(url.as_str())?,
+                };
                 Ok(Backend::Single(
                     client
                         .get_connection_manager_with_config(self.manager_config())
@@ -289,11 +308,14 @@ impl Store {
                 ))
             }
             Topology::Cluster(urls) => {
-                let client = ClusterClient::builder(urls.clone())
+                let mut builder = ClusterClient::builder(urls.clone())
                     .connection_timeout(self.timeout.max(Duration::from_millis(250)))
                     .response_timeout(self.timeout)
-                    .retries(1)
-                    .build()?;
+                    .retries(1);
+                if let Some(tls) = &self.tls {
+                    builder = builder.certs(tls.clone());
+                }
+                let client = builder.build()?;
                 Ok(Backend::Cluster(client.get_async_connection().await?))
             }
             Topology::Sentinel { .. } => {

@@ -21,7 +21,7 @@ pub async fn connected_store(topology: Topology) -> Arc<Store> {
 
 /// As [`connected_store`], calling scripts as `calls` says.
 pub async fn connected_store_calling(topology: Topology, calls: ScriptCalls) -> Arc<Store> {
-    let store = Store::connect_calling(topology, Duration::from_secs(2), calls);
+    let store = Store::connect_calling(topology, Duration::from_secs(2), calls, None);
     for _ in 0..200 {
         if store.ping().await.is_ok() {
             return store;
