@@ -14,7 +14,7 @@ use sluice_core::rls::answer::RlsHeaders;
 
 use crate::rls::RlsState;
 use crate::rls::config::WatchedConfig;
-use crate::store::{ScriptCalls, Topology};
+use crate::store::{Credentials, ScriptCalls, Topology};
 
 /// The prefix of every Redis key when `--key-prefix` is not given.
 pub const DEFAULT_KEY_PREFIX: &str = "sluice";
@@ -52,6 +52,16 @@ pub struct Args {
     /// The name of the primary the sentinels monitor.
     #[arg(long, env = "SLUICE_SENTINEL_MASTER")]
     pub sentinel_master: Option<String>,
+
+    /// The password of the Redis servers that hold the limits (the standalone one, every
+    /// Cluster node, the primary behind Sentinel), instead of one in --redis's URL. A
+    /// sentinel's own password goes in its URL.
+    #[arg(long, env = "SLUICE_REDIS_PASSWORD", hide_env_values = true)]
+    pub redis_password: Option<String>,
+
+    /// The ACL user --redis-password is for (else `default`).
+    #[arg(long, env = "SLUICE_REDIS_USERNAME", requires = "redis_password")]
+    pub redis_username: Option<String>,
 
     /// PEM certificates of the authorities to trust for rediss:// URLs, instead of the
     /// system's.
@@ -176,8 +186,8 @@ pub enum LogFormat {
 pub struct ServerConfig {
     /// Where Redis is.
     pub topology: Topology,
-    /// Certificates for TLS to Redis, when given.
-    pub redis_tls: Option<TlsCertificates>,
+    /// The password and certificates the server presents to Redis.
+    pub redis_credentials: Credentials,
     /// Timeout of every Redis call.
     pub redis_timeout: Duration,
     /// How scripts are called.
@@ -199,7 +209,7 @@ impl ServerConfig {
     pub fn standalone(url: impl Into<String>) -> ServerConfig {
         ServerConfig {
             topology: Topology::Standalone(url.into()),
-            redis_tls: None,
+            redis_credentials: Credentials::default(),
             redis_timeout: Duration::from_millis(100),
             script_calls: ScriptCalls::default(),
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
@@ -239,17 +249,21 @@ impl TryFrom<&Args> for ServerConfig {
             } else {
                 "--redis-client-cert"
             };
-            if matches!(topology, Topology::Sentinel { .. }) {
-                return Err(format!(
-                    "{flag}: TLS through Sentinel is not supported; give the primary by --redis"
-                ));
-            }
             if !topology.uses_tls() {
                 return Err(format!(
                     "{flag}: certificates for TLS, but {} gives no rediss:// URL",
                     redis_flag(&topology)
                 ));
             }
+        }
+        if args.redis_password.is_some() && topology.gives_password() {
+            return Err(format!(
+                "--redis-password: {} gives a password too; give it in one place",
+                redis_flag(&topology)
+            ));
+        }
+        if args.redis_password.as_deref() == Some("") {
+            return Err("--redis-password: empty".to_owned());
         }
         if args.key_prefix.is_empty() || args.key_prefix.contains(['{', '}']) {
             return Err(format!(
@@ -264,7 +278,11 @@ impl TryFrom<&Args> for ServerConfig {
         }
         Ok(ServerConfig {
             topology,
-            redis_tls,
+            redis_credentials: Credentials {
+                username: args.redis_username.clone(),
+                password: args.redis_password.clone(),
+                tls: redis_tls,
+            },
             redis_timeout: Duration::from_millis(args.redis_timeout.as_millis()),
             script_calls: args.redis_scripts,
             key_prefix: args.key_prefix.clone(),

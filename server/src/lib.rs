@@ -174,7 +174,7 @@ fn app_state(config: &ServerConfig) -> Arc<AppState> {
         config.topology.clone(),
         config.redis_timeout,
         config.script_calls,
-        config.redis_tls.clone(),
+        config.redis_credentials.clone(),
     );
     Arc::new(AppState {
         engine: Engine::new(store, config.key_prefix.clone(), Arc::clone(&metrics)),

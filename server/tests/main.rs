@@ -13,6 +13,7 @@ mod differential;
 mod http;
 mod lease;
 mod lua_arithmetic;
+mod redis_access;
 mod redis_cell;
 mod resilience;
 mod rls;

@@ -11,8 +11,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use sluice_core::limit::Limit;
-use sluice_server::store::{ScriptCalls, Store, Topology};
+use sluice_server::store::{Credentials, ScriptCalls, Store, Topology};
 use sluice_server::{RunningServer, ServerConfig};
+
+pub mod process;
 
 /// A store connected to `topology`, waiting until Redis answers.
 pub async fn connected_store(topology: Topology) -> Arc<Store> {
@@ -21,7 +23,12 @@ pub async fn connected_store(topology: Topology) -> Arc<Store> {
 
 /// As [`connected_store`], calling scripts as `calls` says.
 pub async fn connected_store_calling(topology: Topology, calls: ScriptCalls) -> Arc<Store> {
-    let store = Store::connect_calling(topology, Duration::from_secs(2), calls, None);
+    let store = Store::connect_calling(
+        topology,
+        Duration::from_secs(2),
+        calls,
+        Credentials::default(),
+    );
     for _ in 0..200 {
         if store.ping().await.is_ok() {
             return store;

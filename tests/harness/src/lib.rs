@@ -19,10 +19,12 @@
 mod cluster;
 mod sentinel;
 mod server;
+mod tls;
 
 pub use cluster::RedisCluster;
 pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::{RedisServer, free_port};
+pub use tls::TlsFiles;
 
 /// Why a Redis process could not be started.
 #[derive(Debug, thiserror::Error)]

@@ -243,7 +243,7 @@ pub(crate) fn redis_cli(port: u16, args: &[&str]) -> Result<String, HarnessError
     Ok(text)
 }
 
-/// Whether something answers `+PONG` at `addr`.
+/// Whether a Redis answers at `addr`: `+PONG`, or `-NOAUTH` from one that wants a password.
 pub(crate) fn ping(addr: SocketAddr) -> bool {
     let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
         return false;
@@ -253,5 +253,5 @@ pub(crate) fn ping(addr: SocketAddr) -> bool {
         return false;
     }
     let mut reply = [0u8; 7];
-    stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+    stream.read_exact(&mut reply).is_ok() && (&reply == b"+PONG\r\n" || &reply == b"-NOAUTH")
 }

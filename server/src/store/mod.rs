@@ -13,15 +13,17 @@
 //! [`ScriptCalls::Eval`] says so, scripts are sent by `EVALSHA` and loaded again on `NOSCRIPT`:
 //! `redis::Script` knows that dance, and only it.
 
+mod topology;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::TlsCertificates;
+use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::sentinel::SentinelClient;
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::LeaseGrant;
 use tokio::sync::{Mutex, RwLock};
@@ -30,6 +32,8 @@ use crate::clock::read_time_us;
 use crate::scripts::{
     BadReply, BatchCall, LeaseCall, LimitScript, SCRIPTS, ScriptCall, decode_reply,
 };
+use topology::sentinel_client;
+pub use topology::{Credentials, Topology, redacted};
 
 /// How the scripts are called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -41,91 +45,6 @@ pub enum ScriptCalls {
     Functions,
     /// By `EVALSHA` only: nothing is loaded into Redis but its script cache.
     Eval,
-}
-
-/// Where Redis is.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Topology {
-    /// One server (`redis://host:port/db`).
-    Standalone(String),
-    /// A Redis Cluster, from any of its nodes.
-    Cluster(Vec<String>),
-    /// A primary found through Sentinel.
-    Sentinel {
-        /// The sentinels' URLs.
-        sentinels: Vec<String>,
-        /// The monitored primary's name.
-        master: String,
-    },
-}
-
-impl Topology {
-    /// Checks that every URL is one the Redis client connects by; the error names the first
-    /// that is not, its password hidden.
-    pub fn check(&self) -> Result<(), String> {
-        let urls = self.urls();
-        if urls.is_empty() {
-            return Err("no Redis URL".to_owned());
-        }
-        for url in urls {
-            redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|e| {
-                format!(
-                    "`{}` is not a Redis URL: redis://[[user]:password@]host[:port][/db], \
-                     rediss://… for TLS, or unix:///path ({e})",
-                    redacted(url)
-                )
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Whether any of its URLs asks for TLS (`rediss://`).
-    pub fn uses_tls(&self) -> bool {
-        self.urls().iter().any(|url| url.starts_with("rediss://"))
-    }
-
-    fn urls(&self) -> &[String] {
-        match self {
-            Topology::Standalone(url) => std::slice::from_ref(url),
-            Topology::Cluster(urls)
-            | Topology::Sentinel {
-                sentinels: urls, ..
-            } => urls,
-        }
-    }
-}
-
-/// Written without passwords: topologies are logged.
-impl std::fmt::Debug for Topology {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let all = |urls: &[String]| urls.iter().map(|u| redacted(u)).collect::<Vec<_>>();
-        match self {
-            Topology::Standalone(url) => f.debug_tuple("Standalone").field(&redacted(url)).finish(),
-            Topology::Cluster(urls) => f.debug_tuple("Cluster").field(&all(urls)).finish(),
-            Topology::Sentinel { sentinels, master } => f
-                .debug_struct("Sentinel")
-                .field("sentinels", &all(sentinels))
-                .field("master", master)
-                .finish(),
-        }
-    }
-}
-
-/// `url` with its password, if it has one, written as `***`.
-pub fn redacted(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            // A URL with a password has a host, so it takes another.
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        Ok(_) => url.to_owned(),
-        // Not a URL, but it may still hold a password before an `@`.
-        Err(_) => match url.rfind('@') {
-            Some(at) => format!("***{}", &url[at..]),
-            None => url.to_owned(),
-        },
-    }
 }
 
 /// A failed Redis call.
@@ -181,7 +100,7 @@ struct SentinelState {
 /// The shared Redis handle.
 pub struct Store {
     topology: Topology,
-    tls: Option<TlsCertificates>,
+    credentials: Credentials,
     timeout: Duration,
     /// Set once `FCALL` is known not to work here: [`ScriptCalls::Eval`], no Functions, or an
     /// ACL that refuses them.
@@ -197,27 +116,27 @@ impl Store {
     /// A store for `topology`, calling scripts as functions where Redis has them; connects in
     /// the background, retrying until it succeeds.
     pub fn connect(topology: Topology, timeout: Duration) -> Arc<Store> {
-        Store::connect_calling(topology, timeout, ScriptCalls::default(), None)
+        Store::connect_calling(
+            topology,
+            timeout,
+            ScriptCalls::default(),
+            Credentials::default(),
+        )
     }
 
-    /// As [`Store::connect`], calling scripts as `calls` says, and with `tls`'s certificates
-    /// for `rediss://` URLs (else the system's authorities, and no client certificate).
+    /// As [`Store::connect`], calling scripts as `calls` says, and logging in with
+    /// `credentials`.
     pub fn connect_calling(
         topology: Topology,
         timeout: Duration,
         calls: ScriptCalls,
-        tls: Option<TlsCertificates>,
+        credentials: Credentials,
     ) -> Arc<Store> {
         // ring is the one provider built in; installed before any TLS handshake asks for one.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let sentinel = match &topology {
             Topology::Sentinel { sentinels, master } => {
-                match SentinelClient::build(
-                    sentinels.clone(),
-                    master.clone(),
-                    None,
-                    SentinelServerType::Master,
-                ) {
+                match sentinel_client(sentinels, master, &credentials) {
                     Ok(client) => Some(SentinelState {
                         client: Mutex::new(client),
                         primary: Mutex::new(String::new()),
@@ -234,7 +153,7 @@ impl Store {
         };
         let store = Arc::new(Store {
             topology,
-            tls,
+            credentials,
             timeout,
             eval_only: AtomicBool::new(calls == ScriptCalls::Eval),
             last_load_warning: std::sync::Mutex::new(None),
@@ -297,9 +216,12 @@ impl Store {
     async fn open(&self) -> Result<Backend, StoreError> {
         match &self.topology {
             Topology::Standalone(url) => {
-                let client = match &self.tls {
-                    Some(tls) => redis::Client::build_with_tls(url.as_str(), tls.clone())?,
-                    None => redis::Client::open(url.as_str())?,
+                let info = self
+                    .credentials
+                    .log_in(url.as_str().into_connection_info()?);
+                let client = match &self.credentials.tls {
+                    Some(tls) => redis::Client::build_with_tls(info, tls.clone())?,
+                    None => redis::Client::open(info)?,
                 };
                 Ok(Backend::Single(
                     client
@@ -312,7 +234,13 @@ impl Store {
                     .connection_timeout(self.timeout.max(Duration::from_millis(250)))
                     .response_timeout(self.timeout)
                     .retries(1);
-                if let Some(tls) = &self.tls {
+                if let Some(username) = &self.credentials.username {
+                    builder = builder.username(username);
+                }
+                if let Some(password) = &self.credentials.password {
+                    builder = builder.password(password);
+                }
+                if let Some(tls) = &self.credentials.tls {
                     builder = builder.certs(tls.clone());
                 }
                 let client = builder.build()?;

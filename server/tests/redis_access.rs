@@ -1,0 +1,415 @@
+//! Reaching a Redis that wants a password, TLS, or both: standalone and behind Sentinel, with
+//! the `sluice-server` binary as users start it. Secrets never reach the logs.
+
+use crate::common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::Http;
+use common::process::{BINARY, ServerProcess, decide_once};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use sluice_harness::{MASTER_NAME, RedisCluster, RedisServer, TlsFiles, free_port};
+
+/// Starts the binary at `--log debug`, set up further by `configure`; it must become ready and
+/// decide. What it logged.
+async fn decides(configure: impl FnOnce(&mut Command) -> &mut Command) -> Vec<String> {
+    let port = free_port().unwrap();
+    let mut command = Command::new(BINARY);
+    command.args(["--listen", &format!("127.0.0.1:{port}"), "--log", "debug"]);
+    let child = ServerProcess::start(configure(&mut command));
+    let answer = decide_once(port).await;
+    let lines = child.stop().await;
+    assert_eq!(answer.status, 200, "{}\n{lines:#?}", answer.body);
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_in_the_redis_url_authenticates_and_never_reaches_the_logs() {
+    let redis = RedisServer::start().unwrap();
+    redis
+        .cli(&["CONFIG", "SET", "requirepass", "hunter2"])
+        .unwrap();
+    let lines = decides(|command| {
+        command.args([
+            "--redis",
+            &format!("redis://:hunter2@127.0.0.1:{}", redis.port()),
+        ])
+    })
+    .await;
+    assert!(
+        lines.iter().any(|l| l.contains(":***@127.0.0.1")),
+        "the topology is logged: {lines:?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("hunter2")), "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_given_apart_from_the_url_authenticates_as_its_user() {
+    let redis = RedisServer::start().unwrap();
+    redis
+        .cli(&["ACL", "SETUSER", "limiter", "on", ">hunter2", "~*", "+@all"])
+        .unwrap();
+    redis
+        .cli(&["CONFIG", "SET", "requirepass", "other"])
+        .unwrap();
+    let lines = decides(|command| {
+        command
+            .args(["--redis", &redis.url()])
+            .env("SLUICE_REDIS_USERNAME", "limiter")
+            .env("SLUICE_REDIS_PASSWORD", "hunter2")
+    })
+    .await;
+    // `default` would not have been let in with that password.
+    assert!(!lines.iter().any(|l| l.contains("hunter2")), "{lines:?}");
+}
+
+/// A certificate authority, a certificate for Redis on 127.0.0.1 and one for its client, each
+/// a PEM file (`ca.crt`, `redis.crt` and `redis.key`, `client.crt` and `client.key`) in the
+/// directory it keeps.
+struct Certificates(tempfile::TempDir);
+
+impl Certificates {
+    fn make() -> Certificates {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // Each its own name: OpenSSL takes a certificate named as its issuer for self-signed.
+        ca.distinguished_name
+            .push(DnType::CommonName, "sluice test authority");
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), ca.pem()).unwrap();
+        for (name, names) in [("redis", vec!["127.0.0.1"]), ("client", vec!["sluice"])] {
+            let key = KeyPair::generate().unwrap();
+            let names: Vec<String> = names.into_iter().map(str::to_owned).collect();
+            let mut params = CertificateParams::new(names).unwrap();
+            params.distinguished_name.push(DnType::CommonName, name);
+            let certificate = params.signed_by(&key, &ca).unwrap();
+            let path = dir.path().join(name);
+            std::fs::write(path.with_extension("crt"), certificate.pem()).unwrap();
+            std::fs::write(path.with_extension("key"), key.serialize_pem()).unwrap();
+        }
+        Certificates(dir)
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.0.path().join(file).display().to_string()
+    }
+
+    /// A Redis answering TLS on the port it returns, verifying its clients (Redis' default),
+    /// and plain TCP on its usual port; `extra_args` as well.
+    fn redis(&self, extra_args: &[&str]) -> (RedisServer, u16) {
+        let port = free_port().unwrap();
+        let mut args = vec!["--tls-port".to_owned(), port.to_string()];
+        args.extend(self.redis_files().server_args());
+        args.extend(extra_args.iter().map(|arg| (*arg).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        (RedisServer::start_with(&args).unwrap(), port)
+    }
+
+    /// Redis' certificate and the authority it trusts its clients' by.
+    fn redis_files(&self) -> TlsFiles {
+        TlsFiles {
+            cert: self.0.path().join("redis.crt"),
+            key: self.0.path().join("redis.key"),
+            ca: self.0.path().join("ca.crt"),
+        }
+    }
+
+    /// The flags that make the server trust the authority and present its certificate.
+    fn server_flags(&self) -> [String; 6] {
+        [
+            "--redis-ca-cert".to_owned(),
+            self.path("ca.crt"),
+            "--redis-client-cert".to_owned(),
+            self.path("client.crt"),
+            "--redis-client-key".to_owned(),
+            self.path("client.key"),
+        ]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_it_trusts_the_authority_given_and_presents_its_certificate() {
+    let certificates = Certificates::make();
+    let (redis, tls_port) = certificates.redis(&[]);
+    decides(|command| {
+        command
+            .args(["--redis", &format!("rediss://127.0.0.1:{tls_port}")])
+            .args(certificates.server_flags())
+    })
+    .await;
+    // The decision's key is in the Redis behind the TLS port.
+    let keys = redis.cli(&["--scan"]).unwrap();
+    assert!(keys.contains("sluice:"), "keys: {keys}");
+
+    // Without its certificate the server is refused, and not ready.
+    let port = free_port().unwrap();
+    let child = ServerProcess::start(
+        Command::new(BINARY)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--redis", &format!("rediss://127.0.0.1:{tls_port}")])
+            .args(["--redis-ca-cert", &certificates.path("ca.crt")]),
+    );
+    let http = Http::http1();
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Ok(answer) = http
+            .try_send("GET", &format!("http://127.0.0.1:{port}/readyz"), &[], "")
+            .await
+        {
+            statuses.push(answer.status);
+        }
+    }
+    let lines = child.stop().await;
+    assert!(
+        !statuses.is_empty() && statuses.iter().all(|s| *s == 503),
+        "{statuses:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("redis unreachable")),
+        "{lines:?}"
+    );
+}
+
+/// The binary, given `args`, must stop at start-up with a message containing `expected`, and
+/// without the tests' password in it.
+fn assert_refused(args: &[&str], expected: &str) {
+    let output = Command::new(BINARY)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{args:?} was taken");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    assert!(!stderr.contains("hunter2"), "{args:?}: {stderr}");
+}
+
+#[test]
+fn tls_settings_are_checked_at_start_up() {
+    let certificates = Certificates::make();
+    let ca = certificates.path("ca.crt");
+    let key = certificates.path("client.key");
+    let tls = ["--redis", "rediss://127.0.0.1:6379"];
+    assert_refused(
+        &["--redis", "redis://127.0.0.1:6379", "--redis-ca-cert", &ca],
+        "--redis-ca-cert: certificates for TLS, but --redis gives no rediss:// URL",
+    );
+    assert_refused(
+        &[&tls[..], &["--redis-ca-cert", &key]].concat(),
+        &format!("--redis-ca-cert: {key}: no PEM certificate in it"),
+    );
+    let missing = certificates.path("nothing.crt");
+    assert_refused(
+        &[&tls[..], &["--redis-ca-cert", &missing]].concat(),
+        &format!("--redis-ca-cert: {missing}: "),
+    );
+    let client_cert = certificates.path("client.crt");
+    assert_refused(
+        &[
+            &tls[..],
+            &[
+                "--redis-client-cert",
+                &client_cert,
+                "--redis-client-key",
+                &ca,
+            ],
+        ]
+        .concat(),
+        &format!("--redis-client-key: {ca}: "),
+    );
+}
+
+#[test]
+fn passwords_and_sentinels_are_checked_at_start_up() {
+    assert_refused(
+        &[
+            "--redis",
+            "redis://:hunter2@127.0.0.1:6379",
+            "--redis-password",
+            "hunter2",
+        ],
+        "--redis-password: --redis gives a password too; give it in one place",
+    );
+    assert_refused(
+        &[
+            "--redis-cluster",
+            "redis://:hunter2@127.0.0.1:7000",
+            "--redis-password",
+            "x",
+        ],
+        "--redis-password: --redis-cluster gives a password too",
+    );
+    assert_refused(&["--redis-username", "limiter"], "--redis-password");
+    assert_refused(&["--redis-password", ""], "--redis-password: empty");
+    let sentinel = |urls: &str, expected: &str| {
+        assert_refused(
+            &["--redis-sentinel", urls, "--sentinel-master", MASTER_NAME],
+            expected,
+        );
+    };
+    sentinel(
+        "redis://127.0.0.1:26379,rediss://127.0.0.1:26380",
+        "--redis-sentinel: `rediss://127.0.0.1:26380` is reached otherwise than \
+         `redis://127.0.0.1:26379`",
+    );
+    sentinel(
+        "redis://:hunter2@127.0.0.1:26379,redis://127.0.0.1:26380",
+        "--redis-sentinel: `redis://127.0.0.1:26380` is reached otherwise than \
+         `redis://:***@127.0.0.1:26379`",
+    );
+}
+
+const PRIMARY_PASSWORD: &str = "primary-secret";
+const SENTINEL_PASSWORD: &str = "sentinel-secret";
+
+/// A primary that wants [`PRIMARY_PASSWORD`] and a sentinel watching it that wants
+/// [`SENTINEL_PASSWORD`]; with `certificates`, both over TLS (the sentinel naming the primary's
+/// TLS port). Each keeps a plain port for the harness.
+struct GuardedSentinel {
+    primary: RedisServer,
+    _sentinel: RedisServer,
+    /// How the server reaches the sentinel.
+    url: String,
+}
+
+impl GuardedSentinel {
+    fn start(certificates: Option<&Certificates>) -> GuardedSentinel {
+        let guarded = ["--requirepass", PRIMARY_PASSWORD];
+        let (primary, primary_port, sentinel_tls) = match certificates {
+            Some(certificates) => {
+                let (primary, tls_port) = certificates.redis(&guarded);
+                (primary, tls_port, Some(free_port().unwrap()))
+            }
+            None => {
+                let primary = RedisServer::start_with(&guarded).unwrap();
+                let port = primary.port();
+                (primary, port, None)
+            }
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port().unwrap();
+        let mut config = format!(
+            "port {port}\nbind 127.0.0.1\ndir {}\nrequirepass {SENTINEL_PASSWORD}\n",
+            dir.path().display()
+        );
+        if let (Some(certificates), Some(tls_port)) = (certificates, sentinel_tls) {
+            config.push_str(&format!("tls-port {tls_port}\ntls-replication yes\n"));
+            // A configuration file takes redis-server's flags as lines, without the dashes.
+            for setting in certificates.redis_files().server_args().chunks(2) {
+                config.push_str(&format!("{} {}\n", &setting[0][2..], setting[1]));
+            }
+        }
+        config.push_str(&format!(
+            "sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 1\n\
+             sentinel auth-pass {MASTER_NAME} {PRIMARY_PASSWORD}\n"
+        ));
+        let path = dir.path().join("sentinel.conf");
+        std::fs::write(&path, config).unwrap();
+        let sentinel = RedisServer::start_config(dir, port, &path, &["--sentinel"]).unwrap();
+        let url = match sentinel_tls {
+            Some(tls_port) => format!("rediss://:{SENTINEL_PASSWORD}@127.0.0.1:{tls_port}"),
+            None => format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{port}"),
+        };
+        GuardedSentinel {
+            primary,
+            _sentinel: sentinel,
+            url,
+        }
+    }
+
+    /// The keys the primary holds.
+    fn keys(&self) -> String {
+        self.primary
+            .cli(&["--pass", PRIMARY_PASSWORD, "--no-auth-warning", "--scan"])
+            .unwrap()
+    }
+}
+
+/// Starts the binary behind a [`GuardedSentinel`] (over TLS with `certificates`), the
+/// primary's password in `SLUICE_REDIS_PASSWORD`: it must decide, the key land in the
+/// primary, and neither password reach its logs.
+async fn assert_decides_behind_sentinel(certificates: Option<&Certificates>) {
+    let sentinel = GuardedSentinel::start(certificates);
+    let lines = decides(|command| {
+        command
+            .args(["--redis-sentinel", &sentinel.url])
+            .args(["--sentinel-master", MASTER_NAME])
+            .env("SLUICE_REDIS_PASSWORD", PRIMARY_PASSWORD)
+            .args(
+                certificates
+                    .map(Certificates::server_flags)
+                    .into_iter()
+                    .flatten(),
+            )
+    })
+    .await;
+    let keys = sentinel.keys();
+    assert!(keys.contains("sluice:"), "the primary holds {keys}");
+    for secret in [PRIMARY_PASSWORD, SENTINEL_PASSWORD] {
+        assert!(!lines.iter().any(|l| l.contains(secret)), "{lines:#?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_it_logs_in_to_the_sentinel_and_to_the_primary_apart() {
+    assert_decides_behind_sentinel(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_over_tls_it_reaches_the_primary_over_tls_too() {
+    assert_decides_behind_sentinel(Some(&Certificates::make())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls_with_a_password_is_reached_on_every_node() {
+    let certificates = Certificates::make();
+    let cluster = RedisCluster::start_tls(&certificates.redis_files()).unwrap();
+    for node in cluster.nodes() {
+        for setting in ["masterauth", "requirepass"] {
+            node.cli(&["CONFIG", "SET", setting, PRIMARY_PASSWORD])
+                .unwrap();
+        }
+    }
+    let port = free_port().unwrap();
+    let child = ServerProcess::start(
+        Command::new(BINARY)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "debug"])
+            // One node given: the client learns the others, and their TLS ports, from it.
+            .args(["--redis-cluster", &cluster.tls_urls()[0]])
+            .args(certificates.server_flags())
+            .env("SLUICE_REDIS_PASSWORD", PRIMARY_PASSWORD),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    decide_once(port).await;
+    // Keys that hash to every node's slots, each decided there.
+    let http = Http::http1();
+    let limit = r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":1}"#;
+    for client in 0..30 {
+        let answer = http
+            .decide(
+                &url,
+                &common::one_check("r", &format!("c{client}"), limit),
+                &[],
+            )
+            .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    let lines = child.stop().await;
+    assert!(
+        !lines.iter().any(|l| l.contains(PRIMARY_PASSWORD)),
+        "{lines:#?}"
+    );
+    for node in cluster.nodes() {
+        let keys = node
+            .cli(&["--pass", PRIMARY_PASSWORD, "--no-auth-warning", "DBSIZE"])
+            .unwrap();
+        let keys: u64 = keys
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("DBSIZE said {keys}"));
+        assert!(keys > 0, "no key on node {}", node.port());
+    }
+}
