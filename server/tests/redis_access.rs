@@ -9,7 +9,9 @@ use std::time::Duration;
 use common::Http;
 use common::process::{BINARY, ServerProcess, decide_once};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-use sluice_harness::{MASTER_NAME, RedisCluster, RedisServer, TlsFiles, free_port};
+use sluice_core::limit::Algorithm;
+use sluice_harness::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, TlsFiles, free_port};
+use sluice_server::store::{Credentials, ScriptCalls, Topology};
 
 /// Starts the binary at `--log debug`, set up further by `configure`; it must become ready and
 /// decide. What it logged.
@@ -412,4 +414,137 @@ async fn a_cluster_over_tls_with_a_password_is_reached_on_every_node() {
             .unwrap_or_else(|_| panic!("DBSIZE said {keys}"));
         assert!(keys > 0, "no key on node {}", node.port());
     }
+}
+
+/// Every path of every script through `server`, each answered 200: each algorithm alone past
+/// its limit with denials counted (a sliding log trims its oldest entries), two in one call,
+/// and a lease taken and given back.
+async fn decide_everything(server: &str) {
+    let http = Http::http1();
+    let post = |path: &str, body: String| {
+        let url = format!("{server}{path}");
+        let http = http.clone();
+        async move {
+            http.send("POST", &url, &[("content-type", "application/json")], body)
+                .await
+        }
+    };
+    for algorithm in Algorithm::ALL {
+        let limit = match algorithm {
+            Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow => {
+                format!(r#"{{"algorithm":"{algorithm}","limit":3,"window":"1m"}}"#)
+            }
+            _ => format!(r#"{{"algorithm":"{algorithm}","rate":1,"per":"1m","burst":3}}"#),
+        };
+        let counted = format!(
+            r#"{{"checks":[{{"rule":"one","key":"k","limit":{limit},"count_denied":true}}]}}"#
+        );
+        let two = format!(
+            r#"{{"checks":[{{"rule":"a","key":"k","limit":{limit}}},{{"rule":"b","key":"k","limit":{limit}}}]}}"#
+        );
+        for body in std::iter::repeat_n(counted, 8).chain([two]) {
+            let answer = post("/v1/decide", body).await;
+            assert_eq!(answer.status, 200, "{algorithm}: {}", answer.body);
+        }
+        for (want, held, returning) in [(1, 0, 0), (0, 0, 1)] {
+            let ask = format!(
+                r#"{{"holder":"h","asks":[{{"rule":"l","key":"k","limit":{limit},"terms":{{"max_units":2,"max_outstanding":4,"ttl":"1s"}},"want":{want},"held":{held},"returning":{returning}}}]}}"#
+            );
+            let answer = post("/v1/lease", ask).await;
+            assert_eq!(answer.status, 200, "{algorithm}: {}", answer.body);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_is_all_the_server_needs() {
+    let redis = RedisServer::start().unwrap();
+    let url = user_with_documented_acl(&redis, "acl");
+    assert_acl_is_enough(
+        Topology::Standalone(url),
+        Credentials::default(),
+        std::slice::from_ref(&redis),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_documented_acl_is_all_the_server_needs() {
+    let cluster = RedisCluster::start().unwrap();
+    let urls = cluster
+        .nodes()
+        .iter()
+        .map(|node| user_with_documented_acl(node, "acl-cluster"))
+        .collect();
+    assert_acl_is_enough(
+        Topology::Cluster(urls),
+        Credentials::default(),
+        cluster.nodes(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_the_documented_acl_is_all_the_server_needs() {
+    let sentinel = RedisSentinel::start().unwrap();
+    user_with_documented_acl(&sentinel.primary, "acl-sentinel");
+    let topology = Topology::Sentinel {
+        sentinels: vec![sentinel.sentinel_url()],
+        master: MASTER_NAME.to_owned(),
+    };
+    let login = Credentials {
+        username: Some("limiter".to_owned()),
+        password: Some("hunter2".to_owned()),
+        tls: None,
+    };
+    assert_acl_is_enough(topology, login, std::slice::from_ref(&sentinel.primary)).await;
+}
+
+/// Makes the user `limiter` (password `hunter2`) on `redis` with the rules of docs/redis.md's
+/// ```acl block, and those of the block `extra` names too; its URL.
+fn user_with_documented_acl(redis: &RedisServer, extra: &str) -> String {
+    let rules: Vec<String> = ["acl", extra]
+        .into_iter()
+        .flat_map(documented_acl)
+        .collect();
+    let mut setuser = vec!["ACL", "SETUSER", "limiter", "on", ">hunter2"];
+    setuser.extend(rules.iter().map(String::as_str));
+    let said = redis.cli(&setuser).unwrap();
+    assert_eq!(said.trim(), "OK", "{setuser:?}");
+    format!("redis://limiter:hunter2@127.0.0.1:{}", redis.port())
+}
+
+/// A server at `topology`, with Functions and then by `EVALSHA`, decides everything, and none
+/// of `nodes` refused it a command or a key.
+async fn assert_acl_is_enough(topology: Topology, login: Credentials, nodes: &[RedisServer]) {
+    for calls in [ScriptCalls::Functions, ScriptCalls::Eval] {
+        let server = common::server(topology.clone(), |c| {
+            c.script_calls = calls;
+            c.redis_credentials = login.clone();
+        })
+        .await;
+        decide_everything(&server.url()).await;
+    }
+    for node in nodes {
+        let log = node.cli(&["ACL", "LOG"]).unwrap();
+        assert!(log.trim().is_empty(), "{} refused: {log}", node.port());
+    }
+    let calls = |command| {
+        nodes
+            .iter()
+            .map(|node| common::calls(node, command))
+            .sum::<u64>()
+    };
+    assert!(calls("fcall") > 0 && calls("evalsha") > 0, "both ways ran");
+}
+
+/// The ACL rules of docs/redis.md's code block `block` (```acl, ```acl-cluster, ...).
+fn documented_acl(block: &str) -> Vec<String> {
+    let doc = include_str!("../../docs/redis.md");
+    let rules = doc
+        .split(&format!("```{block}\n"))
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap_or_else(|| panic!("docs/redis.md has no ```{block} block"));
+    rules.split_whitespace().map(str::to_owned).collect()
 }
