@@ -1,5 +1,6 @@
-//! Reaching a Redis that wants a password, TLS, or both: standalone and behind Sentinel, with
-//! the `sluice-server` binary as users start it. Secrets never reach the logs.
+//! Reaching a Redis that wants a password, TLS, or both: standalone, behind Sentinel and in a
+//! Cluster, with the `sluice-server` binary as users start it; secrets never reach the logs.
+//! And the least ACL docs/redis.md gives, on each of the three.
 
 use crate::common;
 

@@ -47,9 +47,8 @@ impl Topology {
                     settings.password().map(str::to_owned),
                 )
             };
-            let tls = |info: &ConnectionInfo| matches!(info.addr(), ConnectionAddr::TcpTls { .. });
             for (url, info) in sentinels.iter().zip(&infos).skip(1) {
-                if tls(info) != tls(&infos[0]) || login(info) != login(&infos[0]) {
+                if is_tls(info) != is_tls(&infos[0]) || login(info) != login(&infos[0]) {
                     return Err(format!(
                         "`{}` is reached otherwise than `{}`: every sentinel takes the same \
                          scheme (redis:// or rediss://) and the same user and password",
@@ -65,20 +64,25 @@ impl Topology {
     /// Whether a URL of a server holding the limits carries a password (a sentinel's is the
     /// sentinel's own, and does not count).
     pub fn gives_password(&self) -> bool {
-        let has_password = |url: &String| {
-            url.as_str()
-                .into_connection_info()
-                .is_ok_and(|info| info.redis_settings().password().is_some())
-        };
         match self {
-            Topology::Standalone(_) | Topology::Cluster(_) => self.urls().iter().any(has_password),
+            Topology::Standalone(_) | Topology::Cluster(_) => self
+                .connection_infos()
+                .any(|info| info.redis_settings().password().is_some()),
             Topology::Sentinel { .. } => false,
         }
     }
 
-    /// Whether any of its URLs asks for TLS (`rediss://`).
+    /// Whether any of its URLs asks for TLS (`rediss://`, or `valkeys://`).
     pub fn uses_tls(&self) -> bool {
-        self.urls().iter().any(|url| url.starts_with("rediss://"))
+        self.connection_infos().any(|info| is_tls(&info))
+    }
+
+    /// Its URLs as the Redis client reads them, those it cannot read left out ([`Topology::check`]
+    /// refuses them).
+    fn connection_infos(&self) -> impl Iterator<Item = ConnectionInfo> + '_ {
+        self.urls()
+            .iter()
+            .filter_map(|url| url.as_str().into_connection_info().ok())
     }
 
     fn urls(&self) -> &[String] {
@@ -106,6 +110,11 @@ impl std::fmt::Debug for Topology {
                 .finish(),
         }
     }
+}
+
+/// Whether the client reaches `info` over TLS.
+fn is_tls(info: &ConnectionInfo) -> bool {
+    matches!(info.addr(), ConnectionAddr::TcpTls { .. })
 }
 
 /// `url` with its password, if it has one, written as `***`.
@@ -189,7 +198,7 @@ pub(super) fn sentinel_client(
         if let Some(password) = login.password() {
             builder = builder.set_client_to_sentinel_password(password);
         }
-        if matches!(first.addr(), ConnectionAddr::TcpTls { .. }) {
+        if is_tls(first) {
             builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
             if let Some(tls) = &credentials.tls {
                 builder = builder

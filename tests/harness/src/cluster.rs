@@ -1,10 +1,9 @@
 //! A three-node Redis Cluster on loopback.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::HarnessError;
-use crate::server::{RedisServer, free_port};
+use crate::server::{RedisServer, free_port, redis_cli};
 use crate::tls::TlsFiles;
 
 /// Three primaries, no replicas, every slot assigned; stopped on drop.
@@ -57,21 +56,16 @@ impl RedisCluster {
         } else {
             nodes.iter().map(RedisServer::port).collect()
         };
-        let mut create = Command::new("redis-cli");
+        let mut args = Vec::new();
         if let Some(files) = tls {
-            create.arg("--tls").args(files.client_args());
+            args.push("--tls".to_owned());
+            args.extend(files.client_args());
         }
-        create
-            .args(["--cluster", "create"])
-            .args(ports.iter().map(|port| format!("127.0.0.1:{port}")))
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(Stdio::null());
-        let output = create.output().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => HarnessError::NotInstalled("redis-cli"),
-            _ => HarnessError::Io(e),
-        })?;
-        let output = String::from_utf8_lossy(&output.stdout).into_owned()
-            + &String::from_utf8_lossy(&output.stderr);
+        args.extend(["--cluster", "create"].map(str::to_owned));
+        args.extend(ports.iter().map(|port| format!("127.0.0.1:{port}")));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(str::to_owned));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = redis_cli(ports[0], &args)?;
         if !output.contains("All 16384 slots covered") {
             return Err(HarnessError::Cluster(format!(
                 "`redis-cli --cluster create` said:\n{output}"
