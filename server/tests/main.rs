@@ -8,6 +8,7 @@ mod algorithms;
 mod all_or_nothing;
 mod binary;
 mod cluster;
+mod cluster_changes;
 mod common;
 mod differential;
 mod http;

@@ -503,7 +503,7 @@ async fn behind_sentinel_the_documented_acl_is_all_the_server_needs() {
 
 /// Makes the user `limiter` (password `hunter2`) on `redis` with the rules of docs/redis.md's
 /// ```acl block, and those of the block `extra` names too; its URL.
-fn user_with_documented_acl(redis: &RedisServer, extra: &str) -> String {
+pub(crate) fn user_with_documented_acl(redis: &RedisServer, extra: &str) -> String {
     let rules: Vec<String> = ["acl", extra]
         .into_iter()
         .flat_map(documented_acl)

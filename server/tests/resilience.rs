@@ -3,47 +3,16 @@
 
 use crate::common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::load::Load;
 use common::{Http, one_check, server};
-use futures::future::join_all;
 use sluice_harness::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer};
 use sluice_server::clock::{RedisClock, read_time_us};
 use sluice_server::scripts::SCRIPTS;
 use sluice_server::store::{ScriptCalls, Store, Topology};
 
 const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
-
-/// `tasks` clients deciding in a loop until `stop`; every status they got, in order.
-async fn load_statuses(server_url: String, tasks: usize, stop: Arc<AtomicBool>) -> Vec<u16> {
-    let http = Http::http1();
-    let handles = (0..tasks).map(|t| {
-        let (http, url, stop) = (http.clone(), server_url.clone(), Arc::clone(&stop));
-        tokio::spawn(async move {
-            let mut statuses = Vec::new();
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let answer = http
-                    .decide(
-                        &url,
-                        &one_check("load", &format!("k{t}-{}", i % 50), LIMIT),
-                        &[],
-                    )
-                    .await;
-                statuses.push(answer.status);
-                i += 1;
-            }
-            statuses
-        })
-    });
-    join_all(handles)
-        .await
-        .into_iter()
-        .flat_map(Result::unwrap)
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_mid_load_gives_503_and_its_return_gives_200_without_a_server_restart() {
@@ -52,8 +21,7 @@ async fn redis_stopped_mid_load_gives_503_and_its_return_gives_200_without_a_ser
         c.redis_timeout = Duration::from_millis(300)
     })
     .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let running = tokio::spawn(load_statuses(server.url(), 8, Arc::clone(&stop)));
+    let load = Load::start(&server.url(), "load", LIMIT, 8, 50);
     tokio::time::sleep(Duration::from_millis(300)).await;
     redis.kill();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -74,8 +42,7 @@ async fn redis_stopped_mid_load_gives_503_and_its_return_gives_200_without_a_ser
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    stop.store(true, Ordering::Relaxed);
-    let statuses = running.await.unwrap();
+    let statuses: Vec<u16> = load.stop().await.iter().map(|a| a.status).collect();
     assert!(
         recovered,
         "the server never served again after Redis came back"
@@ -201,14 +168,12 @@ async fn flush_mid_load_fails_no_request(calls: ScriptCalls, flush: &[&str], loa
         c.script_calls = calls
     })
     .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let running = tokio::spawn(load_statuses(server.url(), 8, Arc::clone(&stop)));
+    let callers = Load::start(&server.url(), "load", LIMIT, 8, 50);
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(25)).await;
         assert_eq!(redis.cli(flush).unwrap().trim(), "OK");
     }
-    stop.store(true, Ordering::Relaxed);
-    let statuses = running.await.unwrap();
+    let statuses: Vec<u16> = callers.stop().await.iter().map(|a| a.status).collect();
     assert!(statuses.len() > 200, "load was light: {}", statuses.len());
     assert!(
         statuses.iter().all(|s| *s == 200),

@@ -83,6 +83,38 @@ enum Backend {
     Cluster(ClusterConnection),
 }
 
+/// How a Cluster call tries again, within the time a call has ([`Store`]'s timeout, which the
+/// client also applies to a call and all its tries together).
+///
+/// A call tries again after a redirect (`MOVED`, and `ASK` while a slot moves), a lost
+/// connection, or a refusal that passes: `TRYAGAIN` (a script's keys split between two nodes
+/// mid-reshard), `CLUSTERDOWN` (a primary lost and not yet replaced). The client's own waits
+/// before the last two start at 1.28 s, so with the default 100 ms timeout they never came;
+/// these start at a twentieth of the timeout and stay under a quarter of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ClusterRetry {
+    min_wait_ms: u64,
+    max_wait_ms: u64,
+    /// The n-th wait is drawn from `min_wait_ms .. factor_ms * 2^n`, capped at `max_wait_ms`.
+    factor_ms: u64,
+}
+
+impl ClusterRetry {
+    /// Tries after the first: a redirect and a wait or two fit in a call's time.
+    const RETRIES: u32 = 4;
+
+    fn within(timeout: Duration) -> ClusterRetry {
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(20);
+        ClusterRetry {
+            min_wait_ms: ms / 20,
+            max_wait_ms: ms / 4,
+            factor_ms: ms / 20,
+        }
+    }
+}
+
 /// How often, at most, a failed load of the functions library is logged.
 const LOAD_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -230,10 +262,14 @@ impl Store {
                 ))
             }
             Topology::Cluster(urls) => {
+                let retry = ClusterRetry::within(self.timeout);
                 let mut builder = ClusterClient::builder(urls.clone())
                     .connection_timeout(self.timeout.max(Duration::from_millis(250)))
                     .response_timeout(self.timeout)
-                    .retries(1);
+                    .retries(ClusterRetry::RETRIES)
+                    .min_retry_wait(retry.min_wait_ms)
+                    .max_retry_wait(retry.max_wait_ms)
+                    .retry_wait_formula(retry.factor_ms, 2);
                 if let Some(username) = &self.credentials.username {
                     builder = builder.username(username);
                 }

@@ -14,6 +14,7 @@ use sluice_core::limit::Limit;
 use sluice_server::store::{Credentials, ScriptCalls, Store, Topology};
 use sluice_server::{RunningServer, ServerConfig};
 
+pub mod load;
 pub mod process;
 
 /// A store connected to `topology`, waiting until Redis answers.

@@ -2,8 +2,9 @@
 //!
 //! Each server gets its own port and its own directory and is stopped when dropped, so tests
 //! can run side by side and leave nothing behind. [`RedisServer`] is one standalone server;
-//! [`RedisCluster`] is a three-node Redis Cluster made with `redis-cli --cluster create`;
-//! [`RedisSentinel`] a primary, a replica and a sentinel that can fail over.
+//! [`RedisCluster`] is a Redis Cluster of three primaries (with a replica each, if asked) made
+//! with `redis-cli --cluster create`, whose slots a test can move and whose primaries it can
+//! crash; [`RedisSentinel`] a primary, a replica and a sentinel that can fail over.
 //!
 //! The simulator uses [`RedisServer`] too, to start what it needs when a user gives it nothing
 //! to connect to.
@@ -21,7 +22,7 @@ mod sentinel;
 mod server;
 mod tls;
 
-pub use cluster::RedisCluster;
+pub use cluster::{RedisCluster, SlotMove, SlotOwners, key_slot};
 pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::{RedisServer, free_port};
 pub use tls::TlsFiles;
