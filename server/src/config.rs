@@ -108,8 +108,10 @@ pub struct Args {
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
 
-    /// Log filter, as RUST_LOG (e.g. info, sluice_server=debug).
-    #[arg(long, env = "SLUICE_LOG", default_value = "info")]
+    /// Log filter, as RUST_LOG (e.g. info, sluice_server=debug). The default leaves out the
+    /// Redis client's own warnings, one a slot refresh or failed connection attempt while a
+    /// Cluster changes (info,redis=warn shows them).
+    #[arg(long, env = "SLUICE_LOG", default_value = "info,redis=error", value_parser = log_filter)]
     pub log: String,
 
     /// How long shutdown waits for requests in flight.
@@ -337,6 +339,14 @@ fn redis_tls(args: &Args) -> Result<Option<TlsCertificates>, String> {
         client_tls,
         root_cert,
     }))
+}
+
+/// A log filter as `RUST_LOG` takes it, checked when the flags are read: one that does not
+/// parse stops the server, rather than being put aside for a default.
+fn log_filter(text: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 /// The flag that gives `topology`'s URLs.

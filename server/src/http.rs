@@ -19,6 +19,7 @@ use sluice_core::wire::{
 };
 
 use crate::engine::Engine;
+use crate::log_throttle::FailureWarnings;
 use crate::metrics::Metrics;
 use crate::rls::RlsState;
 
@@ -34,6 +35,8 @@ pub struct AppState {
     pub replay_time: bool,
     /// Envoy's gRPC rate limit service, when configured.
     pub rls: Option<Arc<RlsState>>,
+    /// Warnings of failed requests, written at most once a second each.
+    pub failure_warnings: FailureWarnings,
 }
 
 /// The HTTP service: `POST /v1/decide` straight to its handler, every other request through
@@ -201,7 +204,9 @@ async fn decide<B: HttpBody<Data = Bytes>>(
             json(body)
         }
         Err(e) => {
-            tracing::warn!(error = %e, "decision failed");
+            if let Some(left_out) = state.failure_warnings.decide.due(Instant::now()) {
+                tracing::warn!(error = %e, left_out, "decision failed");
+            }
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
         }
     }
@@ -220,7 +225,9 @@ async fn lease(State(state): State<Arc<AppState>>, request: Request) -> Response
     match state.engine.lease(&request, now_us).await {
         Ok(response) => axum::Json(response).into_response(),
         Err(e) => {
-            tracing::warn!(error = %e, "lease failed");
+            if let Some(left_out) = state.failure_warnings.lease.due(Instant::now()) {
+                tracing::warn!(error = %e, left_out, "lease failed");
+            }
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
         }
     }

@@ -22,6 +22,7 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod log_throttle;
 pub mod memory;
 pub mod metrics;
 pub mod rls;
@@ -34,6 +35,7 @@ use std::time::Duration;
 
 use axum::ServiceExt;
 use axum::serve::ListenerExt;
+use log_throttle::FailureWarnings;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -182,6 +184,7 @@ fn app_state(config: &ServerConfig) -> Arc<AppState> {
         token: config.token.clone(),
         replay_time: config.replay_time,
         rls: config.rls.clone(),
+        failure_warnings: FailureWarnings::default(),
     })
 }
 

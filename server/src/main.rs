@@ -26,7 +26,8 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(args: &Args) {
-    let filter = EnvFilter::try_new(&args.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    // Checked when the flags were read.
+    let filter = EnvFilter::new(&args.log);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -1,12 +1,15 @@
-//! The `sluice-server` binary: settings from flags or `SLUICE_*` variables, JSON logs, and a
-//! graceful exit on SIGTERM.
+//! The `sluice-server` binary: settings from flags or `SLUICE_*` variables, JSON logs (failures
+//! written once a second, not once a request), and a graceful exit on SIGTERM.
 
 use crate::common;
 
 use std::process::Command;
+use std::time::Instant;
 
-use common::process::{BINARY, ServerProcess, decide_once};
-use sluice_harness::{RedisServer, free_port};
+use common::Http;
+use common::process::{BINARY, ServerProcess, assert_refused, decide_once};
+use futures::future::join_all;
+use sluice_harness::{RedisCluster, RedisServer, free_port, key_slot};
 
 #[test]
 fn every_setting_is_a_flag_and_an_environment_variable() {
@@ -81,31 +84,15 @@ fn a_bad_setting_stops_the_server_with_a_message_naming_it() {
         stderr.contains("--key-prefix: `a{b}` must be non-empty and without braces"),
         "{stderr}"
     );
-    let output = Command::new(BINARY)
-        .args(["--redis-timeout", "soon"])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("`soon` is not a duration"));
-    let output = Command::new(BINARY)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--redis",
-            "htp://user:hunter2@redis:6379",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        !output.status.success(),
-        "a bad Redis URL is refused at once"
+    assert_refused(&["--redis-timeout", "soon"], "`soon` is not a duration");
+    assert_refused(
+        &["--log", "info,redis=loud"],
+        "invalid value 'info,redis=loud' for '--log <LOG>'",
     );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("--redis: `htp://user:***@redis:6379` is not a Redis URL"),
-        "{stderr}"
+    assert_refused(
+        &["--redis", "htp://user:hunter2@redis:6379"],
+        "--redis: `htp://user:***@redis:6379` is not a Redis URL",
     );
-    assert!(!stderr.contains("hunter2"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,4 +123,89 @@ async fn configured_from_the_environment_it_serves_logs_json_and_exits_cleanly_o
         lines.iter().any(|l| l.contains("shutting down")),
         "{lines:?}"
     );
+}
+
+/// While Redis is down every decision fails: the log says so once a second, with how many
+/// failures it left out, not once a request (the metrics count each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_down_failures_are_logged_once_a_second_not_once_a_request() {
+    let mut redis = RedisServer::start().unwrap();
+    let port = free_port().unwrap();
+    let child = ServerProcess::start(
+        Command::new(BINARY)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--redis", &redis.url(), "--log-format", "json"]),
+    );
+    assert_eq!(decide_once(port).await.status, 200);
+    redis.kill();
+    let url = format!("http://127.0.0.1:{port}");
+    let limit = r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":1}"#;
+    let started = Instant::now();
+    let callers = (0..8).map(|caller| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let http = Http::http1();
+            let mut failed = 0u64;
+            for i in 0..25 {
+                let body = common::one_check("r", &format!("k{caller}-{i}"), limit);
+                let answer = http.decide(&url, &body, &[]).await;
+                assert_eq!(answer.status, 503, "{}", answer.body);
+                failed += 1;
+            }
+            failed
+        })
+    });
+    let failed: u64 = join_all(callers)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .sum();
+    let seconds = started.elapsed().as_secs();
+    let lines = child.stop().await;
+    let warnings: Vec<serde_json::Value> = lines
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["fields"]["message"] == "decision failed")
+        .collect();
+    eprintln!("{failed} failed in {seconds} s: {} lines", warnings.len());
+    assert!(
+        (1..=seconds + 1).contains(&(warnings.len() as u64)),
+        "{} warnings for {failed} failures in {seconds} s: {warnings:#?}",
+        warnings.len()
+    );
+    let left_out: u64 = warnings
+        .iter()
+        .map(|w| w["fields"]["left_out"].as_u64().unwrap())
+        .sum();
+    assert!(left_out + warnings.len() as u64 <= failed);
+}
+
+/// The Redis client warns of every slot refresh and every failed connection attempt, thousands
+/// a second while a Cluster is resharded or fails over: by default its lines are left out
+/// (the server's own say what failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_the_redis_clients_own_warnings_are_left_out() {
+    let cluster = RedisCluster::start().unwrap();
+    let port = free_port().unwrap();
+    let child = ServerProcess::start(
+        Command::new(BINARY)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--redis-cluster", &cluster.urls().join(",")])
+            .args(["--log-format", "json"]),
+    );
+    assert_eq!(decide_once(port).await.status, 200);
+    // decide_once's key, as the server keeps it: moved, so that the client meets MOVED and
+    // refreshes its slots, which it warns of.
+    let slot = key_slot("sluice:{r:k}:gc");
+    let to = (cluster.owner_of_slot(slot).unwrap() + 1) % cluster.nodes().len();
+    let moving = cluster.begin_slot_move(slot, to).unwrap();
+    assert_eq!(moving.migrate_keys().unwrap(), 1);
+    moving.finish().unwrap();
+    assert_eq!(decide_once(port).await.status, 200);
+    let lines = child.stop().await;
+    let client_lines: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.contains(r#""target":"redis"#))
+        .collect();
+    assert!(client_lines.is_empty(), "{client_lines:#?}");
 }

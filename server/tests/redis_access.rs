@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::Http;
-use common::process::{BINARY, ServerProcess, decide_once};
+use common::process::{BINARY, ServerProcess, assert_refused, decide_once};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use sluice_core::limit::Algorithm;
 use sluice_harness::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, TlsFiles, free_port};
@@ -174,20 +174,6 @@ async fn over_tls_it_trusts_the_authority_given_and_presents_its_certificate() {
         lines.iter().any(|l| l.contains("redis unreachable")),
         "{lines:?}"
     );
-}
-
-/// The binary, given `args`, must stop at start-up with a message containing `expected`, and
-/// without the tests' password in it.
-fn assert_refused(args: &[&str], expected: &str) {
-    let output = Command::new(BINARY)
-        .args(["--listen", "127.0.0.1:0"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(!output.status.success(), "{args:?} was taken");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains(expected), "{args:?}: {stderr}");
-    assert!(!stderr.contains("hunter2"), "{args:?}: {stderr}");
 }
 
 #[test]

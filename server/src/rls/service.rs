@@ -111,7 +111,10 @@ impl RateLimitService for RlsService {
                 Err(Status::invalid_argument(e.to_string()))
             }
             Err(RlsError::Store(e)) => {
-                tracing::warn!(error = %e, "rate limit decision failed");
+                let warning = &state.failure_warnings.should_rate_limit;
+                if let Some(left_out) = warning.due(Instant::now()) {
+                    tracing::warn!(error = %e, left_out, "rate limit decision failed");
+                }
                 Err(Status::unavailable(e.to_string()))
             }
         }

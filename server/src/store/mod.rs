@@ -29,6 +29,7 @@ use sluice_core::wire::LeaseGrant;
 use tokio::sync::{Mutex, RwLock};
 
 use crate::clock::read_time_us;
+use crate::log_throttle::LogThrottle;
 use crate::scripts::{
     BadReply, BatchCall, LeaseCall, LimitScript, SCRIPTS, ScriptCall, decode_reply,
 };
@@ -137,8 +138,8 @@ pub struct Store {
     /// Set once `FCALL` is known not to work here: [`ScriptCalls::Eval`], no Functions, or an
     /// ACL that refuses them.
     eval_only: AtomicBool,
-    /// When a failed load of the library was last logged.
-    last_load_warning: std::sync::Mutex<Option<Instant>>,
+    /// A failed load of the library, logged once in a while.
+    load_warning: LogThrottle,
     backend: RwLock<Option<Backend>>,
     last_error: RwLock<String>,
     sentinel: Option<SentinelState>,
@@ -188,7 +189,7 @@ impl Store {
             credentials,
             timeout,
             eval_only: AtomicBool::new(calls == ScriptCalls::Eval),
-            last_load_warning: std::sync::Mutex::new(None),
+            load_warning: LogThrottle::new(LOAD_WARNING_INTERVAL),
             backend: RwLock::new(None),
             last_error: RwLock::new("connecting".to_owned()),
             sentinel,
@@ -427,13 +428,8 @@ impl Store {
         } else {
             // Every call that misses the library meets this while it lasts (a Cluster primary
             // down, say): say so once in a while, not once a call.
-            let mut last = self
-                .last_load_warning
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if last.is_none_or(|at| at.elapsed() >= LOAD_WARNING_INTERVAL) {
-                *last = Some(Instant::now());
-                tracing::warn!(%error, "loading the functions library failed; calls that miss it go by EVALSHA until it loads");
+            if let Some(left_out) = self.load_warning.due(Instant::now()) {
+                tracing::warn!(%error, left_out, "loading the functions library failed; calls that miss it go by EVALSHA until it loads");
             }
         }
     }

@@ -72,3 +72,17 @@ impl Drop for ServerProcess {
         let _ = self.0.wait();
     }
 }
+
+/// The binary, given `args`, must stop at start-up with a message containing `expected`, and
+/// without the tests' password in it.
+pub fn assert_refused(args: &[&str], expected: &str) {
+    let output = Command::new(BINARY)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{args:?} was taken");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    assert!(!stderr.contains("hunter2"), "{args:?}: {stderr}");
+}
