@@ -373,6 +373,52 @@ async fn behind_sentinel_the_server_follows_a_failover() {
     );
 }
 
+/// The primary behind Sentinel crashing under load: once the sentinel has promoted its
+/// replica, the server moves there by itself, and every request sent a second after is
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_a_crashed_primary_is_followed_to_its_replica() {
+    let mut sentinel = RedisSentinel::start().unwrap();
+    let server = server(
+        Topology::Sentinel {
+            sentinels: vec![sentinel.sentinel_url()],
+            master: MASTER_NAME.to_owned(),
+        },
+        |_| {},
+    )
+    .await;
+    let load = Load::start(&server.url(), "load", LIMIT, 4, 50);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let crashed = Instant::now();
+    sentinel.primary.kill();
+    let promoted = sentinel.replica.port();
+    let replaced = tokio::task::block_in_place(|| {
+        while sentinel.primary_port().ok() != Some(promoted) {
+            assert!(crashed.elapsed() < Duration::from_secs(30), "no failover");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Instant::now()
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let answers = load.stop().await;
+    let failed: Vec<_> = answers.iter().filter(|a| a.status != 200).collect();
+    let last_failure = failed.iter().map(|a| a.sent).max();
+    eprintln!(
+        "the sentinel promoted the replica {:?} after the crash; {} of {} failed, the last sent {:?} after the crash",
+        replaced - crashed,
+        failed.len(),
+        answers.len(),
+        last_failure.map(|at| at - crashed)
+    );
+    let settled = replaced + Duration::from_secs(1);
+    assert!(
+        last_failure.is_none_or(|at| at < settled),
+        "requests still failed {:?} after the promotion",
+        last_failure.map(|at| at - replaced)
+    );
+    assert!(answers.iter().any(|a| a.sent > settled), "no request after");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_finishes_requests_in_flight() {
     let redis = RedisServer::start().unwrap();
