@@ -373,6 +373,30 @@ async fn behind_sentinel_the_server_follows_a_failover() {
     );
 }
 
+/// While Redis is down a decision fails with the refused connection, as soon as the client
+/// has tried to reconnect, rather than waiting out the whole timeout: a filter failing open
+/// lets requests through without that wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_down_decisions_fail_on_the_refused_connection_not_the_timeout() {
+    let mut redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let http = Http::http1();
+    let body = one_check("r", "k", LIMIT);
+    assert_eq!(http.decide(&server.url(), &body, &[]).await.status, 200);
+    redis.kill();
+    let mut errors = Vec::new();
+    for _ in 0..20 {
+        let answer = http.decide(&server.url(), &body, &[]).await;
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        errors.push(answer.json()["error"].as_str().unwrap().to_owned());
+    }
+    let waited = errors
+        .iter()
+        .filter(|e| e.contains("no answer within"))
+        .count();
+    assert_eq!(waited, 0, "{errors:#?}");
+}
+
 /// The primary behind Sentinel crashing under load: once the sentinel has promoted its
 /// replica, the server moves there by itself, and every request sent a second after is
 /// answered.

@@ -242,7 +242,12 @@ impl Store {
             // write to its own eventfd for most calls (a timer due before the event loop's
             // next planned wake-up does), 1.5 writes a decision against 0.6 with one.
             .set_response_timeout(None)
+            // A reconnection tries twice, a twentieth of the timeout apart. The client's own
+            // pause, 100 ms or more, made every call while Redis was down wait out the whole
+            // default timeout; now it fails on the refused connection, and a filter failing
+            // open passes its request without that wait.
             .set_number_of_retries(1)
+            .set_min_delay(self.timeout / 20)
             .set_max_delay(Duration::from_millis(500))
     }
 
