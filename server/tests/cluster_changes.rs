@@ -1,7 +1,8 @@
 //! A Redis Cluster changing under the server's load, as operators change one: a slot moved
-//! key by key, a reshard by `redis-cli`, a primary lost and replaced by its replica. Each keeps
-//! every count; only a lost primary fails requests, and only its own keys', until its replica
-//! takes over.
+//! key by key, a reshard by `redis-cli`, a primary lost and replaced by its replica. Moving
+//! slots fails no request and keeps every count; a lost primary fails requests until its
+//! replica takes over (only its own keys', unless Redis wants every slot covered), and keeps
+//! the counts it had replicated.
 
 use crate::common;
 use crate::redis_access::user_with_documented_acl;
