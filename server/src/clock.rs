@@ -1,6 +1,7 @@
 //! Redis' clock, read by the server once a second rather than by every script call.
 //!
-//! Every replica must decide on one clock, and Redis' is the one they share. A script that
+//! Every replica must decide on one clock, and Redis' is the one they share (on a Cluster, one
+//! node's: [`Store::time_us`]). A script that
 //! reads `TIME` itself spends a command on it in every decision; instead the server reads
 //! `TIME` every [`READ_EVERY`] and carries it forward on its own monotonic clock between reads,
 //! passing the time to each script ([`ScriptTime::Carried`]). When no read has succeeded for
@@ -83,7 +84,13 @@ pub async fn read_time_us<C>(connection: &mut C) -> redis::RedisResult<i64>
 where
     C: redis::aio::ConnectionLike + Send,
 {
-    let (seconds, micros): (i64, i64) = redis::cmd("TIME").query_async(connection).await?;
+    let reply: redis::Value = redis::cmd("TIME").query_async(connection).await?;
+    time_us_of(&reply)
+}
+
+/// `TIME`'s reply (seconds and microseconds), in microseconds since the epoch.
+pub fn time_us_of(reply: &redis::Value) -> redis::RedisResult<i64> {
+    let (seconds, micros): (i64, i64) = redis::from_redis_value_ref(reply)?;
     Ok(seconds * 1_000_000 + micros)
 }
 

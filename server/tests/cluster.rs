@@ -1,4 +1,5 @@
-//! Every script on a three-node Redis Cluster the test starts.
+//! Every script on a three-node Redis Cluster the test starts, and the one clock servers read
+//! there.
 
 use crate::common;
 
@@ -58,4 +59,32 @@ async fn every_script_runs_on_a_cluster_with_keys_on_every_node() {
             node.port()
         );
     }
+}
+
+/// On a Cluster every server reads one node's clock, the primary's that serves slot 0: nodes'
+/// clocks differ, and servers reading whichever node the client picked would carry times apart
+/// by that much.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_clock_is_read_from_the_primary_of_slot_zero() {
+    let cluster = RedisCluster::start().unwrap();
+    let store = common::connected_store(Topology::Cluster(cluster.urls())).await;
+    for _ in 0..12 {
+        store.time_us().await.unwrap();
+    }
+    let owner = cluster.owner_of_slot(0).unwrap();
+    let reads: Vec<u64> = cluster
+        .nodes()
+        .iter()
+        .map(|node| common::calls(node, "time"))
+        .collect();
+    let elsewhere: u64 = reads
+        .iter()
+        .enumerate()
+        .filter(|&(node, _)| node != owner)
+        .map(|(_, reads)| reads)
+        .sum();
+    assert!(
+        reads[owner] >= 12 && elsewhere == 0,
+        "TIME by node {reads:?}; slot 0 is node {owner}'s"
+    );
 }

@@ -23,12 +23,13 @@ use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::SentinelClient;
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::LeaseGrant;
 use tokio::sync::{Mutex, RwLock};
 
-use crate::clock::read_time_us;
+use crate::clock::{read_time_us, time_us_of};
 use crate::log_throttle::LogThrottle;
 use crate::scripts::{
     BadReply, BatchCall, LeaseCall, LimitScript, SCRIPTS, ScriptCall, decode_reply,
@@ -455,13 +456,22 @@ impl Store {
         .await
     }
 
-    /// Redis' clock, by `TIME`, in microseconds since the epoch.
+    /// Redis' clock, by `TIME`, in microseconds since the epoch. On a Cluster, the clock of
+    /// the primary that serves slot 0: every node has its own clock, and servers that each
+    /// read whichever node the client picked would carry clocks apart by the nodes' skew.
     pub async fn time_us(self: &Arc<Self>) -> Result<i64, StoreError> {
         let backend = self.backend().await?;
         self.within_timeout(async {
             match backend {
                 Backend::Single(mut c) => read_time_us(&mut c).await,
-                Backend::Cluster(mut c) => read_time_us(&mut c).await,
+                Backend::Cluster(mut c) => {
+                    let slot_zero =
+                        SingleNodeRoutingInfo::SpecificNode(Route::new(0, SlotAddr::Master));
+                    let reply = c
+                        .route_command(redis::cmd("TIME"), RoutingInfo::SingleNode(slot_zero))
+                        .await?;
+                    time_us_of(&reply)
+                }
             }
         })
         .await
