@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::load::Load;
 use common::{Http, one_check, server};
-use sluice_harness::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer};
+use sluice_harness::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, free_port};
 use sluice_server::clock::{RedisClock, read_time_us};
 use sluice_server::scripts::SCRIPTS;
 use sluice_server::store::{ScriptCalls, Store, Topology};
@@ -399,13 +399,15 @@ async fn while_redis_is_down_decisions_fail_on_the_refused_connection_not_the_ti
 
 /// The primary behind Sentinel crashing under load: once the sentinel has promoted its
 /// replica, the server moves there by itself, and every request sent a second after is
-/// answered.
+/// answered. The first sentinel the server is given is down throughout, as one of a set may
+/// be: the server asks the next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_sentinel_a_crashed_primary_is_followed_to_its_replica() {
     let mut sentinel = RedisSentinel::start().unwrap();
+    let down = format!("redis://127.0.0.1:{}", free_port().unwrap());
     let server = server(
         Topology::Sentinel {
-            sentinels: vec![sentinel.sentinel_url()],
+            sentinels: vec![down, sentinel.sentinel_url()],
             master: MASTER_NAME.to_owned(),
         },
         |_| {},
