@@ -14,7 +14,7 @@ use common::load::{Answered, Load};
 use common::{Http, one_check};
 use sluice_core::key::{LimitKey, RuleName, redis_key};
 use sluice_core::limit::Algorithm;
-use sluice_harness::{RedisCluster, RedisServer, key_slot};
+use sluice_harness::{RedisCluster, key_slot};
 use sluice_server::config::DEFAULT_KEY_PREFIX;
 use sluice_server::store::{ScriptCalls, Topology};
 
@@ -124,16 +124,6 @@ async fn a_key_keeps_its_count_through_each_step_of_its_slot_moving() {
     }
 }
 
-/// How many times `node` has answered the error `code` (`INFO errorstats`).
-fn errors(node: &RedisServer, code: &str) -> u64 {
-    let stats = node.cli(&["INFO", "errorstats"]).unwrap();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("errorstat_{code}:count=")))
-        .and_then(|count| count.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// A lease's two keys (its rule's state and its ledger) moved by two `MIGRATE`s, as a reshard
 /// may move them: in between, the old owner holds one and refuses the call (`TRYAGAIN`),
 /// and the client tries again within the call's time, so the ask in flight is answered once
@@ -182,13 +172,13 @@ async fn a_lease_asked_while_its_two_keys_move_apart_is_answered_once_both_have(
     );
     moving.migrate(&ledger).unwrap();
 
-    let refused_before = errors(&cluster.nodes()[from], "TRYAGAIN");
+    let refused_before = common::errors(&cluster.nodes()[from], "TRYAGAIN");
     let in_flight = tokio::spawn({
         let (http, lease, body) = (http.clone(), lease.clone(), ask("b"));
         async move { http.send("POST", &lease, &headers, body).await }
     });
     let waiting = Instant::now();
-    while errors(&cluster.nodes()[from], "TRYAGAIN") == refused_before {
+    while common::errors(&cluster.nodes()[from], "TRYAGAIN") == refused_before {
         assert!(waiting.elapsed() < Duration::from_secs(5), "no TRYAGAIN");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

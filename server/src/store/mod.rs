@@ -85,37 +85,8 @@ enum Backend {
     Cluster(ClusterConnection),
 }
 
-/// How a Cluster call tries again, within the time a call has ([`Store`]'s timeout, which the
-/// client also applies to a call and all its tries together).
-///
-/// A call tries again after a redirect (`MOVED`, and `ASK` while a slot moves), a lost
-/// connection, or a refusal that passes: `TRYAGAIN` (a script's keys split between two nodes
-/// mid-reshard), `CLUSTERDOWN` (a primary lost and not yet replaced). The client's own waits
-/// before the last two start at 1.28 s, so with the default 100 ms timeout they never came;
-/// these start at a twentieth of the timeout and stay under a quarter of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ClusterRetry {
-    min_wait_ms: u64,
-    max_wait_ms: u64,
-    /// The n-th wait is drawn from `min_wait_ms .. factor_ms * 2^n`, capped at `max_wait_ms`.
-    factor_ms: u64,
-}
-
-impl ClusterRetry {
-    /// Tries after the first: a redirect and a wait or two fit in a call's time.
-    const RETRIES: u32 = 4;
-
-    fn within(timeout: Duration) -> ClusterRetry {
-        let ms = u64::try_from(timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(20);
-        ClusterRetry {
-            min_wait_ms: ms / 20,
-            max_wait_ms: ms / 4,
-            factor_ms: ms / 20,
-        }
-    }
-}
+/// Tries of a Cluster call after its first: a redirect and a pause or two fit in its time.
+const CLUSTER_RETRIES: u32 = 4;
 
 /// How often, at most, a failed load of the functions library is logged.
 const LOAD_WARNING_INTERVAL: Duration = Duration::from_secs(10);
@@ -236,19 +207,31 @@ impl Store {
         }
     }
 
+    /// How long opening a connection may take: the call's timeout, but not under 250 ms.
+    fn connect_timeout(&self) -> Duration {
+        self.timeout.max(Duration::from_millis(250))
+    }
+
+    /// The pause before the Redis client tries again, to reconnect or after a Cluster node
+    /// refused a call for the moment (`TRYAGAIN` mid-reshard, `CLUSTERDOWN` until a replica
+    /// takes over): a twentieth of a call's timeout, so that another try fits in it. The
+    /// client's own pauses, 100 ms before reconnecting and 1.28 s on a Cluster, were as long
+    /// as the default timeout or longer: calls waited it out instead of failing on a refused
+    /// connection (a filter failing open then held its request that long) or succeeding on a
+    /// second try.
+    fn retry_pause(&self) -> Duration {
+        self.timeout / 20
+    }
+
     fn manager_config(&self) -> ConnectionManagerConfig {
         ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(250))))
+            .set_connection_timeout(Some(self.connect_timeout()))
             // `within_timeout` bounds every call already. A second timer a call made tokio
             // write to its own eventfd for most calls (a timer due before the event loop's
             // next planned wake-up does), 1.5 writes a decision against 0.6 with one.
             .set_response_timeout(None)
-            // A reconnection tries twice, a twentieth of the timeout apart. The client's own
-            // pause, 100 ms or more, made every call while Redis was down wait out the whole
-            // default timeout; now it fails on the refused connection, and a filter failing
-            // open passes its request without that wait.
             .set_number_of_retries(1)
-            .set_min_delay(self.timeout / 20)
+            .set_min_delay(self.retry_pause())
             .set_max_delay(Duration::from_millis(500))
     }
 
@@ -269,14 +252,18 @@ impl Store {
                 ))
             }
             Topology::Cluster(urls) => {
-                let retry = ClusterRetry::within(self.timeout);
+                // The client counts its waits in whole milliseconds: the n-th is drawn from one
+                // pause to `pause × 2^n`, and stays under a quarter of the timeout. It also
+                // bounds a call and all its tries together by the timeout.
+                let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                let pause_ms = ms(self.retry_pause()).max(1);
                 let mut builder = ClusterClient::builder(urls.clone())
-                    .connection_timeout(self.timeout.max(Duration::from_millis(250)))
+                    .connection_timeout(self.connect_timeout())
                     .response_timeout(self.timeout)
-                    .retries(ClusterRetry::RETRIES)
-                    .min_retry_wait(retry.min_wait_ms)
-                    .max_retry_wait(retry.max_wait_ms)
-                    .retry_wait_formula(retry.factor_ms, 2);
+                    .retries(CLUSTER_RETRIES)
+                    .min_retry_wait(pause_ms)
+                    .max_retry_wait(ms(self.timeout / 4).max(5))
+                    .retry_wait_formula(pause_ms, 2);
                 if let Some(username) = &self.credentials.username {
                     builder = builder.username(username);
                 }

@@ -165,10 +165,19 @@ pub fn one_check(rule: &str, key: &str, limit: &str) -> String {
 
 /// How many times Redis has run `command` (from INFO commandstats).
 pub fn calls(redis: &sluice_harness::RedisServer, command: &str) -> u64 {
-    let stats = redis.cli(&["INFO", "commandstats"]).unwrap();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
+    info_count(redis, "commandstats", &format!("cmdstat_{command}:calls="))
+}
+
+/// How many times `redis` has answered the error `code` (from INFO errorstats).
+pub fn errors(redis: &sluice_harness::RedisServer, code: &str) -> u64 {
+    info_count(redis, "errorstats", &format!("errorstat_{code}:count="))
+}
+
+/// The count after `prefix` on a line of INFO's `section`; 0 where there is none.
+fn info_count(redis: &sluice_harness::RedisServer, section: &str, prefix: &str) -> u64 {
+    let info = redis.cli(&["INFO", section]).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|rest| rest.split(',').next()?.trim().parse().ok())
         .unwrap_or(0)
 }

@@ -1,11 +1,11 @@
 //! A three-primary Redis Cluster on loopback, with a replica for each primary if asked; and
 //! what an operator does to one: move a slot, lose a primary.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::HarnessError;
 use crate::server::{RedisServer, free_port, ping, redis_cli};
 use crate::tls::TlsFiles;
+use crate::{HarnessError, wait_until};
 
 /// How long a node may stay silent before the others count it as failed, in a cluster with
 /// replicas: short, so that a test sees a failover within seconds.
@@ -123,16 +123,7 @@ impl RedisCluster {
         what: &str,
         done: impl Fn(&RedisCluster) -> Result<bool, HarnessError>,
     ) -> Result<(), HarnessError> {
-        let started = Instant::now();
-        loop {
-            if done(self)? {
-                return Ok(());
-            }
-            if started.elapsed() > Duration::from_secs(20) {
-                return Err(HarnessError::Cluster(format!("never got to: {what}")));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(what, Duration::from_secs(20), || done(self))
     }
 
     /// The index in [`RedisCluster::nodes`] of the primary that serves `slot`, as a running

@@ -1,9 +1,9 @@
 //! A primary, a replica and a sentinel watching them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::HarnessError;
 use crate::server::{RedisServer, free_port, redis_cli};
+use crate::{HarnessError, wait_until};
 
 /// The name the sentinel knows the primary by.
 pub const MASTER_NAME: &str = "sluice-primary";
@@ -43,7 +43,7 @@ impl RedisSentinel {
             replica,
             sentinel,
         };
-        found.wait(|s| {
+        found.wait("the sentinel knowing the replica", |s| {
             Ok(s.sentinel_cli(&["SENTINEL", "replicas", MASTER_NAME])?
                 .contains(&found.replica.port().to_string()))
         })?;
@@ -73,28 +73,26 @@ impl RedisSentinel {
     pub fn fail_over(&self) -> Result<u16, HarnessError> {
         let before = self.primary_port()?;
         // The sentinel refuses (NOGOODSLAVE) until it has heard from the replica: ask again.
-        self.wait(|s| {
+        self.wait("the sentinel taking the failover", |s| {
             Ok(s.sentinel_cli(&["SENTINEL", "FAILOVER", MASTER_NAME])?
                 .trim()
                 == "OK")
         })?;
-        self.wait(|s| Ok(s.primary_port()? != before))?;
+        self.wait("the sentinel naming the other server", |s| {
+            Ok(s.primary_port()? != before)
+        })?;
         self.primary_port()
     }
 
+    /// Polls `done` until it says true, for at most 30 s; an error counts as not yet (the
+    /// sentinel refuses some questions until it knows the servers). `what` names the state.
     fn wait(
         &self,
+        what: &str,
         done: impl Fn(&RedisSentinel) -> Result<bool, HarnessError>,
     ) -> Result<(), HarnessError> {
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(30) {
-            if done(self).unwrap_or(false) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Err(HarnessError::Cluster(
-            "the sentinel never got there".to_owned(),
-        ))
+        wait_until(what, Duration::from_secs(30), || {
+            Ok(done(self).unwrap_or(false))
+        })
     }
 }
