@@ -1,0 +1,133 @@
+//! The floor under sluice-server's decisions per second: the least an HTTP server built on
+//! tokio and the Redis client can do for a decision. It reads each request by `httparse`, makes
+//! the very `FCALL` sluice-server makes for the bench's `gcra` check (one connection manager,
+//! Redis' library loaded first), and writes one canned answer; no policy, no body parsing, no
+//! metrics. BENCHMARKS.md quotes it beside sluice-server, to show how much of the gap to
+//! redis-benchmark is sluice's and how much is the stack's and the machine's.
+//!
+//! To measure it, put it where `sluice-bench` looks for the server and run the server bench:
+//!
+//! ```text
+//! cargo build --release -p sluice-bench --example floor
+//! mkdir -p /tmp/floor && cp target/release/sluice-bench /tmp/floor/
+//! cp target/release/examples/floor /tmp/floor/sluice-server
+//! /tmp/floor/sluice-bench server --load 16:1
+//! ```
+//!
+//! It takes sluice-server's `--listen ADDR` and `--redis URL` and ignores its other flags.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use redis::aio::ConnectionManager;
+use sluice_core::limit::{Algorithm, Limit};
+use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The bench's limit, as `sluice-bench server` configures sluice-server's check.
+const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
+/// Clients the keys are spread over, as in the bench.
+const KEYSPACE: u64 = 10_000;
+const DECIDED: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 71\r\n\r\n{\"v\":1,\"results\":[{\"allowed\":true,\"limit\":1,\"remaining\":1,\"reset_ms\":1}]}";
+const READY: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .with_context(|| format!("{name} is required"))
+    };
+    let listen = flag("--listen")?.clone();
+    let url = flag("--redis")?.clone();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve(&listen, &url))
+}
+
+async fn serve(listen: &str, url: &str) -> anyhow::Result<()> {
+    let mut redis = ConnectionManager::new(redis::Client::open(url)?).await?;
+    SCRIPTS
+        .library()
+        .load_command()
+        .query_async::<String>(&mut redis)
+        .await?;
+    let limit: Limit = serde_json::from_str(LIMIT)?;
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        stream.set_nodelay(true)?;
+        let redis = redis.clone();
+        tokio::spawn(async move {
+            if let Err(e) = answer(stream, redis, limit).await {
+                eprintln!("floor: {e:#}");
+            }
+        });
+    }
+}
+
+/// Answers one keep-alive connection's requests, one at a time, until the client closes it.
+async fn answer(
+    mut stream: TcpStream,
+    mut redis: ConnectionManager,
+    limit: Limit,
+) -> anyhow::Result<()> {
+    let script = SCRIPTS.get(Algorithm::Gcra);
+    let mut buffer = vec![0u8; 4096];
+    for request in 0u64.. {
+        let Some(is_get) = read_request(&mut stream, &mut buffer).await? else {
+            return Ok(());
+        };
+        if is_get {
+            stream.write_all(READY).await?;
+            continue;
+        }
+        let key = format!(
+            "sluice:{{bench0:client-{}}}:{}",
+            request.wrapping_mul(2_654_435_761) % KEYSPACE,
+            Algorithm::Gcra.storage_code()
+        );
+        let now_us = i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH)?.as_micros())?;
+        let call = ScriptCall::new(&limit, key.clone(), ScriptTime::Carried(now_us), 1, false);
+        script
+            .fcall(&[key], &call.args())
+            .query_async::<redis::Value>(&mut redis)
+            .await?;
+        stream.write_all(DECIDED).await?;
+    }
+    Ok(())
+}
+
+/// Reads one request, head and `content-length` body, into `buffer`: whether it was a `GET`,
+/// or `None` when the client has closed the connection.
+async fn read_request(stream: &mut TcpStream, buffer: &mut [u8]) -> anyhow::Result<Option<bool>> {
+    let mut filled = 0;
+    loop {
+        let n = stream.read(&mut buffer[filled..]).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        filled += n;
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let mut request = httparse::Request::new(&mut headers);
+        let httparse::Status::Complete(head) = request.parse(&buffer[..filled])? else {
+            continue;
+        };
+        let length: usize = match request
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        {
+            Some(h) => std::str::from_utf8(h.value)?.parse()?,
+            None => 0,
+        };
+        // One request in flight a connection: nothing follows its body.
+        if filled >= head + length {
+            return Ok(Some(request.method == Some("GET")));
+        }
+        anyhow::ensure!(head + length <= buffer.len(), "a request over 4 KiB");
+    }
+}
