@@ -31,13 +31,19 @@ pub struct Args {
     #[arg(long, env = "SLUICE_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
 
-    /// A standalone Redis, as redis://[:password@]host:port[/db].
+    /// A standalone Redis, as redis://host:port, with a user, password and db number if wanted
+    /// (redis://user:password@host:port/db; rediss:// for TLS).
     #[arg(long, env = "SLUICE_REDIS", default_value = "redis://127.0.0.1:6379",
-          conflicts_with_all = ["redis_cluster", "redis_sentinel"])]
+          conflicts_with_all = ["redis_cluster", "redis_sentinel"], hide_env_values = true)]
     pub redis: String,
 
     /// A Redis Cluster: comma-separated URLs of some of its nodes.
-    #[arg(long, env = "SLUICE_REDIS_CLUSTER", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_CLUSTER",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub redis_cluster: Vec<String>,
 
     /// Redis through Sentinel: comma-separated URLs of the sentinels (with --sentinel-master).
@@ -45,7 +51,8 @@ pub struct Args {
         long,
         env = "SLUICE_REDIS_SENTINEL",
         value_delimiter = ',',
-        requires = "sentinel_master"
+        requires = "sentinel_master",
+        hide_env_values = true
     )]
     pub redis_sentinel: Vec<String>,
 
@@ -96,7 +103,7 @@ pub struct Args {
     #[arg(long, env = "SLUICE_KEY_PREFIX", default_value = DEFAULT_KEY_PREFIX)]
     pub key_prefix: String,
 
-    /// A bearer token callers must present (Authorization: Bearer <token>).
+    /// A bearer token callers must present, as `Authorization: Bearer TOKEN`.
     #[arg(long, env = "SLUICE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 

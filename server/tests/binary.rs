@@ -46,6 +46,31 @@ fn every_setting_is_a_flag_and_an_environment_variable() {
     }
 }
 
+/// clap writes a variable's value into `--help` unless told not to, and a Redis URL may hold a
+/// password.
+#[test]
+fn help_never_shows_a_secret_set_in_the_environment() {
+    let help = Command::new(BINARY)
+        .arg("--help")
+        .env("SLUICE_REDIS", "redis://:secret-standalone@127.0.0.1:6379")
+        .env(
+            "SLUICE_REDIS_CLUSTER",
+            "redis://:secret-cluster@127.0.0.1:7000",
+        )
+        .env(
+            "SLUICE_REDIS_SENTINEL",
+            "redis://:secret-sentinel@127.0.0.1:26379",
+        )
+        .env("SLUICE_REDIS_PASSWORD", "secret-password")
+        .env("SLUICE_TOKEN", "secret-token")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("env: SLUICE_REDIS]"), "{help}");
+    assert!(!help.contains("secret"), "--help shows a secret:\n{help}");
+}
+
 #[test]
 fn a_bad_rate_limit_configuration_stops_the_server_naming_the_file_the_path_and_the_reason() {
     let dir = tempfile::tempdir().unwrap();
