@@ -20,7 +20,6 @@ use crate::connect::{Endpoint, HttpClient};
 pub struct Services {
     redis: Option<RedisServer>,
     endpoint: Endpoint,
-    description: String,
     /// The Redis and the key prefix of a server started here.
     keys: Option<(String, String)>,
 }
@@ -40,7 +39,6 @@ impl Services {
             return Ok(Services {
                 redis: None,
                 endpoint,
-                description: url,
                 keys: None,
             });
         }
@@ -77,11 +75,9 @@ impl Services {
         };
         let endpoint = Endpoint::InProcess(server);
         runtime.block_on(wait_ready(&endpoint))?;
-        let description = format!("sluice-server in this process, Redis at {redis_url}");
         Ok(Services {
             redis: started,
             endpoint,
-            description,
             keys,
         })
     }
@@ -89,11 +85,6 @@ impl Services {
     /// How to reach the server.
     pub fn endpoint(&self) -> Endpoint {
         self.endpoint.clone()
-    }
-
-    /// What the server is, for reports.
-    pub fn description(&self) -> &str {
-        &self.description
     }
 
     /// Where the limit keys are: the Redis URL and the key prefix, when the server runs here.

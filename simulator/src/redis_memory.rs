@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use sluice_server::store::redacted;
+
 use crate::report::RuleMemory;
 
 /// Keys measured per round trip.
@@ -12,11 +14,12 @@ const BATCH: usize = 500;
 
 /// Measures every key under `prefix` in the Redis at `url`, by rule.
 pub async fn measure(url: &str, prefix: &str) -> Result<BTreeMap<String, RuleMemory>, String> {
-    let client = redis::Client::open(url).map_err(|e| format!("Redis URL {url}: {e}"))?;
+    let client =
+        redis::Client::open(url).map_err(|e| format!("Redis URL {}: {e}", redacted(url)))?;
     let mut connection = client
         .get_multiplexed_async_connection()
         .await
-        .map_err(|e| format!("connecting to {url}: {e}"))?;
+        .map_err(|e| format!("connecting to {}: {e}", redacted(url)))?;
     let pattern = format!("{prefix}:*");
     let mut keys: Vec<String> = Vec::new();
     let mut cursor: u64 = 0;
@@ -78,5 +81,15 @@ mod tests {
     fn the_rule_is_read_back_from_the_key() {
         assert_eq!(rule_of("p:{per-ip:10.0.0.1}:gc", "p"), Some("per-ip"));
         assert_eq!(rule_of("other:{per-ip:x}:gc", "p"), None);
+    }
+
+    /// The reason lands in the replay's report, which is shared more widely than the URL.
+    #[tokio::test]
+    async fn a_redis_that_cannot_be_reached_is_named_without_its_password() {
+        let port = sluice_harness::free_port().unwrap();
+        let url = format!("redis://:hunter2@127.0.0.1:{port}");
+        let why = measure(&url, "p").await.unwrap_err();
+        assert!(why.contains(&format!("127.0.0.1:{port}")), "{why}");
+        assert!(!why.contains("hunter2"), "{why}");
     }
 }
