@@ -67,6 +67,7 @@ test: wasm
 bench: wasm
 	@bash scripts/setup.sh --bench
 	$(CARGO) build --release -p sluice-sim -p sluice-server -p sluice-bench
+	$(CARGO) build --release -p sluice-bench --example floor
 	target/release/sluice-bench all --out BENCHMARKS.md
 
 # Regenerates docs/config.schema.json from the configuration's types.

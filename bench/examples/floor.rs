@@ -2,17 +2,11 @@
 //! tokio and the Redis client can do for a decision. It reads each request by `httparse`, makes
 //! the very `FCALL` sluice-server makes for the bench's `gcra` check (one connection manager,
 //! Redis' library loaded first), and writes one canned answer; no policy, no body parsing, no
-//! metrics. BENCHMARKS.md quotes it beside sluice-server, to show how much of the gap to
-//! redis-benchmark is sluice's and how much is the stack's and the machine's.
-//!
-//! To measure it, put it where `sluice-bench` looks for the server and run the server bench:
-//!
-//! ```text
-//! cargo build --release -p sluice-bench --example floor
-//! mkdir -p /tmp/floor && cp target/release/sluice-bench /tmp/floor/
-//! cp target/release/examples/floor /tmp/floor/sluice-server
-//! /tmp/floor/sluice-bench server --load 16:1
-//! ```
+//! metrics. `make bench` measures it in sluice-server's place at 16 connections, in the same
+//! rounds, to show how much of the gap to redis-benchmark is sluice's and how much is the
+//! stack's and the machine's; `sluice-bench server --floor` measures it in every one-check
+//! configuration it is given (build it first: `cargo build --release -p sluice-bench --example
+//! floor`, which puts it in `examples/` beside `sluice-bench`).
 //!
 //! It takes sluice-server's `--listen ADDR` and `--redis URL` and ignores its other flags.
 

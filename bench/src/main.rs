@@ -44,6 +44,9 @@ enum Command {
         /// Configurations as connections:checks, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "16:1,32:1,64:1,32:3")]
         load: Vec<String>,
+        /// Also measure the floor (bench/examples/floor.rs) in every one-check configuration.
+        #[arg(long)]
+        floor: bool,
     },
     /// Envoy's gRPC rate limit API beside /v1/decide, on one server.
     Grpc {
@@ -172,8 +175,15 @@ const SERVER_RUNS: usize = 3;
 /// Where the server section's chart goes, beside BENCHMARKS.md.
 const SERVER_CHART: &str = "bench/server-cpu.svg";
 
-fn server_section(seconds: u64, load: &[(usize, usize)]) -> anyhow::Result<String> {
-    let rows = server::run(load, Duration::from_secs(seconds), SERVER_RUNS)?;
+/// Where `make bench` measures the floor too: the configuration issue 15's bar is set at.
+const FLOOR_LOAD: [(usize, usize); 1] = [(16, 1)];
+
+fn server_section(
+    seconds: u64,
+    load: &[(usize, usize)],
+    floor_at: &[(usize, usize)],
+) -> anyhow::Result<String> {
+    let rows = server::run(load, Duration::from_secs(seconds), SERVER_RUNS, floor_at)?;
     let mut out = String::new();
     writeln!(
         out,
@@ -228,9 +238,10 @@ fn server_section(seconds: u64, load: &[(usize, usize)]) -> anyhow::Result<Strin
     }
     std::fs::write(SERVER_CHART, server::cpu_chart(&rows))?;
     writeln!(out, "\n![CPU a decision]({SERVER_CHART})")?;
+    floor_table(&mut out, &rows)?;
     writeln!(
         out,
-        "\nWhere the time goes (the table above measures the split in every run): half of the server's CPU is the kernel's (perf, 2026-11-23), most of it the answer's `writev`: on loopback the sender runs the receiver's TCP path and wakes it, so sluice-server pays for the client's receive and the client for the server's, as redis-benchmark and Redis pay for each other's. Its system calls a decision at 16 connections (perf's tracepoints over 3 s, 108.8k decisions, 2026-11-24): 1.03 `recvfrom`, 1.11 `writev` (an answer each, and a write to Redis for about nine commands), 0.08 `write` and 0.29 `epoll_wait` (about 3.5 decisions a wake-up), 2.5 in all: one read and one write a request, the fewest that keep-alive HTTP/1.1 with one request in flight on a connection allows. The other half, counted by callgrind over one keep-alive connection (3,000 decisions), was 56.4k instructions a decision before commit 11edc40 and 42.1k since 60982ba: `/v1/decide` bodies are read and answered by hand-written code beside the filter's own (serde's general path took 5.8k to read a body and 3.9k to write the answer; a property test holds both to serde's bytes and values), decisions reach their handler before axum's router (which cost 4.7k a request), and a check's script arguments go into `FCALL` without a string each (45 allocations and 7 reallocations a decision before, 28 after); over 4 alternating rounds at 16 connections the server's CPU a decision went from 19.1 .. 22.5 µs to 15.0 .. 19.0. Counted at 16 connections, under the bench's own load (2026-11-24), it was 36.5k at commit d4ad950 and is 30.1k since e24191b: the scripts answer with one string of integers, which the Redis client reads as a single value where an array of six integers cost its RESP parser (`combine`) about 5.5k (b1ed29b; Redis spends about 0.08 µs more a call on `string.format`, and so does the baseline, which runs the same script); a Redis call arms one timer instead of two (the client's own response timeout repeated the server's), so tokio writes to its own eventfd 0.6 times a decision instead of 1.5 (`strace -c`); and a decision's body is taken as hyper hands it over instead of through axum's `to_bytes`. Over 4 alternating rounds at 16 connections the server's CPU a decision went from 15.1 .. 16.2 µs (median 15.65) to 14.0 .. 14.9 (median 14.5). What is left, by crate: hyper and http 7.3k (reading the request 3.1k of it), tokio 4.8k, sluice's server 3.8k and core 2.1k, the Redis client 3.4k and 0.6k of number formatting (a command's arguments are written once into the command and again as RESP), the allocator 2.8k, copies 2.1k. Redis itself is not the gap: it spends less CPU on a decision of sluice's than on one of redis-benchmark's, since the server's commands reach it many to a read on one connection. The gap is the server's own CPU: when both sides leave the cores equally idle, the ratio is the baseline's total over sluice's, and sluice's total is the baseline's plus the server's less what Redis saves, so 0.8 needs sluice's total within 1.25 times the baseline's. At 16 connections it stood at 1.40 and 1.47 times in the two `make bench` runs of 2026-11-23, before the changes above (ratios 0.67 and 0.65); at 32 and 64 connections, where more requests share each of the server's wake-ups, at 1.09 to 1.20 (ratios 0.80 to 0.87). Since commit 287c174 the server calls its scripts as Redis Functions, so a script's definitions (the prelude, the schedule, the algorithms) no longer run on every call: on one binary, 3 alternating runs at 16 connections, Redis spent 15.1 to 20.6 µs (median 15.5) a decision by `FCALL` against 18.0 to 21.7 (median 20.0) with `--redis-scripts eval`, and the ratio went from 0.59 .. 0.66 to 0.66 .. 0.72. Inside one gcra call (`INFO commandstats`, one client, this machine): an `FCALL` that does nothing costs 6 to 8 µs, reading the arguments and the time 5 to 8 more, the arithmetic 3 to 4, the `GET` and the `SET … PX` 7 to 8 together. Deciding several waiting requests in one script call (tried: up to 18 a call at 64 connections) cut Redis' time a decision by about a tenth but not the server's, and did not raise the rate, so the server makes one call a request. Tried on 2026-11-23 and not kept: the server polling its sockets (yielding the CPU each round) for up to 50 or 200 µs before it sleeps, as the simulator does, raised the 16-connection ratio from a median of 0.66 to 0.70 .. 0.73 over 3 alternating rounds, short of 0.8, at the price of a core spinning whenever the server is busy, taken from Redis on a small machine. Also tried and not kept, when each request still armed two timers, each due before the event loop's next wake-up so that tokio wrote to its eventfd to wake itself: a standing timer that keeps the next wake-up ahead of them took those writes from 1.4 to 0.07 a request (`strace -c`) but not the server's CPU: over 4 alternating runs, 22.0 to 25.4 µs a decision without it and 22.3 to 25.6 with it, or 1.35 and 1.37 times Redis' time in the same runs. Tried on 2026-11-24 and not kept: spreading the server's calls over 2 or 4 Redis connections instead of one, so that Redis could start on some while the server still reads others (ratios 0.57 to 0.66 against 0.74 and 0.78 on one connection, 2 alternating rounds: Redis and the server both spent more a decision, each connection's calls arriving fewer to a read); and building the server with fat LTO and one codegen unit, which cut its user-space instructions a decision by 5 % (callgrind: 41.9k to 39.7k) but not its measured CPU (19.6 to 21.4 µs against 18.5 to 20.4, 3 alternating rounds), at the price of slower release builds. The floor under it (2026-11-24, late): `bench/examples/floor.rs` is the least a server on the same stack can do, tokio and the Redis client, one thread: it reads each request with `httparse`, makes the very `FCALL` sluice-server makes for the check, and writes a canned answer, with no policy, body, clock or metrics. Put in sluice-server's place and measured in 10 rounds alternating with it at 16 connections, it spent 10.8 to 14.9 µs of CPU a decision against sluice-server's 15.0 to 20.8, yet its ratio was no higher: a median of 0.78 (0.67 .. 0.85) against sluice-server's 0.77 (0.66 .. 0.83). What decides the rate at 16 connections on this machine is how the three processes wait on one another and wake each other over loopback, which the server's own CPU barely moves; 0.8 with a range clear of it is out of reach of any server built on this stack here.\n"
+        "\nWhere the time goes (the table above measures the split in every run): half of the server's CPU is the kernel's (perf, 2026-11-23), most of it the answer's `writev`: on loopback the sender runs the receiver's TCP path and wakes it, so sluice-server pays for the client's receive and the client for the server's, as redis-benchmark and Redis pay for each other's. Its system calls a decision at 16 connections (perf's tracepoints over 3 s, 108.8k decisions, 2026-11-24): 1.03 `recvfrom`, 1.11 `writev` (an answer each, and a write to Redis for about nine commands), 0.08 `write` and 0.29 `epoll_wait` (about 3.5 decisions a wake-up), 2.5 in all: one read and one write a request, the fewest that keep-alive HTTP/1.1 with one request in flight on a connection allows. The other half, counted by callgrind over one keep-alive connection (3,000 decisions), was 56.4k instructions a decision before commit 11edc40 and 42.1k since 60982ba: `/v1/decide` bodies are read and answered by hand-written code beside the filter's own (serde's general path took 5.8k to read a body and 3.9k to write the answer; a property test holds both to serde's bytes and values), decisions reach their handler before axum's router (which cost 4.7k a request), and a check's script arguments go into `FCALL` without a string each (45 allocations and 7 reallocations a decision before, 28 after); over 4 alternating rounds at 16 connections the server's CPU a decision went from 19.1 .. 22.5 µs to 15.0 .. 19.0. Counted at 16 connections, under the bench's own load (2026-11-24), it was 36.5k at commit d4ad950 and is 30.1k since e24191b: the scripts answer with one string of integers, which the Redis client reads as a single value where an array of six integers cost its RESP parser (`combine`) about 5.5k (b1ed29b; Redis spends about 0.08 µs more a call on `string.format`, and so does the baseline, which runs the same script); a Redis call arms one timer instead of two (the client's own response timeout repeated the server's), so tokio writes to its own eventfd 0.6 times a decision instead of 1.5 (`strace -c`); and a decision's body is taken as hyper hands it over instead of through axum's `to_bytes`. Over 4 alternating rounds at 16 connections the server's CPU a decision went from 15.1 .. 16.2 µs (median 15.65) to 14.0 .. 14.9 (median 14.5). What is left, by crate: hyper and http 7.3k (reading the request 3.1k of it), tokio 4.8k, sluice's server 3.8k and core 2.1k, the Redis client 3.4k and 0.6k of number formatting (a command's arguments are written once into the command and again as RESP), the allocator 2.8k, copies 2.1k. Redis itself is not the gap: it spends less CPU on a decision of sluice's than on one of redis-benchmark's, since the server's commands reach it many to a read on one connection. The gap is the server's own CPU: when both sides leave the cores equally idle, the ratio is the baseline's total over sluice's, and sluice's total is the baseline's plus the server's less what Redis saves, so 0.8 needs sluice's total within 1.25 times the baseline's. At 16 connections it stood at 1.40 and 1.47 times in the two `make bench` runs of 2026-11-23, before the changes above (ratios 0.67 and 0.65); at 32 and 64 connections, where more requests share each of the server's wake-ups, at 1.09 to 1.20 (ratios 0.80 to 0.87). Since commit 287c174 the server calls its scripts as Redis Functions, so a script's definitions (the prelude, the schedule, the algorithms) no longer run on every call: on one binary, 3 alternating runs at 16 connections, Redis spent 15.1 to 20.6 µs (median 15.5) a decision by `FCALL` against 18.0 to 21.7 (median 20.0) with `--redis-scripts eval`, and the ratio went from 0.59 .. 0.66 to 0.66 .. 0.72. Inside one gcra call (`INFO commandstats`, one client, this machine): an `FCALL` that does nothing costs 6 to 8 µs, reading the arguments and the time 5 to 8 more, the arithmetic 3 to 4, the `GET` and the `SET … PX` 7 to 8 together. Deciding several waiting requests in one script call (tried: up to 18 a call at 64 connections) cut Redis' time a decision by about a tenth but not the server's, and did not raise the rate, so the server makes one call a request. Tried on 2026-11-23 and not kept: the server polling its sockets (yielding the CPU each round) for up to 50 or 200 µs before it sleeps, as the simulator does, raised the 16-connection ratio from a median of 0.66 to 0.70 .. 0.73 over 3 alternating rounds, short of 0.8, at the price of a core spinning whenever the server is busy, taken from Redis on a small machine. Also tried and not kept, when each request still armed two timers, each due before the event loop's next wake-up so that tokio wrote to its eventfd to wake itself: a standing timer that keeps the next wake-up ahead of them took those writes from 1.4 to 0.07 a request (`strace -c`) but not the server's CPU: over 4 alternating runs, 22.0 to 25.4 µs a decision without it and 22.3 to 25.6 with it, or 1.35 and 1.37 times Redis' time in the same runs. Tried on 2026-11-24 and not kept: spreading the server's calls over 2 or 4 Redis connections instead of one, so that Redis could start on some while the server still reads others (ratios 0.57 to 0.66 against 0.74 and 0.78 on one connection, 2 alternating rounds: Redis and the server both spent more a decision, each connection's calls arriving fewer to a read); and building the server with fat LTO and one codegen unit, which cut its user-space instructions a decision by 5 % (callgrind: 41.9k to 39.7k) but not its measured CPU (19.6 to 21.4 µs against 18.5 to 20.4, 3 alternating rounds), at the price of slower release builds. The floor under it (2026-11-24, late): `bench/examples/floor.rs` is the least a server on the same stack can do, tokio and the Redis client on one thread: it reads each request with `httparse`, makes the very `FCALL` sluice-server makes for the check, and writes a canned answer, with no policy, body, clock or metrics. Run as a separate bench alternating with sluice-server (10 rounds each), it spent 10.8 to 14.9 µs of CPU a decision against sluice-server's 15.0 to 20.8, and its median ratio was 0.78 (0.67 .. 0.85) against 0.77 (0.66 .. 0.83): between invocations minutes apart, this machine's swings hide the difference. Measured in the same rounds as sluice-server (the floor's table above), 8 runs of `sluice-bench server --load 16:1 --floor`, 5 with the floor after sluice-server and 3 with it before: the floor's median ratio was 0.77 to 0.93 against sluice-server's 0.69 to 0.88, higher in 7 of the 8 (by 0.06 in the middle one), its range clear of 0.8 in 2 of them. So sluice's own code costs about 0.06 of the ratio at 16 connections, and even the floor meets 0.8 with its range clear of it only now and then: most of the distance to 1 is three processes on two cores waking each other over loopback, where the baseline has two.\n"
     )?;
     Ok(out)
 }
@@ -464,6 +475,50 @@ fn lease_section(modules: &Modules) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// sluice-server beside the floor, where the floor was measured.
+fn floor_table(out: &mut String, rows: &[server::Row]) -> anyhow::Result<()> {
+    let measured: Vec<_> = rows
+        .iter()
+        .filter_map(|row| Some((row, row.floor_runs()?)))
+        .collect();
+    if measured.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\nThe floor (`bench/examples/floor.rs`): the least a server on the same stack can do, tokio and the Redis client on one thread, with no policy, body, clock or metrics. It reads each request with `httparse`, makes the very `FCALL` sluice-server makes for the check, and writes a canned answer. It is measured in sluice-server's place in the same rounds, under the same load, right after sluice-server, and its ratio is taken to the same round's `EVALSHA`: what is between the two is what sluice's own code costs, and what is between the floor and 1 is the stack's and the machine's.\n"
+    )?;
+    writeln!(
+        out,
+        "| connections | checks/request | sluice-server decisions/s | ratio (median) | lowest .. highest | sluice-server µs | floor decisions/s | floor ratio (median) | lowest .. highest | floor µs |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
+    for (row, floor_runs) in measured {
+        let r = row.median();
+        let (lowest, highest) = row.ratio_range();
+        let f = floor_runs[floor_runs.len() / 2];
+        let floor_ratio = |run: &server::Run| run.floor_ratio().unwrap_or(f64::NAN);
+        let Some((floor, floor_cpu)) = &f.floor else {
+            continue;
+        };
+        writeln!(
+            out,
+            "| {} | {} | {:.0} | {:.2} | {lowest:.2} .. {highest:.2} | {:.1} | {:.0} | {:.2} | {:.2} .. {:.2} | {:.1} |",
+            row.concurrency,
+            row.checks,
+            r.decisions_per_second(),
+            r.ratio(),
+            r.sluice_cpu_us()[1],
+            floor.rate() * row.checks as f64,
+            floor_ratio(f),
+            floor_runs.first().map_or(f64::NAN, |run| floor_ratio(run)),
+            floor_runs.last().map_or(f64::NAN, |run| floor_ratio(run)),
+            floor_cpu.per_decision_us()[1],
+        )?;
+    }
+    Ok(())
+}
+
 /// (connections, checks per request) measured by `make bench`.
 const DEFAULT_LOAD: [(usize, usize); 4] = [(16, 1), (32, 1), (64, 1), (32, 3)];
 
@@ -508,7 +563,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Server { seconds, load } => {
+        Command::Server {
+            seconds,
+            load,
+            floor,
+        } => {
             let load = load
                 .iter()
                 .map(|l| {
@@ -518,7 +577,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     Ok((c.parse()?, k.parse()?))
                 })
                 .collect::<anyhow::Result<Vec<(usize, usize)>>>()?;
-            print!("{}", server_section(seconds, &load)?)
+            let floor_at: Vec<(usize, usize)> = if floor {
+                load.iter().copied().filter(|&(_, k)| k == 1).collect()
+            } else {
+                Vec::new()
+            };
+            print!("{}", server_section(seconds, &load, &floor_at)?)
         }
         Command::Memory => print!("{}", runtime.block_on(memory::run())?),
         Command::Filter { rounds, profiles } => {
@@ -556,7 +620,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(
                 doc,
                 "## Server: decisions per second\n\n{}",
-                server_section(seconds, &DEFAULT_LOAD)?
+                server_section(seconds, &DEFAULT_LOAD, &FLOOR_LOAD)?
             )?;
             eprintln!("bench: the gRPC API beside /v1/decide ...");
             writeln!(

@@ -86,13 +86,15 @@ impl RedisWork {
     }
 }
 
-/// One run of one configuration: sluice, then redis-benchmark.
+/// One run of one configuration: sluice, the floor where it is measured, then redis-benchmark.
 #[derive(Debug, Clone)]
 pub struct Run {
     /// sluice-server's side.
     pub sluice: Measured,
     /// The CPU sluice's side spent on it (warm-up included).
     pub sluice_cpu: SluiceCpu,
+    /// The floor in sluice-server's place, under the same load, with the CPU spent on it.
+    pub floor: Option<(Measured, SluiceCpu)>,
     /// redis-benchmark's `EVALSHA`: calls per second, p50 and p99 (ms).
     pub baseline: (f64, f64, f64),
     /// What Redis did for redis-benchmark's `EVALSHA`.
@@ -116,6 +118,12 @@ impl Run {
     /// sluice's decisions per second over raw EVALSHA per second.
     pub fn ratio(&self) -> f64 {
         self.decisions_per_second() / self.baseline.0
+    }
+
+    /// The floor's decisions per second over raw EVALSHA per second.
+    pub fn floor_ratio(&self) -> Option<f64> {
+        let (floor, _) = self.floor.as_ref()?;
+        Some(floor.rate() * self.checks as f64 / self.baseline.0)
     }
 
     /// sluice's decisions per second over raw FCALL per second.
@@ -210,6 +218,17 @@ impl Row {
         let ratio = |r: Option<&Run>| r.map_or(f64::NAN, Run::ratio);
         (ratio(self.runs.first()), ratio(self.runs.last()))
     }
+
+    /// Where the floor was measured, its runs ordered by its own ratio.
+    pub fn floor_runs(&self) -> Option<Vec<&Run>> {
+        let mut runs: Vec<&Run> = self.runs.iter().filter(|r| r.floor.is_some()).collect();
+        if runs.is_empty() {
+            return None;
+        }
+        let ratio = |r: &Run| r.floor_ratio().unwrap_or(f64::NAN);
+        runs.sort_by(|a, b| ratio(a).total_cmp(&ratio(b)));
+        Some(runs)
+    }
 }
 
 /// Each configuration's CPU a decision (its median run), sluice's side beside the baseline's, as
@@ -264,6 +283,16 @@ impl ServerProcess {
             .stdin(Stdio::null())
             .spawn()
             .context("starting sluice-server")?;
+        Ok(ServerProcess(child))
+    }
+
+    /// The floor (`bench/examples/floor.rs`, built beside this binary) on `addr` over `redis`.
+    fn floor(addr: SocketAddr, redis: &RedisServer) -> anyhow::Result<ServerProcess> {
+        let child = Command::new(sibling_binary("examples/floor")?)
+            .args(["--listen", &addr.to_string(), "--redis", &redis.url()])
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting the floor")?;
         Ok(ServerProcess(child))
     }
 
@@ -397,27 +426,40 @@ fn redis_benchmark(
 
 /// Measures each (concurrency, checks per request) `repeats` times, for `duration` after a
 /// warm-up each time; each run pairs sluice with redis-benchmark measured right after it, by
-/// `EVALSHA` and by `FCALL`.
+/// `EVALSHA` and by `FCALL`. In the configurations of `floor_at` (one check a request), the
+/// floor is measured between sluice and redis-benchmark, in sluice-server's place.
 pub fn run(
     configurations: &[(usize, usize)],
     duration: Duration,
     repeats: usize,
+    floor_at: &[(usize, usize)],
 ) -> anyhow::Result<Vec<Row>> {
+    if let Some((c, k)) = floor_at.iter().find(|(_, checks)| *checks != 1) {
+        bail!("the floor makes one check a request, not {k} (at {c} connections)");
+    }
     let redis = RedisServer::start()?;
-    let port = free_port()?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    let addr = local(free_port()?);
     let server = ServerProcess::start(addr, &redis, &[])?;
+    let floor = if floor_at.is_empty() {
+        None
+    } else {
+        let floor_addr = local(free_port()?);
+        Some((floor_addr, ServerProcess::floor(floor_addr, &redis)?))
+    };
     // The load generator gets one thread, as redis-benchmark has one.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(wait_ready(addr))?;
+    if let Some((floor_addr, _)) = &floor {
+        runtime.block_on(wait_ready(*floor_addr))?;
+    }
     let mut rows = Vec::new();
     for &(concurrency, checks) in configurations {
         let bodies = bodies(checks)?;
-        let mut runs = Vec::with_capacity(repeats);
-        for _ in 0..repeats.max(1) {
-            let (sluice, sluice_cpu) = SluiceCpu::during(&redis, &server, || {
+        let load_on = |addr, server: &ServerProcess| {
+            let (measured, cpu) = SluiceCpu::during(&redis, server, || {
                 runtime.block_on(load::run(
                     addr,
                     sluice_core::wire::DECIDE_PATH,
@@ -427,9 +469,20 @@ pub fn run(
                     &bodies,
                 ))
             })?;
-            if sluice.errors > 0 {
-                bail!("{} requests failed during the benchmark", sluice.errors);
+            if measured.errors > 0 {
+                bail!("{} requests failed during the benchmark", measured.errors);
             }
+            Ok((measured, cpu))
+        };
+        let mut runs = Vec::with_capacity(repeats);
+        for _ in 0..repeats.max(1) {
+            let (sluice, sluice_cpu) = load_on(addr, &server)?;
+            let floor = match &floor {
+                Some((floor_addr, process)) if floor_at.contains(&(concurrency, checks)) => {
+                    Some(load_on(*floor_addr, process)?)
+                }
+                _ => None,
+            };
             // About as many EVALSHA as the sluice run decided, so both run for a similar time.
             let requests =
                 ((sluice.rate() * checks as f64 * duration.as_secs_f64()) as u64).max(50_000);
@@ -445,6 +498,7 @@ pub fn run(
             runs.push(Run {
                 sluice,
                 sluice_cpu,
+                floor,
                 baseline,
                 baseline_redis,
                 baseline_client_cpu_s,
@@ -460,7 +514,7 @@ pub fn run(
             runs,
         });
     }
-    drop(server);
+    drop((server, floor));
     Ok(rows)
 }
 
