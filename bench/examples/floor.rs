@@ -1,6 +1,6 @@
 //! The floor under sluice-server's decisions per second: the least an HTTP server built on
 //! tokio and the Redis client can do for a decision. It reads each request by `httparse`, makes
-//! the very `FCALL` sluice-server makes for the bench's `gcra` check (one connection manager,
+//! the very `FCALL` sluice-server makes for the bench's check (one connection manager,
 //! Redis' library loaded first), and writes one canned answer; no policy, no body parsing, no
 //! metrics. `make bench` measures it in sluice-server's place at 16 connections, in the same
 //! rounds, to show how much of the gap to redis-benchmark is sluice's and how much is the
@@ -8,55 +8,64 @@
 //! configuration it is given (build it first: `cargo build --release -p sluice-bench --example
 //! floor`, which puts it in `examples/` beside `sluice-bench`).
 //!
-//! It takes sluice-server's `--listen ADDR` and `--redis URL` and ignores its other flags.
+//! `sluice-bench` starts it with the bench's limit and keyspace (`--limit`, `--keys`).
 
+use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
+use clap::Parser;
 use redis::aio::ConnectionManager;
-use sluice_core::limit::{Algorithm, Limit};
+use sluice_core::limit::Limit;
 use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The bench's limit, as `sluice-bench server` configures sluice-server's check.
-const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
-/// Clients the keys are spread over, as in the bench.
-const KEYSPACE: u64 = 10_000;
 const DECIDED: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 71\r\n\r\n{\"v\":1,\"results\":[{\"allowed\":true,\"limit\":1,\"remaining\":1,\"reset_ms\":1}]}";
 const READY: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
 
+/// The least an HTTP server on tokio and the Redis client can do for a decision.
+#[derive(Parser)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// The Redis to decide in.
+    #[arg(long)]
+    redis: String,
+    /// The one limit every request is checked against, as JSON.
+    #[arg(long, value_parser = parse_limit)]
+    limit: Limit,
+    /// Clients the keys are spread over.
+    #[arg(long)]
+    keys: u64,
+}
+
+fn parse_limit(json: &str) -> Result<Limit, String> {
+    serde_json::from_str(json).map_err(|e| e.to_string())
+}
+
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .with_context(|| format!("{name} is required"))
-    };
-    let listen = flag("--listen")?.clone();
-    let url = flag("--redis")?.clone();
+    let args = Args::parse();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(serve(&listen, &url))
+        .block_on(serve(args))
 }
 
-async fn serve(listen: &str, url: &str) -> anyhow::Result<()> {
-    let mut redis = ConnectionManager::new(redis::Client::open(url)?).await?;
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let mut redis = ConnectionManager::new(redis::Client::open(args.redis)?).await?;
     SCRIPTS
         .library()
         .load_command()
         .query_async::<String>(&mut redis)
         .await?;
-    let limit: Limit = serde_json::from_str(LIMIT)?;
-    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
     loop {
         let (stream, _) = listener.accept().await?;
         stream.set_nodelay(true)?;
         let redis = redis.clone();
         tokio::spawn(async move {
-            if let Err(e) = answer(stream, redis, limit).await {
+            if let Err(e) = answer(stream, redis, args.limit, args.keys).await {
                 eprintln!("floor: {e:#}");
             }
         });
@@ -68,8 +77,10 @@ async fn answer(
     mut stream: TcpStream,
     mut redis: ConnectionManager,
     limit: Limit,
+    keys: u64,
 ) -> anyhow::Result<()> {
-    let script = SCRIPTS.get(Algorithm::Gcra);
+    let algorithm = limit.algorithm();
+    let script = SCRIPTS.get(algorithm);
     let mut buffer = vec![0u8; 4096];
     for request in 0u64.. {
         let Some(is_get) = read_request(&mut stream, &mut buffer).await? else {
@@ -81,8 +92,8 @@ async fn answer(
         }
         let key = format!(
             "sluice:{{bench0:client-{}}}:{}",
-            request.wrapping_mul(2_654_435_761) % KEYSPACE,
-            Algorithm::Gcra.storage_code()
+            request.wrapping_mul(2_654_435_761) % keys,
+            algorithm.storage_code()
         );
         let now_us = i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH)?.as_micros())?;
         let call = ScriptCall::new(&limit, key.clone(), ScriptTime::Carried(now_us), 1, false);

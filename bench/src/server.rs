@@ -120,12 +120,6 @@ impl Run {
         self.decisions_per_second() / self.baseline.0
     }
 
-    /// The floor's decisions per second over raw EVALSHA per second.
-    pub fn floor_ratio(&self) -> Option<f64> {
-        let (floor, _) = self.floor.as_ref()?;
-        Some(floor.rate() * self.checks as f64 / self.baseline.0)
-    }
-
     /// sluice's decisions per second over raw FCALL per second.
     pub fn fcall_ratio(&self) -> f64 {
         self.decisions_per_second() / self.fcall.0
@@ -219,16 +213,47 @@ impl Row {
         (ratio(self.runs.first()), ratio(self.runs.last()))
     }
 
-    /// Where the floor was measured, its runs ordered by its own ratio.
-    pub fn floor_runs(&self) -> Option<Vec<&Run>> {
-        let mut runs: Vec<&Run> = self.runs.iter().filter(|r| r.floor.is_some()).collect();
-        if runs.is_empty() {
-            return None;
-        }
-        let ratio = |r: &Run| r.floor_ratio().unwrap_or(f64::NAN);
-        runs.sort_by(|a, b| ratio(a).total_cmp(&ratio(b)));
-        Some(runs)
+    /// Where the floor was measured: its run of median ratio, with the lowest and highest.
+    pub fn floor(&self) -> Option<FloorSummary<'_>> {
+        let mut runs: Vec<FloorRun<'_>> = self
+            .runs
+            .iter()
+            .filter_map(|run| {
+                let (measured, cpu) = run.floor.as_ref()?;
+                Some(FloorRun {
+                    measured,
+                    cpu,
+                    ratio: measured.rate() * self.checks as f64 / run.baseline.0,
+                })
+            })
+            .collect();
+        runs.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+        Some(FloorSummary {
+            lowest: runs.first()?.ratio,
+            highest: runs.last()?.ratio,
+            median: runs.swap_remove(runs.len() / 2),
+        })
     }
+}
+
+/// One run of the floor, with its ratio to the same round's `EVALSHA`.
+pub struct FloorRun<'a> {
+    /// Its load's answers.
+    pub measured: &'a Measured,
+    /// The CPU its side spent.
+    pub cpu: &'a SluiceCpu,
+    /// Its decisions per second over raw EVALSHA per second.
+    pub ratio: f64,
+}
+
+/// The floor's runs in one configuration.
+pub struct FloorSummary<'a> {
+    /// The run of median ratio.
+    pub median: FloorRun<'a>,
+    /// The lowest ratio.
+    pub lowest: f64,
+    /// The highest ratio.
+    pub highest: f64,
 }
 
 /// Each configuration's CPU a decision (its median run), sluice's side beside the baseline's, as
@@ -276,23 +301,31 @@ impl ServerProcess {
         redis: &RedisServer,
         extra: &[&OsStr],
     ) -> anyhow::Result<ServerProcess> {
-        let child = Command::new(sibling_binary("sluice-server")?)
-            .args(["--listen", &addr.to_string(), "--redis", &redis.url()])
-            .args(["--log", "warn", "--threads", "1"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .spawn()
-            .context("starting sluice-server")?;
-        Ok(ServerProcess(child))
+        let flags = ["--log", "warn", "--threads", "1"].map(OsStr::new);
+        ServerProcess::spawn("sluice-server", addr, redis, &[&flags, extra].concat())
     }
 
-    /// The floor (`bench/examples/floor.rs`, built beside this binary) on `addr` over `redis`.
+    /// The floor (`bench/examples/floor.rs`, built beside this binary) on `addr` over `redis`,
+    /// deciding the bench's limit for its keyspace.
     fn floor(addr: SocketAddr, redis: &RedisServer) -> anyhow::Result<ServerProcess> {
-        let child = Command::new(sibling_binary("examples/floor")?)
+        let keys = KEYSPACE.to_string();
+        let flags = ["--limit", LIMIT, "--keys", &keys].map(OsStr::new);
+        ServerProcess::spawn("examples/floor", addr, redis, &flags)
+    }
+
+    /// `binary`, beside this one, listening on `addr` over `redis`, with `flags`.
+    fn spawn(
+        binary: &str,
+        addr: SocketAddr,
+        redis: &RedisServer,
+        flags: &[&OsStr],
+    ) -> anyhow::Result<ServerProcess> {
+        let child = Command::new(sibling_binary(binary)?)
             .args(["--listen", &addr.to_string(), "--redis", &redis.url()])
+            .args(flags)
             .stdin(Stdio::null())
             .spawn()
-            .context("starting the floor")?;
+            .with_context(|| format!("starting {binary}"))?;
         Ok(ServerProcess(child))
     }
 
