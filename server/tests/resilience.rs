@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use common::load::Load;
 use common::{Http, one_check, server};
-use sluice_harness::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, free_port};
+use sluice_harness::{
+    ForwardingProxy, MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, free_port,
+};
 use sluice_server::clock::{RedisClock, read_time_us};
 use sluice_server::scripts::SCRIPTS;
 use sluice_server::store::{ScriptCalls, Store, Topology};
@@ -395,6 +397,46 @@ async fn while_redis_is_down_decisions_fail_on_the_refused_connection_not_the_ti
         .filter(|e| e.contains("no answer within"))
         .count();
     assert_eq!(waited, 0, "{errors:#?}");
+}
+
+/// Redis' host vanishing without a word (powered off, its address moved to another pod, a
+/// partition), then a Redis answering at the same address again: the server's connection is
+/// left open and silent, and nothing on it ever fails, so only the server can tell it is dead.
+/// It opens a new one after a while with no answer, and decisions are answered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_gone_silent_is_replaced_and_decisions_recover() {
+    let redis = RedisServer::start().unwrap();
+    let proxy = ForwardingProxy::start(redis.addr()).unwrap();
+    let timeout = Duration::from_millis(200);
+    let server = server(Topology::Standalone(proxy.redis_url()), |c| {
+        c.redis_timeout = timeout
+    })
+    .await;
+    let http = Http::http1();
+    let body = one_check("r", "k", LIMIT);
+    assert_eq!(http.decide(&server.url(), &body, &[]).await.status, 200);
+
+    proxy.silence();
+    let silenced = Instant::now();
+    let mut failed = 0;
+    let recovered = loop {
+        let answer = http.decide(&server.url(), &body, &[]).await;
+        if answer.status == 200 {
+            break Some(silenced.elapsed());
+        }
+        assert_eq!(answer.json()["error"], "redis: no answer within 200ms");
+        failed += 1;
+        if silenced.elapsed() > Duration::from_secs(15) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let recovered = recovered.expect("decisions never recovered from a connection gone silent");
+    assert!(failed > 0, "no decision met the silent connection");
+    assert!(
+        recovered < Store::silent_after(timeout) + Duration::from_secs(2),
+        "decisions recovered {recovered:?} after the connection went silent"
+    );
 }
 
 /// The primary behind Sentinel crashing under load: once the sentinel has promoted its

@@ -5,7 +5,8 @@
 //! at once with [`StoreError::NotConnected`] (503) while a background task keeps trying. After
 //! that, the `redis` crate's managers reconnect by themselves; a call made while Redis is away
 //! fails within the timeout, and calls succeed again as soon as it is back. Behind Sentinel, a
-//! failed call also asks the sentinels where the primary is now, so a failover is followed.
+//! failed call also asks the sentinels where the primary is now, so a failover is followed. A
+//! connection to one Redis that has answered nothing for a while is replaced (`silence.rs`).
 //! Scripts are called as functions of sluice's library ([`crate::scripts::Library`]) by
 //! `FCALL`, the library loaded on connecting and again whenever Redis answers that a function
 //! is missing (after `FUNCTION FLUSH`, a restart without persistence, or on a Cluster node
@@ -13,6 +14,7 @@
 //! [`ScriptCalls::Eval`] says so, scripts are sent by `EVALSHA` and loaded again on `NOSCRIPT`:
 //! `redis::Script` knows that dance, and only it.
 
+mod silence;
 mod topology;
 
 use std::sync::Arc;
@@ -34,6 +36,7 @@ use crate::log_throttle::LogThrottle;
 use crate::scripts::{
     BadReply, BatchCall, LeaseCall, LimitScript, SCRIPTS, ScriptCall, decode_reply,
 };
+use silence::SilenceWatch;
 use topology::sentinel_client;
 pub use topology::{Credentials, Topology, redacted};
 
@@ -91,6 +94,10 @@ const CLUSTER_RETRIES: u32 = 4;
 /// How often, at most, a failed load of the functions library is logged.
 const LOAD_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 
+/// The least time a connection must go without answering anything before it is taken for
+/// dead (see [`Store::silent_after`]).
+const SILENT_AT_LEAST: Duration = Duration::from_secs(3);
+
 /// How often, at most, the sentinels are asked where the primary is.
 const SENTINEL_REFRESH_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -115,6 +122,8 @@ pub struct Store {
     backend: RwLock<Option<Backend>>,
     last_error: RwLock<String>,
     sentinel: Option<SentinelState>,
+    /// Whether the connection to one Redis has gone silent (see [`silence`]).
+    silence: SilenceWatch,
 }
 
 impl Store {
@@ -165,6 +174,7 @@ impl Store {
             backend: RwLock::new(None),
             last_error: RwLock::new("connecting".to_owned()),
             sentinel,
+            silence: SilenceWatch::new(Store::silent_after(timeout), Instant::now()),
         });
         let background = Arc::clone(&store);
         tokio::spawn(async move { background.keep_connecting().await });
@@ -205,6 +215,14 @@ impl Store {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(2));
         }
+    }
+
+    /// How long a connection to one Redis (standalone, or the primary behind Sentinel) may go
+    /// without answering any call before the server takes it for dead and opens another: ten
+    /// timeouts, and at least 3 s. Redis' clock is read every second, so even an idle server's
+    /// connection answers about that often.
+    pub fn silent_after(timeout: Duration) -> Duration {
+        (timeout * 10).max(SILENT_AT_LEAST)
     }
 
     /// How long opening a connection may take: the call's timeout, but not under 250 ms.
@@ -474,10 +492,51 @@ impl Store {
             Ok(result) => result.map_err(StoreError::from),
             Err(_) => Err(StoreError::Timeout(self.timeout)),
         };
-        if result.is_err() {
-            self.follow_failover();
+        match &result {
+            Ok(_) => self.silence.answered(),
+            Err(StoreError::Timeout(_)) => {
+                self.replace_if_silent();
+                self.follow_failover();
+            }
+            Err(_) => {
+                self.silence.answered();
+                self.follow_failover();
+            }
         }
         result
+    }
+
+    /// After a call that had no answer: when the connection to one Redis has answered nothing
+    /// for [`Store::silent_after`], opens a new one in the background (see [`silence`]). A
+    /// Cluster's client watches its own connections, each call bounded by its response
+    /// timeout.
+    fn replace_if_silent(self: &Arc<Self>) {
+        if matches!(self.topology, Topology::Cluster(_)) {
+            return;
+        }
+        let now = Instant::now();
+        let Some(silent) = self.silence.unanswered(now - self.timeout, now) else {
+            return;
+        };
+        let store = Arc::clone(self);
+        tokio::spawn(async move {
+            let opened =
+                tokio::time::timeout(store.timeout.max(Duration::from_secs(1)), store.open()).await;
+            match opened {
+                Ok(Ok(backend)) => {
+                    tracing::warn!(?silent, topology = ?store.topology, "redis answered nothing on its connection; opened a new one");
+                    *store.backend.write().await = Some(backend);
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(?silent, error = %e, "redis answered nothing on its connection, and a new one did not open")
+                }
+                Err(_) => tracing::warn!(
+                    ?silent,
+                    "redis answered nothing on its connection, and a new one did not open in time"
+                ),
+            }
+            store.silence.replaced(Instant::now());
+        });
     }
 }
 

@@ -5,6 +5,8 @@
 //! [`RedisCluster`] is a Redis Cluster of three primaries (with a replica each, if asked) made
 //! with `redis-cli --cluster create`, whose slots a test can move and whose primaries it can
 //! crash; [`RedisSentinel`] a primary, a replica and a sentinel that can fail over.
+//! [`ForwardingProxy`] stands between a client and one of them, to make the client's
+//! connections go silent as a vanished host's do.
 //!
 //! The simulator uses [`RedisServer`] too, to start what it needs when a user gives it nothing
 //! to connect to.
@@ -18,11 +20,13 @@
 #![deny(missing_docs)]
 
 mod cluster;
+mod proxy;
 mod sentinel;
 mod server;
 mod tls;
 
 pub use cluster::{RedisCluster, SlotMove, SlotOwners, key_slot};
+pub use proxy::ForwardingProxy;
 pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::{RedisServer, free_port};
 pub use tls::TlsFiles;

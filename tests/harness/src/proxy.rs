@@ -1,0 +1,142 @@
+//! A TCP forwarder in front of a real server, whose connections a test can make go silent.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+/// How often a forwarding thread looks up from a blocking read to see whether it should stop.
+const CHECK_EVERY: Duration = Duration::from_millis(20);
+
+/// Forwards connections on a free loopback port to `target`, byte for byte, both ways.
+///
+/// [`ForwardingProxy::silence`] models a host that vanished without a word (powered off, its
+/// address gone, a partition): the connections open then stay open but nothing more passes
+/// on them, either way, and nothing closes them. Connections made after it are forwarded
+/// again, as to a server back at the same address. Everything stops when the proxy is dropped.
+pub struct ForwardingProxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// Connections accepted before the latest `silence` have a lower generation.
+    generation: AtomicU64,
+    stopped: AtomicBool,
+    /// Every connection's two sockets, kept so silenced connections stay open.
+    sockets: Mutex<Vec<TcpStream>>,
+}
+
+impl ForwardingProxy {
+    /// Starts forwarding to `target`.
+    pub fn start(target: SocketAddr) -> std::io::Result<ForwardingProxy> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+            sockets: Mutex::new(Vec::new()),
+        });
+        let accepting = Arc::clone(&shared);
+        thread::spawn(move || accept(&listener, target, &accepting));
+        Ok(ForwardingProxy { addr, shared })
+    }
+
+    /// The address to connect to instead of the target.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `redis://` and the proxy's address.
+    pub fn redis_url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// Makes every connection open now go silent for good; later ones are forwarded.
+    pub fn silence(&self) {
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for ForwardingProxy {
+    fn drop(&mut self) {
+        self.shared.stopped.store(true, Ordering::SeqCst);
+        let sockets = self
+            .shared
+            .sockets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for socket in sockets.iter() {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn accept(listener: &TcpListener, target: SocketAddr, shared: &Arc<Shared>) {
+    while !shared.stopped.load(Ordering::SeqCst) {
+        let client = match listener.accept() {
+            Ok((client, _)) => client,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                thread::sleep(CHECK_EVERY);
+                continue;
+            }
+            Err(_) => return,
+        };
+        let Ok(server) = TcpStream::connect(target) else {
+            continue;
+        };
+        let generation = shared.generation.load(Ordering::SeqCst);
+        let sockets = [&client, &server].map(|s| {
+            s.set_nonblocking(false)?;
+            s.set_nodelay(true)?;
+            s.set_read_timeout(Some(CHECK_EVERY))?;
+            s.try_clone()
+        });
+        let [Ok(a), Ok(b)] = sockets else {
+            continue;
+        };
+        let (Ok(a_out), Ok(b_out)) = (a.try_clone(), b.try_clone()) else {
+            continue;
+        };
+        shared
+            .sockets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend([client, server]);
+        for (from, to) in [(a, b_out), (b, a_out)] {
+            let shared = Arc::clone(shared);
+            thread::spawn(move || forward(from, to, generation, &shared));
+        }
+    }
+}
+
+/// Copies `from` to `to` until either closes, the proxy stops, or the connection is silenced
+/// (then the thread waits, reading nothing, until the proxy stops).
+fn forward(mut from: TcpStream, mut to: TcpStream, generation: u64, shared: &Shared) {
+    let mut buffer = [0u8; 16 * 1024];
+    while !shared.stopped.load(Ordering::SeqCst) {
+        if shared.generation.load(Ordering::SeqCst) != generation {
+            thread::sleep(CHECK_EVERY);
+            continue;
+        }
+        match from.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => {
+                // Silenced while this read waited: what it read goes nowhere, as it would on
+                // the way to a host gone.
+                if shared.generation.load(Ordering::SeqCst) != generation {
+                    continue;
+                }
+                if to.write_all(&buffer[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
