@@ -8,7 +8,7 @@ pub fn write(out: &mut Vec<u8>, n: u64) {
 }
 
 /// The number `bytes` starts with, and how many bytes it takes: one or more digits and no
-/// leading zero, as [`write`] and JSON write them; `None` for no digit, a leading zero, or more
+/// leading zero, as [`write`](fn@write) and JSON write them; `None` for no digit, a leading zero, or more
 /// than a `u64` holds.
 pub fn leading(bytes: &[u8]) -> Option<(u64, usize)> {
     let mut value: u64 = 0;

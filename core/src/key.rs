@@ -295,9 +295,42 @@ pub fn redis_key(prefix: &str, rule: &RuleName, key: &LimitKey, algorithm: Algor
     out
 }
 
+/// Redis Cluster's hash slots.
+pub const CLUSTER_SLOTS: u16 = 16384;
+
+/// The Redis Cluster hash slot of `key`, as Redis computes it: CRC16 (XMODEM) of its hash tag,
+/// the bytes between its first `{` and the next `}` when there are any, else of the whole key.
+pub fn cluster_slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let close = key[open + 1..].iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &key[open + 1..open + 1 + close])
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tagged) % CLUSTER_SLOTS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_slots_are_redis_own() {
+        // `CLUSTER KEYSLOT` of Redis 7.0; the cases of the cluster specification.
+        for (key, slot) in [
+            ("123456789", 12739),
+            ("foo", 12182),
+            ("{user1000}.following", 3443),
+            ("user1000", 3443),
+            ("foo{}{bar}", 8363),
+            ("foo{{bar}}zap", 4015),
+            ("sluice:{r:k}:fw", 507),
+        ] {
+            assert_eq!(cluster_slot(key.as_bytes()), slot, "{key}");
+        }
+    }
 
     #[test]
     fn dotted_quads_are_written_as_display_writes_them() {

@@ -14,9 +14,9 @@ use common::load::{Answered, Load};
 use common::{Http, one_check};
 use sluice_core::key::{LimitKey, RuleName, redis_key};
 use sluice_core::limit::Algorithm;
-use sluice_harness::{RedisCluster, key_slot};
+use sluice_harness::{ForwardingProxy, RedisCluster, key_slot};
 use sluice_server::config::DEFAULT_KEY_PREFIX;
-use sluice_server::store::{ScriptCalls, Topology};
+use sluice_server::store::{ScriptCalls, Store, Topology};
 
 /// Counts every request for an hour, and never denies one here.
 const COUNTING: &str = r#"{"algorithm":"fixed_window","limit":1000000000,"window":"1h"}"#;
@@ -362,4 +362,62 @@ async fn assert_followed_to_replica(node_args: &[&str], failing: Failing) {
             assert_eq!(found[key], total, "{key}, on a primary that stayed up");
         }
     }
+}
+
+/// A primary whose host vanishes without a word (a partition, its address given up), and is
+/// then failed over to its replica: the server's connection to it is left open and silent,
+/// and nothing on it fails, so nothing tells the Redis client to look at the slots again. The
+/// server opens a new cluster connection once the primary's keys have had no answer for a
+/// while, and finds the replica there. Clients reach the primary through a proxy it announces,
+/// which goes silent as the host would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_gone_silent_and_failed_over_is_found_at_its_replica() {
+    let mut cluster =
+        RedisCluster::start_with_replicas(&["--cluster-require-full-coverage", "no"]).unwrap();
+    let key = state_key("r", "k", Algorithm::FixedWindow);
+    let lost = cluster.owner_of_slot(key_slot(&key)).unwrap();
+    let proxy = ForwardingProxy::start(cluster.nodes()[lost].addr()).unwrap();
+    cluster.announce_port(lost, proxy.addr().port()).unwrap();
+    let timeout = Duration::from_millis(200);
+    // Given the other nodes only, the client reaches the primary by the proxy alone.
+    let mut others = cluster.urls();
+    others.remove(lost);
+    let running = common::server(Topology::Cluster(others), |c| c.redis_timeout = timeout).await;
+    let (server, http, body) = (running.url(), Http::http1(), one_check("r", "k", COUNTING));
+    assert_eq!(
+        decide(&http, &server, &body).await,
+        (200, Some(COUNTING_LIMIT - 1))
+    );
+
+    proxy.silence();
+    assert_eq!(decide(&http, &server, &body).await, (503, None));
+    let silenced = Instant::now();
+    let replica = tokio::task::block_in_place(|| cluster.crash_and_fail_over(lost)).unwrap();
+    assert_ne!(replica, lost);
+    let failed_over = Instant::now();
+    let mut failed = 0;
+    let recovered = loop {
+        let (status, _) = decide(&http, &server, &body).await;
+        if status == 200 {
+            break Some(Instant::now());
+        }
+        failed += 1;
+        if failed_over.elapsed() > Duration::from_secs(15) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let recovered = recovered.expect("the key's decisions never recovered at the replica");
+    eprintln!(
+        "the replica took over {:?} after the connection went silent; decisions recovered {:?} after that ({failed} failed)",
+        failed_over - silenced,
+        recovered - failed_over
+    );
+    assert!(
+        recovered - silenced < Store::silent_after(timeout) + Duration::from_secs(2)
+            || recovered - failed_over < Duration::from_secs(2),
+        "decisions recovered {:?} after the connection went silent, {:?} after the failover",
+        recovered - silenced,
+        recovered - failed_over
+    );
 }

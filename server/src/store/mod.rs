@@ -27,6 +27,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::SentinelClient;
+use sluice_core::key::{CLUSTER_SLOTS, cluster_slot};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::LeaseGrant;
 use tokio::sync::{Mutex, RwLock};
@@ -98,6 +99,10 @@ const LOAD_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 /// dead (see [`Store::silent_after`]).
 const SILENT_AT_LEAST: Duration = Duration::from_secs(3);
 
+/// The slots a lane of a Cluster's silence watch covers (see `silence.rs`): a run short enough
+/// that each primary serves whole lanes, and few lanes to watch.
+const SLOTS_PER_LANE: u16 = 16;
+
 /// How often, at most, the sentinels are asked where the primary is.
 const SENTINEL_REFRESH_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -165,6 +170,10 @@ impl Store {
             }
             _ => None,
         };
+        let lanes = match topology {
+            Topology::Cluster(_) => usize::from(CLUSTER_SLOTS / SLOTS_PER_LANE),
+            _ => 1,
+        };
         let store = Arc::new(Store {
             topology,
             credentials,
@@ -174,7 +183,7 @@ impl Store {
             backend: RwLock::new(None),
             last_error: RwLock::new("connecting".to_owned()),
             sentinel,
-            silence: SilenceWatch::new(Store::silent_after(timeout), Instant::now()),
+            silence: SilenceWatch::new(lanes, Store::silent_after(timeout), Instant::now()),
         });
         let background = Arc::clone(&store);
         tokio::spawn(async move { background.keep_connecting().await });
@@ -217,10 +226,10 @@ impl Store {
         }
     }
 
-    /// How long a connection to one Redis (standalone, or the primary behind Sentinel) may go
-    /// without answering any call before the server takes it for dead and opens another: ten
-    /// timeouts, and at least 3 s. Redis' clock is read every second, so even an idle server's
-    /// connection answers about that often.
+    /// How long calls may go without an answer before the server takes their connection for
+    /// dead and opens another: ten timeouts, and at least 3 s. To one Redis, that is any call
+    /// (Redis' clock is read every second, so even an idle server's connection answers about
+    /// that often); on a Cluster, the calls of a run of slots, which one primary serves.
     pub fn silent_after(timeout: Duration) -> Duration {
         (timeout * 10).max(SILENT_AT_LEAST)
     }
@@ -406,7 +415,8 @@ impl Store {
         args: &[impl redis::ToRedisArgs + Sync],
     ) -> Result<redis::Value, StoreError> {
         let backend = self.backend().await?;
-        self.within_timeout(async {
+        let key = keys.first().map(String::as_bytes);
+        self.within_timeout(key, async {
             if !self.eval_only.load(Ordering::Relaxed) {
                 let fcall = script.fcall(keys, args);
                 match query(backend.clone(), &fcall).await {
@@ -453,7 +463,7 @@ impl Store {
     /// Whether Redis answers a `PING` within the timeout.
     pub async fn ping(self: &Arc<Self>) -> Result<(), StoreError> {
         let backend = self.backend().await?;
-        self.within_timeout(async {
+        self.within_timeout(None, async {
             query::<String>(backend, &redis::cmd("PING"))
                 .await
                 .map(drop)
@@ -466,7 +476,7 @@ impl Store {
     /// read whichever node the client picked would carry clocks apart by the nodes' skew.
     pub async fn time_us(self: &Arc<Self>) -> Result<i64, StoreError> {
         let backend = self.backend().await?;
-        self.within_timeout(async {
+        self.within_timeout(None, async {
             match backend {
                 Backend::Single(mut c) => read_time_us(&mut c).await,
                 Backend::Cluster(mut c) => {
@@ -482,8 +492,11 @@ impl Store {
         .await
     }
 
+    /// `call` bounded by the timeout; `key`, the call's first key if it has one, tells the
+    /// silence watch which lane it is in.
     async fn within_timeout<T>(
         self: &Arc<Self>,
+        key: Option<&[u8]>,
         call: impl Future<Output = Result<T, redis::RedisError>>,
     ) -> Result<T, StoreError> {
         let result = match tokio::time::timeout(self.timeout, call).await {
@@ -492,30 +505,37 @@ impl Store {
             Ok(result) => result.map_err(StoreError::from),
             Err(_) => Err(StoreError::Timeout(self.timeout)),
         };
-        match &result {
-            Ok(_) => self.silence.answered(),
-            Err(StoreError::Timeout(_)) => {
-                self.replace_if_silent();
-                self.follow_failover();
+        let timed_out = matches!(result, Err(StoreError::Timeout(_)));
+        if (timed_out || self.silence.watching())
+            && let Some(lane) = self.lane(key)
+        {
+            if timed_out {
+                self.replace_if_silent(lane);
+            } else {
+                self.silence.answered(lane);
             }
-            Err(_) => {
-                self.silence.answered();
-                self.follow_failover();
-            }
+        }
+        if result.is_err() {
+            self.follow_failover();
         }
         result
     }
 
-    /// After a call that had no answer: when the connection to one Redis has answered nothing
-    /// for [`Store::silent_after`], opens a new one in the background (see [`silence`]). A
-    /// Cluster's client watches its own connections, each call bounded by its response
-    /// timeout.
-    fn replace_if_silent(self: &Arc<Self>) {
-        if matches!(self.topology, Topology::Cluster(_)) {
-            return;
+    /// The silence watch's lane of a call with first key `key`: the only one with one Redis;
+    /// on a Cluster, by the key's slot (a call without a key is not watched there).
+    fn lane(&self, key: Option<&[u8]>) -> Option<usize> {
+        match self.topology {
+            Topology::Cluster(_) => Some(usize::from(cluster_slot(key?) / SLOTS_PER_LANE)),
+            _ => Some(0),
         }
+    }
+
+    /// After a call in `lane` that had no answer: when the lane has had none for
+    /// [`Store::silent_after`], opens a new connection in the background (see `silence.rs`);
+    /// on a Cluster, a new client, which reads where the slots are afresh.
+    fn replace_if_silent(self: &Arc<Self>, lane: usize) {
         let now = Instant::now();
-        let Some(silent) = self.silence.unanswered(now - self.timeout, now) else {
+        let Some(silent) = self.silence.unanswered(lane, now - self.timeout, now) else {
             return;
         };
         let store = Arc::clone(self);

@@ -11,6 +11,9 @@ use crate::{HarnessError, wait_until};
 /// replicas: short, so that a test sees a failover within seconds.
 const FAILOVER_NODE_TIMEOUT_MS: &str = "1000";
 
+/// A node's cluster bus port over its client port (Redis' default; the nodes here keep it).
+const BUS_PORT_OFFSET: u16 = 10000;
+
 /// Three primaries (and with [`RedisCluster::start_with_replicas`] a replica of each), every
 /// slot assigned; stopped on drop.
 pub struct RedisCluster {
@@ -139,15 +142,36 @@ impl RedisCluster {
         let view = self.running()?.cli(&["CLUSTER", "NODES"])?;
         let mut ranges = Vec::new();
         for line in view.lines() {
+            // Known by its bus port, which is its own port's plus 10000 whatever port it
+            // announces (see `RedisCluster::announce_port`).
             let owner = line
                 .split_whitespace()
                 .nth(1)
-                .and_then(|address| address.split(['@', ',']).next()?.rsplit(':').next())
-                .and_then(|port| self.index_of_port(port.parse().ok()?))
+                .and_then(|address| address.split(['@', ',']).nth(1)?.parse::<u16>().ok())
+                .and_then(|bus| self.index_of_port(bus.checked_sub(BUS_PORT_OFFSET)?))
                 .ok_or_else(|| HarnessError::Cluster(format!("a node we did not start: {line}")))?;
             ranges.extend(slots_of(line).map(|(first, last)| (first, last, owner)));
         }
         Ok(SlotOwners(ranges))
+    }
+
+    /// Makes node `index` announce `port` for clients to reach it by, as a node behind NAT or
+    /// a proxy does (`cluster-announce-port`), and waits until every running node names it so.
+    pub fn announce_port(&self, index: usize, port: u16) -> Result<(), HarnessError> {
+        let port = port.to_string();
+        self.nodes[index].cli(&["CONFIG", "SET", "cluster-announce-port", &port])?;
+        let id = self.id(index)?;
+        let announced = format!(":{port}@");
+        self.wait_for("every node naming the announced port", |cluster| {
+            for node in cluster.running_nodes() {
+                let view = node.cli(&["CLUSTER", "NODES"])?;
+                let line = view.lines().find(|line| line.starts_with(&id));
+                if !line.is_some_and(|line| line.contains(&announced)) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
     }
 
     /// Node `index`'s cluster id (`CLUSTER MYID`).
@@ -355,19 +379,9 @@ impl SlotOwners {
     }
 }
 
-/// The Cluster slot of `key`: CRC16 of its hash tag (the first `{...}` with something between
-/// the braces), or of the whole key, modulo 16384 (Redis' cluster specification).
+/// The Cluster slot of `key` ([`sluice_core::key::cluster_slot`]).
 pub fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let hashed = bytes
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &bytes[open + 1..open + 1 + close])
-        })
-        .unwrap_or(bytes);
-    crc16::State::<crc16::XMODEM>::calculate(hashed) % 16384
+    sluice_core::key::cluster_slot(key.as_bytes())
 }
 
 /// The slot ranges on a `CLUSTER NODES` line (a slot being imported or migrated, in brackets,
