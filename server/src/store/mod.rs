@@ -6,7 +6,8 @@
 //! that, the `redis` crate's managers reconnect by themselves; a call made while Redis is away
 //! fails within the timeout, and calls succeed again as soon as it is back. Behind Sentinel, a
 //! failed call also asks the sentinels where the primary is now, so a failover is followed. A
-//! connection to one Redis that has answered nothing for a while is replaced (`silence.rs`).
+//! connection whose calls have had no answer for a while is replaced, a Cluster's too
+//! (`silence.rs`).
 //! Scripts are called as functions of sluice's library ([`crate::scripts::Library`]) by
 //! `FCALL`, the library loaded on connecting and again whenever Redis answers that a function
 //! is missing (after `FUNCTION FLUSH`, a restart without persistence, or on a Cluster node
@@ -127,7 +128,7 @@ pub struct Store {
     backend: RwLock<Option<Backend>>,
     last_error: RwLock<String>,
     sentinel: Option<SentinelState>,
-    /// Whether the connection to one Redis has gone silent (see [`silence`]).
+    /// Whether calls have gone unanswered long enough to take their connection for dead.
     silence: SilenceWatch,
 }
 
@@ -193,8 +194,7 @@ impl Store {
     async fn keep_connecting(&self) {
         let mut delay = Duration::from_millis(50);
         loop {
-            match tokio::time::timeout(self.timeout.max(Duration::from_secs(1)), self.open()).await
-            {
+            match tokio::time::timeout(self.open_timeout(), self.open()).await {
                 Ok(Ok(backend)) => {
                     tracing::info!(topology = ?self.topology, "connected to redis");
                     // Loaded now, the library spares the first calls a miss; a failure that
@@ -232,6 +232,12 @@ impl Store {
     /// that often); on a Cluster, the calls of a run of slots, which one primary serves.
     pub fn silent_after(timeout: Duration) -> Duration {
         (timeout * 10).max(SILENT_AT_LEAST)
+    }
+
+    /// How long opening a backend may take, with what it asks on the way (the sentinels, a
+    /// Cluster's slots): the call's timeout, but not under 1 s.
+    fn open_timeout(&self) -> Duration {
+        self.timeout.max(Duration::from_secs(1))
     }
 
     /// How long opening a connection may take: the call's timeout, but not under 250 ms.
@@ -352,7 +358,7 @@ impl Store {
                     .await?;
                 Ok(Some((primary, manager)))
             };
-            match tokio::time::timeout(store.timeout.max(Duration::from_secs(1)), found).await {
+            match tokio::time::timeout(store.open_timeout(), found).await {
                 Ok(Ok(Some((primary, manager)))) => {
                     tracing::info!(%primary, "following the primary Sentinel names");
                     *sentinel.primary.lock().await = primary;
@@ -540,8 +546,7 @@ impl Store {
         };
         let store = Arc::clone(self);
         tokio::spawn(async move {
-            let opened =
-                tokio::time::timeout(store.timeout.max(Duration::from_secs(1)), store.open()).await;
+            let opened = tokio::time::timeout(store.open_timeout(), store.open()).await;
             match opened {
                 Ok(Ok(backend)) => {
                     tracing::warn!(?silent, topology = ?store.topology, "redis answered nothing on its connection; opened a new one");
