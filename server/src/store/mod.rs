@@ -541,7 +541,9 @@ impl Store {
     /// on a Cluster, a new client, which reads where the slots are afresh.
     fn replace_if_silent(self: &Arc<Self>, lane: usize) {
         let now = Instant::now();
-        let Some(silent) = self.silence.unanswered(lane, now - self.timeout, now) else {
+        // When the call was sent; `Instant - Duration` would panic before the clock's origin.
+        let sent = now.checked_sub(self.timeout).unwrap_or(now);
+        let Some(silent) = self.silence.unanswered(lane, sent, now) else {
             return;
         };
         let store = Arc::clone(self);
