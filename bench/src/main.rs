@@ -187,7 +187,7 @@ fn server_section(
     let mut out = String::new();
     writeln!(
         out,
-        "The release `sluice-server` binary in its own process with one thread (`--threads 1`, as Redis and redis-benchmark have one), deciding `gcra` for keys spread over 10,000 clients, under a closed-loop load of keep-alive HTTP/1.1 connections from a lean client (requests built before the run, byte for byte as the filter writes them; answers read with `httparse`); beside it, `redis-benchmark` with as many connections running the same script with the arguments the server passes, on the same Redis: by `EVALSHA` (the baseline the ratio is taken against), and by `FCALL` of its function in sluice's library, as the server calls it. Ratio: sluice's decisions per second over redis-benchmark's calls per second, each measured right after sluice. Load generator, server and Redis share the machine's two cores. Each configuration is measured {SERVER_RUNS} times for {seconds} s: the row is the run of median ratio, with the range.\n"
+        "The release `sluice-server` binary in its own process with one thread (`--threads 1`, as Redis and redis-benchmark have one), deciding `gcra` for keys spread over 10,000 clients, under a closed-loop load of keep-alive HTTP/1.1 connections from a lean client (requests built before the run, byte for byte as the filter writes them; answers read with `httparse`); beside it, `redis-benchmark` with as many connections running the same script with the arguments the server passes, on the same Redis: by `EVALSHA` (the baseline the ratio is taken against), and by `FCALL` of its function in sluice's library, as the server calls it. Ratio: sluice's decisions per second over redis-benchmark's `EVALSHA` calls per second, which is measured right before sluice's side and right after it in each round, for about as long, and taken as the mean of the two, so that neither the order nor a drift over the round favours either side (whichever runs second in a round tends to run faster); redis-benchmark warms Redis up first, as the load generator's first second does for sluice, and `FCALL` runs last. Load generator, server and Redis share the machine's two cores. Each configuration is measured {SERVER_RUNS} times for {seconds} s: the row is the run of median ratio, with the range.\n"
     )?;
     writeln!(
         out,
@@ -206,10 +206,10 @@ fn server_section(
             r.decisions_per_second(),
             r.sluice.quantile_ms(0.5),
             r.sluice.quantile_ms(0.99),
-            r.baseline.0,
-            r.baseline.2,
+            r.baseline_rate(),
+            r.baseline_p99_ms(),
             r.ratio(),
-            r.fcall.0,
+            r.fcall.rate,
             r.fcall_ratio(),
         )?;
     }
@@ -233,7 +233,7 @@ fn server_section(
             row.checks,
             client + server + redis,
             benchmark + redis_evalsha,
-            r.fcall_redis.cpu_us_per_decision(),
+            r.fcall.redis.cpu_us_per_decision(),
         )?;
     }
     std::fs::write(SERVER_CHART, server::cpu_chart(&rows))?;

@@ -86,7 +86,43 @@ impl RedisWork {
     }
 }
 
-/// One run of one configuration: sluice, the floor where it is measured, then redis-benchmark.
+/// One redis-benchmark run: its calls per second and latency, and the CPU it and Redis spent.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchmarkRun {
+    /// Calls per second.
+    pub rate: f64,
+    /// 99th percentile latency, ms.
+    pub p99_ms: f64,
+    /// What Redis did meanwhile.
+    pub redis: RedisWork,
+    /// CPU seconds redis-benchmark spent.
+    pub client_cpu_s: f64,
+}
+
+impl BenchmarkRun {
+    fn measure(
+        redis: &RedisServer,
+        concurrency: usize,
+        requests: u64,
+        how: Call,
+    ) -> anyhow::Result<BenchmarkRun> {
+        let ((calls, client_cpu_s), redis_work) = RedisWork::during(redis, || {
+            let before = cpu::reaped_children()?;
+            let calls = redis_benchmark(redis, concurrency, requests, how)?;
+            Ok((calls, cpu::reaped_children()? - before))
+        })?;
+        let (rate, p99_ms) = calls;
+        Ok(BenchmarkRun {
+            rate,
+            p99_ms,
+            redis: redis_work,
+            client_cpu_s,
+        })
+    }
+}
+
+/// One run of one configuration: redis-benchmark's `EVALSHA`, sluice (and the floor where it is
+/// measured), `EVALSHA` again, then `FCALL`.
 #[derive(Debug, Clone)]
 pub struct Run {
     /// sluice-server's side.
@@ -95,16 +131,10 @@ pub struct Run {
     pub sluice_cpu: SluiceCpu,
     /// The floor in sluice-server's place, under the same load, with the CPU spent on it.
     pub floor: Option<(Measured, SluiceCpu)>,
-    /// redis-benchmark's `EVALSHA`: calls per second, p50 and p99 (ms).
-    pub baseline: (f64, f64, f64),
-    /// What Redis did for redis-benchmark's `EVALSHA`.
-    pub baseline_redis: RedisWork,
-    /// CPU seconds redis-benchmark spent on its `EVALSHA` run.
-    pub baseline_client_cpu_s: f64,
-    /// redis-benchmark's `FCALL`: calls per second, p50 and p99 (ms).
-    pub fcall: (f64, f64, f64),
-    /// What Redis did for redis-benchmark's `FCALL`.
-    pub fcall_redis: RedisWork,
+    /// redis-benchmark's `EVALSHA`, right before sluice's side and right after it.
+    pub baseline: [BenchmarkRun; 2],
+    /// redis-benchmark's `FCALL`, after the second `EVALSHA`.
+    pub fcall: BenchmarkRun,
     /// Checks in each request.
     checks: usize,
 }
@@ -115,14 +145,25 @@ impl Run {
         self.sluice.rate() * self.checks as f64
     }
 
+    /// `EVALSHA` calls per second: the mean of the runs before and after sluice's side, so
+    /// that neither the order nor a drift over the round favours one side.
+    pub fn baseline_rate(&self) -> f64 {
+        self.baseline.iter().map(|b| b.rate).sum::<f64>() / self.baseline.len() as f64
+    }
+
+    /// The p99 latency of `EVALSHA` (ms), the mean of the two runs'.
+    pub fn baseline_p99_ms(&self) -> f64 {
+        self.baseline.iter().map(|b| b.p99_ms).sum::<f64>() / self.baseline.len() as f64
+    }
+
     /// sluice's decisions per second over raw EVALSHA per second.
     pub fn ratio(&self) -> f64 {
-        self.decisions_per_second() / self.baseline.0
+        self.decisions_per_second() / self.baseline_rate()
     }
 
     /// sluice's decisions per second over raw FCALL per second.
     pub fn fcall_ratio(&self) -> f64 {
-        self.decisions_per_second() / self.fcall.0
+        self.decisions_per_second() / self.fcall.rate
     }
 
     /// CPU microseconds a decision on sluice's side: load generator, server, Redis.
@@ -130,13 +171,15 @@ impl Run {
         self.sluice_cpu.per_decision_us()
     }
 
-    /// CPU microseconds a decision by redis-benchmark's `EVALSHA`: redis-benchmark, Redis.
+    /// CPU microseconds a decision by redis-benchmark's `EVALSHA`, over both its runs:
+    /// redis-benchmark, Redis.
     pub fn baseline_cpu_us(&self) -> [f64; 2] {
-        [
-            self.baseline_redis
-                .per_decision_us(self.baseline_client_cpu_s),
-            self.baseline_redis.cpu_us_per_decision(),
-        ]
+        let both = RedisWork {
+            cpu_s: self.baseline.iter().map(|b| b.redis.cpu_s).sum(),
+            decisions: self.baseline.iter().map(|b| b.redis.decisions).sum(),
+        };
+        let client_s = self.baseline.iter().map(|b| b.client_cpu_s).sum();
+        [both.per_decision_us(client_s), both.cpu_us_per_decision()]
     }
 }
 
@@ -223,7 +266,7 @@ impl Row {
                 Some(FloorRun {
                     measured,
                     cpu,
-                    ratio: measured.rate() * self.checks as f64 / run.baseline.0,
+                    ratio: measured.rate() * self.checks as f64 / run.baseline_rate(),
                 })
             })
             .collect();
@@ -385,12 +428,14 @@ enum Call {
     Function,
 }
 
+/// redis-benchmark calling the script `requests` times, `how`, over `concurrency` connections:
+/// its calls per second and p99 latency (ms).
 fn redis_benchmark(
     redis: &RedisServer,
     concurrency: usize,
     requests: u64,
     how: Call,
-) -> anyhow::Result<(f64, f64, f64)> {
+) -> anyhow::Result<(f64, f64)> {
     let script = SCRIPTS.get(Algorithm::Gcra);
     // Loaded here rather than trusting that sluice-server loaded it, so this baseline stands alone.
     let mut connection = redis::Client::open(redis.url())?.get_connection()?;
@@ -451,15 +496,15 @@ fn redis_benchmark(
         .skip(1)
         .map(|f| f.trim_matches('"').parse().unwrap_or(f64::NAN))
         .collect();
-    let (Some(rps), Some(p50), Some(p99)) = (fields.first(), fields.get(3), fields.get(5)) else {
+    let (Some(rps), Some(p99)) = (fields.first(), fields.get(5)) else {
         bail!("unexpected redis-benchmark output: {row}");
     };
-    Ok((*rps, *p50, *p99))
+    Ok((*rps, *p99))
 }
 
 /// Measures each (concurrency, checks per request) `repeats` times, for `duration` after a
-/// warm-up each time; each run pairs sluice with redis-benchmark measured right after it, by
-/// `EVALSHA` and by `FCALL`. In the configurations of `floor_at` (one check a request), the
+/// warm-up each time; each run sets sluice between two runs of redis-benchmark's `EVALSHA`,
+/// of about the same length, and then runs its `FCALL`. In the configurations of `floor_at` (one check a request), the
 /// floor is measured between sluice and redis-benchmark, in sluice-server's place.
 pub fn run(
     configurations: &[(usize, usize)],
@@ -507,6 +552,10 @@ pub fn run(
             }
             Ok((measured, cpu))
         };
+        // redis-benchmark warms Redis up before the first round, as the load generator's first
+        // second does for sluice's side, and tells how many calls fill a measured span.
+        let warm_up = BenchmarkRun::measure(&redis, concurrency, 50_000, Call::Eval)?;
+        let mut requests = ((warm_up.rate * duration.as_secs_f64()) as u64).max(50_000);
         let mut runs = Vec::with_capacity(repeats);
         for round in 0..repeats.max(1) {
             let measure_floor = || match &floor {
@@ -515,6 +564,7 @@ pub fn run(
                 }
                 _ => Ok(None),
             };
+            let before = BenchmarkRun::measure(&redis, concurrency, requests, Call::Eval)?;
             // Whichever of the two goes second in a round tends to run faster (the same binary
             // in both places: up to 0.12 of the ratio, 2026-11-25), so rounds take turns.
             let ((sluice, sluice_cpu), floor) = if round % 2 == 0 {
@@ -524,27 +574,15 @@ pub fn run(
                 let floor = measure_floor()?;
                 (load_on(addr, &server)?, floor)
             };
-            // About as many EVALSHA as the sluice run decided, so both run for a similar time.
-            let requests =
-                ((sluice.rate() * checks as f64 * duration.as_secs_f64()) as u64).max(50_000);
-            let ((baseline, baseline_client_cpu_s), baseline_redis) =
-                RedisWork::during(&redis, || {
-                    let before = cpu::reaped_children()?;
-                    let calls = redis_benchmark(&redis, concurrency, requests, Call::Eval)?;
-                    Ok((calls, cpu::reaped_children()? - before))
-                })?;
-            let (fcall, fcall_redis) = RedisWork::during(&redis, || {
-                redis_benchmark(&redis, concurrency, requests, Call::Function)
-            })?;
+            let after = BenchmarkRun::measure(&redis, concurrency, requests, Call::Eval)?;
+            let fcall = BenchmarkRun::measure(&redis, concurrency, requests, Call::Function)?;
+            requests = ((after.rate * duration.as_secs_f64()) as u64).max(50_000);
             runs.push(Run {
                 sluice,
                 sluice_cpu,
                 floor,
-                baseline,
-                baseline_redis,
-                baseline_client_cpu_s,
+                baseline: [before, after],
                 fcall,
-                fcall_redis,
                 checks,
             });
         }
