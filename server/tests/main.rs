@@ -14,6 +14,7 @@ mod differential;
 mod http;
 mod lease;
 mod lua_arithmetic;
+mod network;
 mod redis_access;
 mod redis_cell;
 mod resilience;

@@ -39,8 +39,8 @@ use crate::scripts::{
     BadReply, BatchCall, LeaseCall, LimitScript, SCRIPTS, ScriptCall, decode_reply,
 };
 use silence::SilenceWatch;
-use topology::sentinel_client;
 pub use topology::{Credentials, Topology, redacted};
+use topology::{sentinel_client, tcp_settings};
 
 /// How the scripts are called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -273,7 +273,8 @@ impl Store {
             Topology::Standalone(url) => {
                 let info = self
                     .credentials
-                    .log_in(url.as_str().into_connection_info()?);
+                    .log_in(url.as_str().into_connection_info()?)
+                    .set_tcp_settings(tcp_settings());
                 let client = match &self.credentials.tls {
                     Some(tls) => redis::Client::build_with_tls(info, tls.clone())?,
                     None => redis::Client::open(info)?,
@@ -296,7 +297,8 @@ impl Store {
                     .retries(CLUSTER_RETRIES)
                     .min_retry_wait(pause_ms)
                     .max_retry_wait(ms(self.timeout / 4).max(5))
-                    .retry_wait_formula(pause_ms, 2);
+                    .retry_wait_formula(pause_ms, 2)
+                    .tcp_settings(tcp_settings());
                 if let Some(username) = &self.credentials.username {
                     builder = builder.username(username);
                 }

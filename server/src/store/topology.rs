@@ -1,6 +1,7 @@
 //! Where Redis is, and what the server logs in with: checked once at start-up, written to
 //! logs without secrets.
 
+use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult, TlsCertificates};
 
@@ -173,6 +174,14 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// How every TCP connection to Redis is set up: Nagle's algorithm off (`TCP_NODELAY`). Calls go
+/// down one connection while others are in flight, and Nagle holds each write until Redis
+/// acknowledges the last, which it does with its answer: across a network a decision then waits
+/// a round trip more (docs/redis.md has the numbers; `server/tests/network.rs` holds it to one).
+pub(super) fn tcp_settings() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
+}
+
 /// A client asking `sentinels` for the primary `master`, logging in to the sentinels as their
 /// URLs say and to the primary as `credentials` do; over TLS to both if the URLs say
 /// `rediss://` ([`Topology::check`] has seen that they all agree).
@@ -189,7 +198,9 @@ pub(super) fn sentinel_client(
         infos.iter().map(|info| info.addr().clone()),
         master,
         SentinelServerType::Master,
-    )?;
+    )?
+    .set_client_to_sentinel_tcp_settings(tcp_settings())
+    .set_client_to_redis_tcp_settings(tcp_settings());
     if let Some(first) = infos.first() {
         let login = first.redis_settings();
         if let Some(username) = login.username() {

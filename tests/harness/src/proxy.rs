@@ -1,11 +1,13 @@
-//! A TCP forwarder in front of a real server, whose connections a test can make go silent.
+//! A TCP forwarder in front of a real server, whose connections a test can make go silent or
+//! slow.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often a forwarding thread looks up from a blocking read to see whether it should stop.
 const CHECK_EVERY: Duration = Duration::from_millis(20);
@@ -16,12 +18,19 @@ const CHECK_EVERY: Duration = Duration::from_millis(20);
 /// address gone, a partition): the connections open then stay open but nothing more passes
 /// on them, either way, and nothing closes them. Connections made after it are forwarded
 /// again, as to a server back at the same address. Everything stops when the proxy is dropped.
+///
+/// [`ForwardingProxy::with_latency`] models a network between the two: what one side writes
+/// reaches the other a fixed time later, in order. Each side's kernel still acknowledges what
+/// it receives from the proxy at once, or with the next thing it sends back, as over a network
+/// under load, where acknowledgements ride on the answers.
 pub struct ForwardingProxy {
     addr: SocketAddr,
     shared: Arc<Shared>,
 }
 
 struct Shared {
+    /// How long what is read takes to be written on, each way.
+    one_way: Duration,
     /// Connections accepted before the latest `silence` have a lower generation.
     generation: AtomicU64,
     stopped: AtomicBool,
@@ -32,10 +41,17 @@ struct Shared {
 impl ForwardingProxy {
     /// Starts forwarding to `target`.
     pub fn start(target: SocketAddr) -> std::io::Result<ForwardingProxy> {
+        ForwardingProxy::with_latency(target, Duration::ZERO)
+    }
+
+    /// Starts forwarding to `target`, everything delivered `one_way` after it was read, both
+    /// ways: a round trip through the proxy takes twice that.
+    pub fn with_latency(target: SocketAddr, one_way: Duration) -> std::io::Result<ForwardingProxy> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
+            one_way,
             generation: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
             sockets: Mutex::new(Vec::new()),
@@ -113,9 +129,60 @@ fn accept(listener: &TcpListener, target: SocketAddr, shared: &Arc<Shared>) {
     }
 }
 
+/// Where a forwarding thread puts what it read.
+enum Outlet {
+    /// Written on at once.
+    Now(TcpStream),
+    /// Handed to a thread that writes each read on when it is due.
+    Later(Sender<(Instant, Vec<u8>)>),
+}
+
+impl Outlet {
+    fn new(to: TcpStream, one_way: Duration) -> Outlet {
+        if one_way.is_zero() {
+            return Outlet::Now(to);
+        }
+        let (sender, due) = channel();
+        thread::spawn(move || deliver(&due, to));
+        Outlet::Later(sender)
+    }
+
+    /// Whether it could take `bytes`: false once the other side is gone.
+    fn put(&mut self, bytes: &[u8], one_way: Duration) -> bool {
+        match self {
+            Outlet::Now(to) => to.write_all(bytes).is_ok(),
+            Outlet::Later(sender) => sender
+                .send((Instant::now() + one_way, bytes.to_vec()))
+                .is_ok(),
+        }
+    }
+
+    fn close(self) {
+        match self {
+            Outlet::Now(to) => {
+                let _ = to.shutdown(Shutdown::Write);
+            }
+            // The delivering thread closes its side when it has written all it was given.
+            Outlet::Later(sender) => drop(sender),
+        }
+    }
+}
+
+/// Writes each read on `to` when it is due, in the order read, then closes `to`'s sending side.
+fn deliver(due: &Receiver<(Instant, Vec<u8>)>, mut to: TcpStream) {
+    for (at, bytes) in due {
+        thread::sleep(at.saturating_duration_since(Instant::now()));
+        if to.write_all(&bytes).is_err() {
+            return;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
 /// Copies `from` to `to` until either closes, the proxy stops, or the connection is silenced
 /// (then the thread waits, reading nothing, until the proxy stops).
-fn forward(mut from: TcpStream, mut to: TcpStream, generation: u64, shared: &Shared) {
+fn forward(mut from: TcpStream, to: TcpStream, generation: u64, shared: &Shared) {
+    let mut outlet = Outlet::new(to, shared.one_way);
     let mut buffer = [0u8; 16 * 1024];
     while !shared.stopped.load(Ordering::SeqCst) {
         if shared.generation.load(Ordering::SeqCst) != generation {
@@ -130,7 +197,7 @@ fn forward(mut from: TcpStream, mut to: TcpStream, generation: u64, shared: &Sha
                 if shared.generation.load(Ordering::SeqCst) != generation {
                     continue;
                 }
-                if to.write_all(&buffer[..n]).is_err() {
+                if !outlet.put(&buffer[..n], shared.one_way) {
                     break;
                 }
             }
@@ -138,5 +205,5 @@ fn forward(mut from: TcpStream, mut to: TcpStream, generation: u64, shared: &Sha
             Err(_) => break,
         }
     }
-    let _ = to.shutdown(Shutdown::Write);
+    outlet.close();
 }
