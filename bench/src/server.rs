@@ -100,6 +100,7 @@ pub struct BenchmarkRun {
 }
 
 impl BenchmarkRun {
+    /// Runs redis-benchmark `requests` times `how`, over `concurrency` connections.
     fn measure(
         redis: &RedisServer,
         concurrency: usize,
@@ -504,8 +505,9 @@ fn redis_benchmark(
 
 /// Measures each (concurrency, checks per request) `repeats` times, for `duration` after a
 /// warm-up each time; each run sets sluice between two runs of redis-benchmark's `EVALSHA`,
-/// of about the same length, and then runs its `FCALL`. In the configurations of `floor_at` (one check a request), the
-/// floor is measured between sluice and redis-benchmark, in sluice-server's place.
+/// each about `duration` long, and then runs its `FCALL`. In the configurations of `floor_at`
+/// (one check a request), the floor is measured in sluice-server's place right before or
+/// right after it, between the same two `EVALSHA` runs.
 pub fn run(
     configurations: &[(usize, usize)],
     duration: Duration,
