@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
+use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManager;
 use sluice_core::limit::Limit;
 use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
@@ -53,7 +54,13 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let mut redis = ConnectionManager::new(redis::Client::open(args.redis)?).await?;
+    // Set up as sluice-server's own connection is (Nagle off), so the two differ in code alone.
+    let info = args
+        .redis
+        .as_str()
+        .into_connection_info()?
+        .set_tcp_settings(sluice_server::store::tcp_settings());
+    let mut redis = ConnectionManager::new(redis::Client::open(info)?).await?;
     SCRIPTS
         .library()
         .load_command()

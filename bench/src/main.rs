@@ -483,7 +483,7 @@ fn floor_table(out: &mut String, rows: &[server::Row]) -> anyhow::Result<()> {
     }
     writeln!(
         out,
-        "\nThe floor (`bench/examples/floor.rs`): the least a server on the same stack can do, tokio and the Redis client on one thread, with no policy, body, clock or metrics. It reads each request with `httparse`, makes the very `FCALL` sluice-server makes for the check, and writes a canned answer. It is measured in sluice-server's place in the same rounds, under the same load, in turn right after sluice-server and right before it from round to round (whichever goes second in a round tends to run faster), and its ratio is taken to the same round's `EVALSHA`: what is between the two is what sluice's own code costs, and what is between the floor and 1 is the stack's and the machine's.\n"
+        "\nThe floor (`bench/examples/floor.rs`): the least a server on the same stack can do, tokio and the Redis client on one thread, its Redis connection set up as sluice-server's (Nagle off), with no policy, body, clock or metrics. It reads each request with `httparse`, makes the very `FCALL` sluice-server makes for the check, and writes a canned answer. It is measured in sluice-server's place in the same rounds, under the same load, in turn right after sluice-server and right before it from round to round (whichever goes second in a round tends to run faster), and its ratio is taken to the same round's `EVALSHA`: what is between the two is what sluice's own code costs, and what is between the floor and 1 is the stack's and the machine's.\n"
     )?;
     writeln!(
         out,

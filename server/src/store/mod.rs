@@ -39,8 +39,8 @@ use crate::scripts::{
     BadReply, BatchCall, LeaseCall, LimitScript, SCRIPTS, ScriptCall, decode_reply,
 };
 use silence::SilenceWatch;
-pub use topology::{Credentials, Topology, redacted};
-use topology::{sentinel_client, tcp_settings};
+use topology::sentinel_client;
+pub use topology::{Credentials, Topology, redacted, tcp_settings};
 
 /// How the scripts are called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

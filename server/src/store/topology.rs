@@ -178,7 +178,7 @@ impl std::fmt::Debug for Credentials {
 /// down one connection while others are in flight, and Nagle holds each write until Redis
 /// acknowledges the last, which it does with its answer: across a network a decision then waits
 /// a round trip more (docs/redis.md has the numbers; `server/tests/network.rs` holds it to one).
-pub(super) fn tcp_settings() -> TcpSettings {
+pub fn tcp_settings() -> TcpSettings {
     TcpSettings::default().set_nodelay(true)
 }
 
