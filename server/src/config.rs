@@ -46,7 +46,8 @@ pub struct Args {
     )]
     pub redis_cluster: Vec<String>,
 
-    /// Redis through Sentinel: comma-separated URLs of the sentinels (with --sentinel-master).
+    /// Redis through Sentinel: comma-separated URLs of the sentinels (with --sentinel-master),
+    /// each with the primary's db number if not 0 (redis://sentinel:26379/db).
     #[arg(
         long,
         env = "SLUICE_REDIS_SENTINEL",

@@ -249,6 +249,41 @@ fn passwords_and_sentinels_are_checked_at_start_up() {
         "--redis-sentinel: `redis://127.0.0.1:26380` is reached otherwise than \
          `redis://:***@127.0.0.1:26379`",
     );
+    sentinel(
+        "redis://127.0.0.1:26379/2,redis://127.0.0.1:26380",
+        "--redis-sentinel: `redis://127.0.0.1:26380` is reached otherwise than \
+         `redis://127.0.0.1:26379/2`",
+    );
+}
+
+/// A db number in the sentinels' URLs is the primary's: a sentinel has none of its own, and
+/// the limits must not land in db 0 of a Redis shared by db.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_the_db_number_of_the_sentinel_urls_is_the_primarys() {
+    let sentinel = RedisSentinel::start().unwrap();
+    let running = common::server(
+        Topology::Sentinel {
+            sentinels: vec![format!("{}/3", sentinel.sentinel_url())],
+            master: MASTER_NAME.to_owned(),
+        },
+        |_| {},
+    )
+    .await;
+    let body = common::one_check(
+        "db",
+        "k",
+        r#"{"algorithm":"gcra","rate":10,"per":"1s","burst":5}"#,
+    );
+    let answer = Http::http1().decide(&running.url(), &body, &[]).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let keys = |db: &str| {
+        sentinel
+            .primary
+            .cli(&["-n", db, "KEYS", "sluice:*"])
+            .unwrap()
+    };
+    assert!(keys("3").contains("sluice:"), "db 3 holds {:?}", keys("3"));
+    assert_eq!(keys("0").trim(), "", "db 0 holds keys");
 }
 
 const PRIMARY_PASSWORD: &str = "primary-secret";

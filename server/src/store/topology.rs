@@ -39,20 +39,23 @@ impl Topology {
                 )
             })?);
         }
-        // The sentinels are reached alike: one TLS setting and one login for all of them.
+        // The sentinels are reached alike: one TLS setting and one login for all of them, and
+        // one db number, the primary's.
         if let Topology::Sentinel { sentinels, .. } = self {
             let login = |info: &ConnectionInfo| {
                 let settings = info.redis_settings();
                 (
                     settings.username().map(str::to_owned),
                     settings.password().map(str::to_owned),
+                    settings.db(),
                 )
             };
             for (url, info) in sentinels.iter().zip(&infos).skip(1) {
                 if is_tls(info) != is_tls(&infos[0]) || login(info) != login(&infos[0]) {
                     return Err(format!(
                         "`{}` is reached otherwise than `{}`: every sentinel takes the same \
-                         scheme (redis:// or rediss://) and the same user and password",
+                         scheme (redis:// or rediss://), the same user and password, and the \
+                         same db number (the primary's)",
                         redacted(url),
                         redacted(&sentinels[0])
                     ));
@@ -183,8 +186,9 @@ pub fn tcp_settings() -> TcpSettings {
 }
 
 /// A client asking `sentinels` for the primary `master`, logging in to the sentinels as their
-/// URLs say and to the primary as `credentials` do; over TLS to both if the URLs say
-/// `rediss://` ([`Topology::check`] has seen that they all agree).
+/// URLs say and to the primary as `credentials` do, in the db number the URLs give (a sentinel
+/// has none of its own); over TLS to both if the URLs say `rediss://` ([`Topology::check`] has
+/// seen that they all agree).
 pub(super) fn sentinel_client(
     sentinels: &[String],
     master: &str,
@@ -203,6 +207,7 @@ pub(super) fn sentinel_client(
     .set_client_to_redis_tcp_settings(tcp_settings());
     if let Some(first) = infos.first() {
         let login = first.redis_settings();
+        builder = builder.set_client_to_redis_db(login.db());
         if let Some(username) = login.username() {
             builder = builder.set_client_to_sentinel_username(username);
         }
