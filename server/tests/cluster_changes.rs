@@ -11,26 +11,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::load::{Answered, Load};
-use common::{Http, one_check};
-use sluice_core::key::{LimitKey, RuleName, redis_key};
+use common::{Http, one_check, state_key};
 use sluice_core::limit::Algorithm;
 use sluice_harness::{ForwardingProxy, RedisCluster, key_slot};
-use sluice_server::config::DEFAULT_KEY_PREFIX;
 use sluice_server::store::{ScriptCalls, Store, Topology};
 
 /// Counts every request for an hour, and never denies one here.
 const COUNTING: &str = r#"{"algorithm":"fixed_window","limit":1000000000,"window":"1h"}"#;
 const COUNTING_LIMIT: u64 = 1_000_000_000;
-
-/// The Redis key the server keeps for `rule` and `key` with `algorithm`.
-fn state_key(rule: &str, key: &str, algorithm: Algorithm) -> String {
-    redis_key(
-        DEFAULT_KEY_PREFIX,
-        &RuleName::new(rule).unwrap(),
-        &LimitKey::from_parts([key.as_bytes()]),
-        algorithm,
-    )
-}
 
 /// The Redis key of the load's `key` (a fixed window).
 fn load_key(key: &str) -> String {
@@ -377,11 +365,8 @@ async fn a_primary_gone_silent_and_failed_over_is_found_at_its_replica() {
     let key = state_key("r", "k", Algorithm::FixedWindow);
     let lost = cluster.owner_of_slot(key_slot(&key)).unwrap();
     let proxy = ForwardingProxy::start(cluster.nodes()[lost].addr()).unwrap();
-    cluster.announce_port(lost, proxy.addr().port()).unwrap();
+    let others = cluster.reached_through(lost, &proxy).unwrap();
     let timeout = Duration::from_millis(200);
-    // Given the other nodes only, the client reaches the primary by the proxy alone.
-    let mut others = cluster.urls();
-    others.remove(lost);
     let running = common::server(Topology::Cluster(others), |c| c.redis_timeout = timeout).await;
     let (server, http, body) = (running.url(), Http::http1(), one_check("r", "k", COUNTING));
     assert_eq!(

@@ -11,11 +11,9 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{Http, one_check, server};
-use sluice_core::key::{LimitKey, RuleName, redis_key};
+use common::{Http, one_check, server, state_key};
 use sluice_core::limit::Algorithm;
 use sluice_harness::{ForwardingProxy, RedisCluster, RedisServer, key_slot};
-use sluice_server::config::DEFAULT_KEY_PREFIX;
 use sluice_server::store::Topology;
 
 const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
@@ -46,21 +44,13 @@ async fn on_a_cluster_decisions_in_flight_together_each_take_one_round_trip_to_r
     let cluster = RedisCluster::start().unwrap();
     let far = 0;
     let proxy = ForwardingProxy::with_latency(cluster.nodes()[far].addr(), ONE_WAY).unwrap();
-    cluster.announce_port(far, proxy.addr().port()).unwrap();
-    // Given the other nodes only, the client reaches the far one by the proxy alone.
-    let mut others = cluster.urls();
-    others.remove(far);
+    let others = cluster.reached_through(far, &proxy).unwrap();
     let server = server(Topology::Cluster(others), |c| {
         c.redis_timeout = Duration::from_secs(2)
     })
     .await;
     let owner = |key: &String| {
-        let state = redis_key(
-            DEFAULT_KEY_PREFIX,
-            &RuleName::new(RULE).unwrap(),
-            &LimitKey::from_parts([key.as_bytes()]),
-            Algorithm::Gcra,
-        );
+        let state = state_key(RULE, key, Algorithm::Gcra);
         cluster.owner_of_slot(key_slot(&state)).unwrap()
     };
     let keys = (0..)

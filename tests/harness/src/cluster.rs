@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::proxy::ForwardingProxy;
 use crate::server::{RedisServer, free_port, ping, redis_cli};
 use crate::tls::TlsFiles;
 use crate::{HarnessError, wait_until};
@@ -157,7 +158,7 @@ impl RedisCluster {
 
     /// Makes node `index` announce `port` for clients to reach it by, as a node behind NAT or
     /// a proxy does (`cluster-announce-port`), and waits until every running node names it so.
-    pub fn announce_port(&self, index: usize, port: u16) -> Result<(), HarnessError> {
+    fn announce_port(&self, index: usize, port: u16) -> Result<(), HarnessError> {
         let port = port.to_string();
         self.nodes[index].cli(&["CONFIG", "SET", "cluster-announce-port", &port])?;
         let id = self.id(index)?;
@@ -172,6 +173,20 @@ impl RedisCluster {
             }
             Ok(true)
         })
+    }
+
+    /// Makes clients reach node `index` through `proxy` alone (forwarding to it): the node
+    /// announces the proxy's port, and the URLs returned, for a client to start from, are the
+    /// other nodes'.
+    pub fn reached_through(
+        &self,
+        index: usize,
+        proxy: &ForwardingProxy,
+    ) -> Result<Vec<String>, HarnessError> {
+        self.announce_port(index, proxy.addr().port())?;
+        let mut others = self.urls();
+        others.remove(index);
+        Ok(others)
     }
 
     /// Node `index`'s cluster id (`CLUSTER MYID`).

@@ -133,8 +133,11 @@ fn accept(listener: &TcpListener, target: SocketAddr, shared: &Arc<Shared>) {
 enum Outlet {
     /// Written on at once.
     Now(TcpStream),
-    /// Handed to a thread that writes each read on when it is due.
-    Later(Sender<(Instant, Vec<u8>)>),
+    /// Handed to a thread that writes each read on `one_way` after it was read.
+    Later {
+        due: Sender<(Instant, Vec<u8>)>,
+        one_way: Duration,
+    },
 }
 
 impl Outlet {
@@ -144,15 +147,18 @@ impl Outlet {
         }
         let (sender, due) = channel();
         thread::spawn(move || deliver(&due, to));
-        Outlet::Later(sender)
+        Outlet::Later {
+            due: sender,
+            one_way,
+        }
     }
 
     /// Whether it could take `bytes`: false once the other side is gone.
-    fn put(&mut self, bytes: &[u8], one_way: Duration) -> bool {
+    fn put(&mut self, bytes: &[u8]) -> bool {
         match self {
             Outlet::Now(to) => to.write_all(bytes).is_ok(),
-            Outlet::Later(sender) => sender
-                .send((Instant::now() + one_way, bytes.to_vec()))
+            Outlet::Later { due, one_way } => due
+                .send((Instant::now() + *one_way, bytes.to_vec()))
                 .is_ok(),
         }
     }
@@ -163,7 +169,7 @@ impl Outlet {
                 let _ = to.shutdown(Shutdown::Write);
             }
             // The delivering thread closes its side when it has written all it was given.
-            Outlet::Later(sender) => drop(sender),
+            Outlet::Later { due, .. } => drop(due),
         }
     }
 }
@@ -197,7 +203,7 @@ fn forward(mut from: TcpStream, to: TcpStream, generation: u64, shared: &Shared)
                 if shared.generation.load(Ordering::SeqCst) != generation {
                     continue;
                 }
-                if !outlet.put(&buffer[..n], shared.one_way) {
+                if !outlet.put(&buffer[..n]) {
                     break;
                 }
             }
