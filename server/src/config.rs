@@ -37,7 +37,8 @@ pub struct Args {
           conflicts_with_all = ["redis_cluster", "redis_sentinel"], hide_env_values = true)]
     pub redis: String,
 
-    /// A Redis Cluster: comma-separated URLs of some of its nodes.
+    /// A Redis Cluster: comma-separated URLs of some of its nodes, each with the same scheme,
+    /// user and password (and db number, where the Cluster has more than db 0: Valkey 9).
     #[arg(
         long,
         env = "SLUICE_REDIS_CLUSTER",

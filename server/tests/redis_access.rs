@@ -212,7 +212,7 @@ fn tls_settings_are_checked_at_start_up() {
 }
 
 #[test]
-fn passwords_and_sentinels_are_checked_at_start_up() {
+fn passwords_sentinels_and_cluster_nodes_are_checked_at_start_up() {
     assert_refused(
         &[
             "--redis",
@@ -233,27 +233,53 @@ fn passwords_and_sentinels_are_checked_at_start_up() {
     );
     assert_refused(&["--redis-username", "limiter"], "--redis-password");
     assert_refused(&["--redis-password", ""], "--redis-password: empty");
-    let sentinel = |urls: &str, expected: &str| {
-        assert_refused(
-            &["--redis-sentinel", urls, "--sentinel-master", MASTER_NAME],
-            expected,
-        );
-    };
-    sentinel(
-        "redis://127.0.0.1:26379,rediss://127.0.0.1:26380",
-        "--redis-sentinel: `rediss://127.0.0.1:26380` is reached otherwise than \
-         `redis://127.0.0.1:26379`",
-    );
-    sentinel(
-        "redis://:hunter2@127.0.0.1:26379,redis://127.0.0.1:26380",
-        "--redis-sentinel: `redis://127.0.0.1:26380` is reached otherwise than \
-         `redis://:***@127.0.0.1:26379`",
-    );
-    sentinel(
-        "redis://127.0.0.1:26379/2,redis://127.0.0.1:26380",
-        "--redis-sentinel: `redis://127.0.0.1:26380` is reached otherwise than \
-         `redis://127.0.0.1:26379/2`",
-    );
+    // The sentinels, and a Cluster's nodes, must be reached alike. A Cluster's that were not
+    // the client refused only on connecting: the server ran unready, logging "redis
+    // unreachable" every 2 s, for good.
+    let unalike = [
+        (
+            "--redis-sentinel",
+            "redis://127.0.0.1:26379,rediss://127.0.0.1:26380",
+            "--redis-sentinel: `rediss://127.0.0.1:26380` is reached otherwise than \
+             `redis://127.0.0.1:26379`",
+        ),
+        (
+            "--redis-sentinel",
+            "redis://:hunter2@127.0.0.1:26379,redis://127.0.0.1:26380",
+            "--redis-sentinel: `redis://127.0.0.1:26380` is reached otherwise than \
+             `redis://:***@127.0.0.1:26379`",
+        ),
+        (
+            "--redis-sentinel",
+            "redis://127.0.0.1:26379/2,redis://127.0.0.1:26380",
+            "--redis-sentinel: `redis://127.0.0.1:26380` is reached otherwise than \
+             `redis://127.0.0.1:26379/2`",
+        ),
+        (
+            "--redis-cluster",
+            "redis://:hunter2@127.0.0.1:7000,redis://:hunter3@127.0.0.1:7001",
+            "--redis-cluster: `redis://:***@127.0.0.1:7001` is reached otherwise than \
+             `redis://:***@127.0.0.1:7000`: every node takes the same scheme",
+        ),
+        (
+            "--redis-cluster",
+            "rediss://127.0.0.1:7000,redis://127.0.0.1:7001",
+            "--redis-cluster: `redis://127.0.0.1:7001` is reached otherwise than \
+             `rediss://127.0.0.1:7000`",
+        ),
+        (
+            "--redis-cluster",
+            "redis://127.0.0.1:7000,unix:///run/redis.sock",
+            "--redis-cluster: `unix:///run/redis.sock` is a Unix socket",
+        ),
+    ];
+    for (flag, urls, expected) in unalike {
+        let mut args = vec![flag, urls];
+        if flag == "--redis-sentinel" {
+            args.extend(["--sentinel-master", MASTER_NAME]);
+        }
+        assert_refused(&args, expected);
+    }
 }
 
 /// A db number in the sentinels' URLs is the primary's: a sentinel has none of its own, and

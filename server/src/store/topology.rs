@@ -22,8 +22,8 @@ pub enum Topology {
 }
 
 impl Topology {
-    /// Checks that every URL is one the Redis client connects by; the error names the first
-    /// that is not, its password hidden.
+    /// Checks that every URL is one the Redis client connects by, and that a Cluster's nodes or
+    /// the sentinels are all reached alike; the error names the URL, its password hidden.
     pub fn check(&self) -> Result<(), String> {
         let urls = self.urls();
         if urls.is_empty() {
@@ -39,27 +39,45 @@ impl Topology {
                 )
             })?);
         }
-        // The sentinels are reached alike: one TLS setting and one login for all of them, and
-        // one db number, the primary's.
-        if let Topology::Sentinel { sentinels, .. } = self {
-            let login = |info: &ConnectionInfo| {
-                let settings = info.redis_settings();
-                (
-                    settings.username().map(str::to_owned),
-                    settings.password().map(str::to_owned),
-                    settings.db(),
-                )
-            };
-            for (url, info) in sentinels.iter().zip(&infos).skip(1) {
-                if is_tls(info) != is_tls(&infos[0]) || login(info) != login(&infos[0]) {
-                    return Err(format!(
-                        "`{}` is reached otherwise than `{}`: every sentinel takes the same \
-                         scheme (redis:// or rediss://), the same user and password, and the \
-                         same db number (the primary's)",
-                        redacted(url),
-                        redacted(&sentinels[0])
-                    ));
-                }
+        // A Cluster's nodes are reached alike, and so are the sentinels: the client takes one
+        // TLS setting, one login and one db number (the sentinels' is the primary's) for all of
+        // them, from the first URL. A node's that differs made it fail on connecting, again and
+        // again, while the server ran unready; a sentinel's was ignored.
+        let what = match self {
+            Topology::Standalone(_) => return Ok(()),
+            Topology::Cluster(_) => "node",
+            Topology::Sentinel { .. } => "sentinel",
+        };
+        if let Topology::Cluster(_) = self
+            && let Some((url, _)) = urls
+                .iter()
+                .zip(&infos)
+                .find(|(_, info)| matches!(info.addr(), ConnectionAddr::Unix(_)))
+        {
+            return Err(format!(
+                "`{}` is a Unix socket: a Cluster's nodes name one another by host and port, \
+                 so the client reaches them over TCP",
+                redacted(url)
+            ));
+        }
+        let reach = |info: &ConnectionInfo| {
+            let settings = info.redis_settings();
+            (
+                is_tls(info),
+                settings.username().map(str::to_owned),
+                settings.password().map(str::to_owned),
+                settings.db(),
+            )
+        };
+        for (url, info) in urls.iter().zip(&infos).skip(1) {
+            if reach(info) != reach(&infos[0]) {
+                return Err(format!(
+                    "`{}` is reached otherwise than `{}`: every {what} takes the same scheme \
+                     (redis:// or rediss://), the same user and password, and the same db \
+                     number",
+                    redacted(url),
+                    redacted(&urls[0])
+                ));
             }
         }
         Ok(())

@@ -74,15 +74,37 @@ impl Drop for ServerProcess {
 }
 
 /// The binary, given `args`, must stop at start-up with a message containing `expected`, and
-/// without the tests' password in it.
+/// without the tests' password in it. A server that takes the setting runs on: it is stopped
+/// after 10 s, and the assertion fails.
 pub fn assert_refused(args: &[&str], expected: &str) {
-    let output = Command::new(BINARY)
+    let mut child = Command::new(BINARY)
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(!output.status.success(), "{args:?} was taken");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = reader.join().unwrap();
+    let status = status.unwrap_or_else(|| panic!("{args:?} was taken: still running after 10 s"));
+    assert!(!status.success(), "{args:?} was taken");
     assert!(stderr.contains(expected), "{args:?}: {stderr}");
     assert!(!stderr.contains("hunter2"), "{args:?}: {stderr}");
 }
