@@ -88,3 +88,48 @@ async fn on_a_cluster_the_clock_is_read_from_the_primary_of_slot_zero() {
         "TIME by node {reads:?}; slot 0 is node {owner}'s"
     );
 }
+
+/// A Cluster's node given as one server (`--redis`) answers `MOVED` for the keys of the other
+/// nodes' slots: the server said it was ready and failed two decisions in three. It must stay
+/// unready instead, saying what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_given_as_one_server_is_refused_and_named() {
+    let cluster = RedisCluster::start().unwrap();
+    let node = cluster.urls().remove(0);
+    let server = sluice_server::spawn(
+        sluice_server::ServerConfig::standalone(node.clone()),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .await
+    .unwrap();
+    let http = common::Http::http1();
+    let named = |error: &str| {
+        error.contains(&format!("`{node}` is a node of a Redis Cluster"))
+            && error.contains("--redis-cluster")
+    };
+    let mut answer = http.get(&format!("{}/readyz", server.url())).await;
+    for _ in 0..200 {
+        assert_ne!(
+            answer.status, 200,
+            "ready on a Cluster's node given as one server"
+        );
+        if named(&answer.body) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        answer = http.get(&format!("{}/readyz", server.url())).await;
+    }
+    assert!(named(&answer.body), "{}", answer.body);
+    let limit = r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":1}"#;
+    for client in 0..6 {
+        let decision = http
+            .decide(
+                &server.url(),
+                &common::one_check("r", &format!("10.0.0.{client}"), limit),
+                &[],
+            )
+            .await;
+        assert_eq!(decision.status, 503, "{}", decision.body);
+        assert!(named(&decision.body), "{}", decision.body);
+    }
+}

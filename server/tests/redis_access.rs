@@ -171,7 +171,7 @@ async fn over_tls_it_trusts_the_authority_given_and_presents_its_certificate() {
         "{statuses:?}"
     );
     assert!(
-        lines.iter().any(|l| l.contains("redis unreachable")),
+        lines.iter().any(|l| l.contains("redis not usable")),
         "{lines:?}"
     );
 }

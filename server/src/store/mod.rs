@@ -69,6 +69,12 @@ pub enum StoreError {
     /// A script answered something else than its six numbers.
     #[error("redis: {0}")]
     BadReply(#[from] BadReply),
+    /// The one server given is a node of a Cluster (its URL, password hidden).
+    #[error(
+        "redis: `{0}` is a node of a Redis Cluster, which keeps each key on one of its nodes: \
+         give it as a Cluster (--redis-cluster)"
+    )]
+    ClusterNode(String),
 }
 
 impl StoreError {
@@ -79,6 +85,7 @@ impl StoreError {
             StoreError::Timeout(_) => "timeout",
             StoreError::Redis(_) => "error",
             StoreError::BadReply(_) => "bad_reply",
+            StoreError::ClusterNode(_) => "cluster_node",
         }
     }
 }
@@ -220,7 +227,7 @@ impl Store {
                 Err(_) => *self.last_error.write().await = "connection timed out".to_owned(),
             }
             let error = self.last_error.read().await.clone();
-            tracing::warn!(%error, "redis unreachable; retrying");
+            tracing::warn!(%error, "redis not usable; retrying");
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(2));
         }
@@ -279,11 +286,11 @@ impl Store {
                     Some(tls) => redis::Client::build_with_tls(info, tls.clone())?,
                     None => redis::Client::open(info)?,
                 };
-                Ok(Backend::Single(
-                    client
-                        .get_connection_manager_with_config(self.manager_config())
-                        .await?,
-                ))
+                let mut manager = client
+                    .get_connection_manager_with_config(self.manager_config())
+                    .await?;
+                refuse_cluster_node(&mut manager, url).await?;
+                Ok(Backend::Single(manager))
             }
             Topology::Cluster(urls) => {
                 // The client counts its waits in whole milliseconds: the n-th is drawn from one
@@ -577,6 +584,22 @@ async fn query<T: redis::FromRedisValue>(
     match backend {
         Backend::Single(mut c) => cmd.query_async(&mut c).await,
         Backend::Cluster(mut c) => cmd.query_async(&mut c).await,
+    }
+}
+
+/// Refuses a node of a Cluster given as one server: it would answer the keys of its own slots
+/// and `MOVED` to the rest, so most decisions would fail while the server said it was ready.
+async fn refuse_cluster_node(manager: &mut ConnectionManager, url: &str) -> Result<(), StoreError> {
+    let info: redis::RedisResult<String> =
+        redis::cmd("INFO").arg("cluster").query_async(manager).await;
+    match info {
+        Ok(info) if info.lines().any(|line| line.trim() == "cluster_enabled:1") => {
+            Err(StoreError::ClusterNode(redacted(url)))
+        }
+        Ok(_) => Ok(()),
+        // Where an ACL refuses `INFO`, the calls' `MOVED` will tell.
+        Err(e) if e.code() == Some("NOPERM") => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
