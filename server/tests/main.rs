@@ -19,3 +19,4 @@ mod redis_access;
 mod redis_cell;
 mod resilience;
 mod rls;
+mod unfit_redis;

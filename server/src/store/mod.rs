@@ -75,6 +75,17 @@ pub enum StoreError {
          give it as a Cluster (--redis-cluster)"
     )]
     ClusterNode(String),
+    /// The one server given is a replica (its URL, password hidden, and its primary).
+    #[error(
+        "redis: `{url}` is a replica of {primary}, which refuses writes: give the primary, or \
+         the sentinels that follow it (--redis-sentinel)"
+    )]
+    Replica {
+        /// The URL given.
+        url: String,
+        /// `host:port` of its primary, as it reports it.
+        primary: String,
+    },
 }
 
 impl StoreError {
@@ -86,6 +97,7 @@ impl StoreError {
             StoreError::Redis(_) => "error",
             StoreError::BadReply(_) => "bad_reply",
             StoreError::ClusterNode(_) => "cluster_node",
+            StoreError::Replica { .. } => "replica",
         }
     }
 }
@@ -289,7 +301,7 @@ impl Store {
                 let mut manager = client
                     .get_connection_manager_with_config(self.manager_config())
                     .await?;
-                refuse_cluster_node(&mut manager, url).await?;
+                refuse_unfit_server(&mut manager, url).await?;
                 Ok(Backend::Single(manager))
             }
             Topology::Cluster(urls) => {
@@ -587,20 +599,39 @@ async fn query<T: redis::FromRedisValue>(
     }
 }
 
-/// Refuses a node of a Cluster given as one server: it would answer the keys of its own slots
-/// and `MOVED` to the rest, so most decisions would fail while the server said it was ready.
-async fn refuse_cluster_node(manager: &mut ConnectionManager, url: &str) -> Result<(), StoreError> {
-    let info: redis::RedisResult<String> =
-        redis::cmd("INFO").arg("cluster").query_async(manager).await;
-    match info {
-        Ok(info) if info.lines().any(|line| line.trim() == "cluster_enabled:1") => {
-            Err(StoreError::ClusterNode(redacted(url)))
-        }
-        Ok(_) => Ok(()),
-        // Where an ACL refuses `INFO`, the calls' `MOVED` will tell.
-        Err(e) if e.code() == Some("NOPERM") => Ok(()),
-        Err(e) => Err(e.into()),
+/// Refuses one server given that cannot hold the limits, though it answers: a node of a
+/// Cluster, which answers `MOVED` for the keys of the other nodes' slots, or a replica, which
+/// refuses the scripts' writes. Either way most decisions would fail while the server said it
+/// was ready. Checked until a first connection passes, so a replica promoted meanwhile is
+/// taken then.
+async fn refuse_unfit_server(manager: &mut ConnectionManager, url: &str) -> Result<(), StoreError> {
+    // `INFO` with no section names has both these, on every version of Redis.
+    let info: redis::RedisResult<String> = redis::cmd("INFO").query_async(manager).await;
+    let info = match info {
+        Ok(info) => info,
+        // Where an ACL refuses `INFO`, the decisions' errors will tell.
+        Err(e) if e.code() == Some("NOPERM") => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
+    };
+    if field("cluster_enabled") == Some("1") {
+        return Err(StoreError::ClusterNode(redacted(url)));
     }
+    if field("role") == Some("slave") {
+        let primary = format!(
+            "{}:{}",
+            field("master_host").unwrap_or("?"),
+            field("master_port").unwrap_or("?")
+        );
+        return Err(StoreError::Replica {
+            url: redacted(url),
+            primary,
+        });
+    }
+    Ok(())
 }
 
 /// `FUNCTION LOAD REPLACE` of sluice's library (on a Cluster, on every primary).
