@@ -1,13 +1,15 @@
 //! One server given (`--redis`) that answers but cannot hold the limits: a Cluster's node, or a
-//! replica. The server said it was ready and failed the decisions; it must stay unready, and
-//! say what to give instead, until it is given one that can.
+//! replica, from the start or after a failover. The server said it was ready and failed the
+//! decisions; it must stay unready, and say what to give instead, until it reaches one that can.
 
 use crate::common;
 
 use std::time::Duration;
 
 use common::{Http, one_check};
-use sluice_harness::{RedisCluster, RedisServer};
+use sluice_core::limit::Algorithm;
+use sluice_harness::{ForwardingProxy, RedisCluster, RedisServer};
+use sluice_server::store::Topology;
 use sluice_server::{RunningServer, ServerConfig};
 
 const LIMIT: &str = r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":1}"#;
@@ -89,4 +91,38 @@ async fn a_replica_is_refused_by_name_until_it_is_promoted() {
         .decide(&server.url(), &one_check("r", "10.0.0.1", LIMIT), &[])
         .await;
     assert_eq!(decision.status, 200, "{}", decision.body);
+}
+
+/// A failover behind one name (a managed Redis's primary endpoint): the primary is demoted,
+/// its replica promoted, and the name moves to it. The server's connection, which outlives
+/// the demotion, met every decision with `READONLY` for as long as it stood; the server must
+/// connect afresh and follow the name to the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_behind_one_name_the_server_follows_it_to_the_new_primary() {
+    let old = RedisServer::start().unwrap();
+    let new =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &old.port().to_string()]).unwrap();
+    let name = ForwardingProxy::start(old.addr()).unwrap();
+    let server = common::server(Topology::Standalone(name.redis_url()), |_| {}).await;
+    let http = Http::http1();
+    let (url, check) = (server.url(), one_check("r", "10.0.0.1", LIMIT));
+    let decide = || http.decide(&url, &check, &[]);
+    assert_eq!(decide().await.status, 200);
+
+    new.cli(&["REPLICAOF", "NO", "ONE"]).unwrap();
+    old.cli(&["REPLICAOF", "127.0.0.1", &new.port().to_string()])
+        .unwrap();
+    name.retarget(new.addr());
+    let mut statuses = Vec::new();
+    for _ in 0..100 {
+        let answer = decide().await;
+        statuses.push(answer.status);
+        if answer.status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
+    let key = common::state_key("r", "10.0.0.1", Algorithm::Gcra);
+    assert_eq!(new.cli(&["EXISTS", &key]).unwrap().trim(), "1");
 }

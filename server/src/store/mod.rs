@@ -149,6 +149,10 @@ pub struct Store {
     sentinel: Option<SentinelState>,
     /// Whether calls have gone unanswered long enough to take their connection for dead.
     silence: SilenceWatch,
+    /// Set while the connection to one server that became a replica is being replaced.
+    leaving_replica: AtomicBool,
+    /// When that connection was last dropped.
+    left_replica_at: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Store {
@@ -204,6 +208,8 @@ impl Store {
             last_error: RwLock::new("connecting".to_owned()),
             sentinel,
             silence: SilenceWatch::new(lanes, Store::silent_after(timeout), Instant::now()),
+            leaving_replica: AtomicBool::new(false),
+            left_replica_at: std::sync::Mutex::new(None),
         });
         let background = Arc::clone(&store);
         tokio::spawn(async move { background.keep_connecting().await });
@@ -542,10 +548,49 @@ impl Store {
                 self.silence.answered(lane);
             }
         }
+        if let Err(StoreError::Redis(e)) = &result
+            && e.code() == Some("READONLY")
+        {
+            self.leave_replica(e);
+        }
         if result.is_err() {
             self.follow_failover();
         }
         result
+    }
+
+    /// After one server given refused a write as a replica: it was demoted (a failover behind
+    /// a DNS name, a `REPLICAOF`), and the connection, which outlives that, would meet every
+    /// call with `READONLY` for as long as it stood. Drops it and connects afresh, as at
+    /// start-up: the name is resolved again, and a replica refused until a primary answers.
+    /// Behind Sentinel, [`Store::follow_failover`] asks the sentinels instead.
+    fn leave_replica(self: &Arc<Self>, error: &redis::RedisError) {
+        if !matches!(self.topology, Topology::Standalone(_))
+            || self.leaving_replica.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        // A call sent on the connection dropped is answered within the timeout: its
+        // `READONLY` says nothing of the connection that replaced it.
+        let mut left_at = self
+            .left_replica_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if left_at.is_some_and(|at| at.elapsed() < self.timeout) {
+            self.leaving_replica.store(false, Ordering::Release);
+            return;
+        }
+        *left_at = Some(Instant::now());
+        drop(left_at);
+        tracing::warn!(%error, "redis refused a write as a replica; connecting afresh");
+        let store = Arc::clone(self);
+        let error = error.to_string();
+        tokio::spawn(async move {
+            *store.last_error.write().await = error;
+            *store.backend.write().await = None;
+            store.keep_connecting().await;
+            store.leaving_replica.store(false, Ordering::Release);
+        });
     }
 
     /// The silence watch's lane of a call with first key `key`: the only one with one Redis;

@@ -1,5 +1,5 @@
 //! A TCP forwarder in front of a real server, whose connections a test can make go silent or
-//! slow.
+//! slow, or send elsewhere.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -23,12 +23,17 @@ const CHECK_EVERY: Duration = Duration::from_millis(20);
 /// reaches the other a fixed time later, in order. Each side's kernel still acknowledges what
 /// it receives from the proxy at once, or with the next thing it sends back, as over a network
 /// under load, where acknowledgements ride on the answers.
+///
+/// [`ForwardingProxy::retarget`] models a name that moves to another address (a failover
+/// behind a DNS name): new connections reach the new target, open ones stay with the old.
 pub struct ForwardingProxy {
     addr: SocketAddr,
     shared: Arc<Shared>,
 }
 
 struct Shared {
+    /// Where connections accepted from now on are forwarded.
+    target: Mutex<SocketAddr>,
     /// How long what is read takes to be written on, each way.
     one_way: Duration,
     /// Connections accepted before the latest `silence` have a lower generation.
@@ -51,13 +56,14 @@ impl ForwardingProxy {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
+            target: Mutex::new(target),
             one_way,
             generation: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
             sockets: Mutex::new(Vec::new()),
         });
         let accepting = Arc::clone(&shared);
-        thread::spawn(move || accept(&listener, target, &accepting));
+        thread::spawn(move || accept(&listener, &accepting));
         Ok(ForwardingProxy { addr, shared })
     }
 
@@ -75,6 +81,12 @@ impl ForwardingProxy {
     pub fn silence(&self) {
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
     }
+
+    /// Forwards connections made from now on to `target`, as a name that now resolves to
+    /// another address; those open stay with the old one.
+    pub fn retarget(&self, target: SocketAddr) {
+        *self.shared.target.lock().unwrap_or_else(|e| e.into_inner()) = target;
+    }
 }
 
 impl Drop for ForwardingProxy {
@@ -91,7 +103,7 @@ impl Drop for ForwardingProxy {
     }
 }
 
-fn accept(listener: &TcpListener, target: SocketAddr, shared: &Arc<Shared>) {
+fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
     while !shared.stopped.load(Ordering::SeqCst) {
         let client = match listener.accept() {
             Ok((client, _)) => client,
@@ -101,6 +113,7 @@ fn accept(listener: &TcpListener, target: SocketAddr, shared: &Arc<Shared>) {
             }
             Err(_) => return,
         };
+        let target = *shared.target.lock().unwrap_or_else(|e| e.into_inner());
         let Ok(server) = TcpStream::connect(target) else {
             continue;
         };
