@@ -5,9 +5,10 @@
 //! at once with [`StoreError::NotConnected`] (503) while a background task keeps trying. After
 //! that, the `redis` crate's managers reconnect by themselves; a call made while Redis is away
 //! fails within the timeout, and calls succeed again as soon as it is back. Behind Sentinel, a
-//! failed call also asks the sentinels where the primary is now, so a failover is followed. A
-//! connection whose calls have had no answer for a while is replaced, a Cluster's too
-//! (`silence.rs`).
+//! failed call also asks the sentinels where the primary is now, so a failover is followed; to
+//! one server, a `READONLY` answer (a failover behind its name) makes the store connect afresh.
+//! A connection whose calls have had no answer for a while is replaced, a Cluster's too
+//! (`silence.rs`). One server that is a Cluster's node or a replica is not taken.
 //! Scripts are called as functions of sluice's library ([`crate::scripts::Library`]) by
 //! `FCALL`, the library loaded on connecting and again whenever Redis answers that a function
 //! is missing (after `FUNCTION FLUSH`, a restart without persistence, or on a Cluster node
@@ -149,9 +150,7 @@ pub struct Store {
     sentinel: Option<SentinelState>,
     /// Whether calls have gone unanswered long enough to take their connection for dead.
     silence: SilenceWatch,
-    /// Set while the connection to one server that became a replica is being replaced.
-    leaving_replica: AtomicBool,
-    /// When that connection was last dropped.
+    /// When the connection to one server that became a replica was last dropped.
     left_replica_at: std::sync::Mutex<Option<Instant>>,
 }
 
@@ -208,7 +207,6 @@ impl Store {
             last_error: RwLock::new("connecting".to_owned()),
             sentinel,
             silence: SilenceWatch::new(lanes, Store::silent_after(timeout), Instant::now()),
-            leaving_replica: AtomicBool::new(false),
             left_replica_at: std::sync::Mutex::new(None),
         });
         let background = Arc::clone(&store);
@@ -565,19 +563,17 @@ impl Store {
     /// start-up: the name is resolved again, and a replica refused until a primary answers.
     /// Behind Sentinel, [`Store::follow_failover`] asks the sentinels instead.
     fn leave_replica(self: &Arc<Self>, error: &redis::RedisError) {
-        if !matches!(self.topology, Topology::Standalone(_))
-            || self.leaving_replica.swap(true, Ordering::AcqRel)
-        {
+        if !matches!(self.topology, Topology::Standalone(_)) {
             return;
         }
-        // A call sent on the connection dropped is answered within the timeout: its
-        // `READONLY` says nothing of the connection that replaced it.
+        // Calls sent on the connection dropped are answered within the timeout: their
+        // `READONLY` says nothing of the connection that replaces it. (Until that one is
+        // made, calls fail without reaching Redis.)
         let mut left_at = self
             .left_replica_at
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if left_at.is_some_and(|at| at.elapsed() < self.timeout) {
-            self.leaving_replica.store(false, Ordering::Release);
             return;
         }
         *left_at = Some(Instant::now());
@@ -589,7 +585,6 @@ impl Store {
             *store.last_error.write().await = error;
             *store.backend.write().await = None;
             store.keep_connecting().await;
-            store.leaving_replica.store(false, Ordering::Release);
         });
     }
 
@@ -665,7 +660,7 @@ async fn refuse_unfit_server(manager: &mut ConnectionManager, url: &str) -> Resu
     if field("cluster_enabled") == Some("1") {
         return Err(StoreError::ClusterNode(redacted(url)));
     }
-    if field("role") == Some("slave") {
+    if matches!(field("role"), Some("slave" | "replica")) {
         let primary = format!(
             "{}:{}",
             field("master_host").unwrap_or("?"),
