@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use redis::{ClientTlsConfig, TlsCertificates};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sluice_core::duration::Millis;
 use sluice_core::rls::answer::RlsHeaders;
 
+use crate::pem;
 use crate::rls::RlsState;
 use crate::rls::config::WatchedConfig;
 use crate::store::{Credentials, ScriptCalls, Topology};
+use crate::tls::{ListenerTls, TlsFiles, TlsFor};
 
 /// The prefix of every Redis key when `--key-prefix` is not given.
 pub const DEFAULT_KEY_PREFIX: &str = "sluice";
@@ -160,6 +160,35 @@ pub struct Args {
     /// Serve the gRPC API on this address alone, not on --listen's.
     #[arg(long, env = "SLUICE_GRPC_LISTEN", requires = "rls_config")]
     pub grpc_listen: Option<SocketAddr>,
+
+    /// Serve TLS with this PEM certificate (chain), with --tls-key: on every listener, or on
+    /// --grpc-listen's alone (--tls-for). HTTP/2 and HTTP/1.1 are offered by ALPN.
+    #[arg(long, env = "SLUICE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert.
+    #[arg(long, env = "SLUICE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require clients to present a certificate signed by these PEM authorities (mutual TLS).
+    #[arg(long, env = "SLUICE_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Require the client's certificate to hold this name (a DNS name, which a wildcard in the
+    /// certificate may cover, or an IP address); with --tls-client-ca.
+    #[arg(long, env = "SLUICE_TLS_CLIENT_SAN", requires = "tls_client_ca")]
+    pub tls_client_san: Option<String>,
+
+    /// Which listeners TLS is on: `all`, or `grpc` for --grpc-listen's alone (--listen then
+    /// stays cleartext, for probes, metrics and /v1/decide).
+    #[arg(
+        long,
+        env = "SLUICE_TLS_FOR",
+        value_enum,
+        default_value = "all",
+        requires = "tls_cert"
+    )]
+    pub tls_for: TlsFor,
 }
 
 /// The rate limit headers of gRPC answers.
@@ -213,6 +242,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Envoy's gRPC rate limit service, with its configuration loaded.
     pub rls: Option<Arc<RlsState>>,
+    /// TLS on the listeners.
+    pub tls: Option<ListenerTls>,
 }
 
 impl ServerConfig {
@@ -228,6 +259,7 @@ impl ServerConfig {
             replay_time: false,
             shutdown_grace: Duration::from_secs(10),
             rls: None,
+            tls: None,
         }
     }
 }
@@ -301,44 +333,23 @@ impl TryFrom<&Args> for ServerConfig {
             replay_time: args.replay_time,
             shutdown_grace: Duration::from_millis(args.shutdown_grace.as_millis()),
             rls: rls_state(args)?,
+            tls: listener_tls(args)?,
         })
     }
 }
 
 /// The certificates the TLS flags name, read and checked.
 fn redis_tls(args: &Args) -> Result<Option<TlsCertificates>, String> {
-    let read = |flag: &str, path: &PathBuf| {
-        std::fs::read(path).map_err(|e| format!("{flag}: {}: {e}", path.display()))
-    };
-    let certificates = |flag: &str, path: &PathBuf| {
-        let pem = read(flag, path)?;
-        let certificates = CertificateDer::pem_slice_iter(&pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("{flag}: {}: {e}", path.display()))?;
-        if certificates.is_empty() {
-            return Err(format!(
-                "{flag}: {}: no PEM certificate in it",
-                path.display()
-            ));
-        }
-        Ok(pem)
-    };
     let root_cert = args
         .redis_ca_cert
         .as_ref()
-        .map(|path| certificates("--redis-ca-cert", path))
+        .map(|path| pem::certificates("--redis-ca-cert", path).map(|(pem, _)| pem))
         .transpose()?;
     let client_tls = match (&args.redis_client_cert, &args.redis_client_key) {
-        (Some(cert), Some(key)) => {
-            let client_cert = certificates("--redis-client-cert", cert)?;
-            let client_key = read("--redis-client-key", key)?;
-            PrivateKeyDer::from_pem_slice(&client_key)
-                .map_err(|e| format!("--redis-client-key: {}: {e}", key.display()))?;
-            Some(ClientTlsConfig {
-                client_cert,
-                client_key,
-            })
-        }
+        (Some(cert), Some(key)) => Some(ClientTlsConfig {
+            client_cert: pem::certificates("--redis-client-cert", cert)?.0,
+            client_key: pem::private_key("--redis-client-key", key)?.0,
+        }),
         _ => None,
     };
     if root_cert.is_none() && client_tls.is_none() {
@@ -348,6 +359,26 @@ fn redis_tls(args: &Args) -> Result<Option<TlsCertificates>, String> {
         client_tls,
         root_cert,
     }))
+}
+
+/// TLS on the listeners, if a certificate is given.
+fn listener_tls(args: &Args) -> Result<Option<ListenerTls>, String> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    if args.tls_for == TlsFor::Grpc && args.grpc_listen.is_none() {
+        return Err(
+            "--tls-for: grpc puts TLS on --grpc-listen's listener alone, and none is given"
+                .to_owned(),
+        );
+    }
+    let files = TlsFiles {
+        cert,
+        key,
+        client_ca: args.tls_client_ca.as_deref(),
+        client_san: args.tls_client_san.as_deref(),
+    };
+    ListenerTls::from_files(files, args.tls_for).map(Some)
 }
 
 /// A log filter as `RUST_LOG` takes it, checked when the flags are read: one that does not

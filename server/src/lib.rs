@@ -28,13 +28,15 @@ pub mod metrics;
 pub mod rls;
 pub mod scripts;
 pub mod store;
+pub mod tls;
+
+mod pem;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::ServiceExt;
-use axum::serve::ListenerExt;
 use log_throttle::FailureWarnings;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -48,6 +50,7 @@ use crate::metrics::Metrics;
 use crate::rls::RlsState;
 use crate::rls::config::Reload;
 use crate::store::Store;
+use crate::tls::{Listening, TlsFor};
 
 /// Serves on `listener` until `shutdown` completes, then lets requests in flight finish for up
 /// to the configured grace period. The gRPC API is served on the same port.
@@ -66,6 +69,17 @@ pub async fn serve_on(
     grpc_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    if config
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.on == TlsFor::Grpc)
+        && grpc_listener.is_none()
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "TLS for the gRPC listener alone, and no gRPC listener",
+        ));
+    }
     let state = app_state(&config);
     let mut app = router(Arc::clone(&state));
     let mut grpc_app = None;
@@ -93,11 +107,13 @@ pub async fn serve_on(
             Arc::clone(&state),
             app,
         ));
-        let http = axum::serve(nodelay(listener), app).with_graceful_shutdown(stopped());
+        let http_tls = config.tls.as_ref().filter(|tls| tls.on == TlsFor::All);
+        let http =
+            axum::serve(Listening::new(listener, http_tls), app).with_graceful_shutdown(stopped());
         match grpc_app {
             Some((grpc_listener, grpc)) => {
-                let grpc =
-                    axum::serve(nodelay(grpc_listener), grpc).with_graceful_shutdown(stopped());
+                let grpc = axum::serve(Listening::new(grpc_listener, config.tls.as_ref()), grpc)
+                    .with_graceful_shutdown(stopped());
                 tokio::try_join!(http.into_future(), grpc.into_future()).map(drop)
             }
             None => http.await,
@@ -120,15 +136,6 @@ pub async fn serve_on(
         task.abort();
     }
     result
-}
-
-/// Answers are small and latency is the product: no Nagle delay on accepted connections.
-fn nodelay(
-    listener: TcpListener,
-) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
-    listener.tap_io(|stream| {
-        let _ = stream.set_nodelay(true);
-    })
 }
 
 /// The rate limit service and gRPC health checking, as routes, and the task that keeps the

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use sluice_server::ServerConfig;
 use sluice_server::config::{Args, LogFormat};
+use sluice_server::tls::TlsFor;
 use tracing_subscriber::EnvFilter;
 
 // Every request allocates a little (HTTP, JSON, the Redis command); mimalloc's thread-local
@@ -51,7 +52,14 @@ fn run(args: &Args) -> anyhow::Result<()> {
             (Some(_), Some(l)) => l.local_addr()?.to_string(),
             (Some(_), None) => "on the same port".to_owned(),
         };
-        tracing::info!(listen = %listener.local_addr()?, %grpc, topology = ?config.topology, "sluice-server started");
+        let tls = match &config.tls {
+            None => "off",
+            Some(tls) => match tls.on {
+                TlsFor::All => "on every listener",
+                TlsFor::Grpc => "on the gRPC listener",
+            },
+        };
+        tracing::info!(listen = %listener.local_addr()?, %grpc, tls, topology = ?config.topology, "sluice-server started");
         sluice_server::serve_on(config, listener, grpc_listener, shutdown_signal()).await?;
         tracing::info!("stopped");
         Ok(())

@@ -19,4 +19,5 @@ mod redis_access;
 mod redis_cell;
 mod resilience;
 mod rls;
+mod tls;
 mod unfit_redis;

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use common::Http;
 use common::process::{BINARY, ServerProcess, assert_refused, decide_once};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use sluice_core::limit::Algorithm;
 use sluice_harness::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, TlsFiles, free_port};
 use sluice_server::store::{Credentials, ScriptCalls, Topology};
@@ -75,23 +74,8 @@ struct Certificates(tempfile::TempDir);
 impl Certificates {
     fn make() -> Certificates {
         let dir = tempfile::tempdir().unwrap();
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        // Each its own name: OpenSSL takes a certificate named as its issuer for self-signed.
-        ca.distinguished_name
-            .push(DnType::CommonName, "sluice test authority");
-        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-        std::fs::write(dir.path().join("ca.crt"), ca.pem()).unwrap();
-        for (name, names) in [("redis", vec!["127.0.0.1"]), ("client", vec!["sluice"])] {
-            let key = KeyPair::generate().unwrap();
-            let names: Vec<String> = names.into_iter().map(str::to_owned).collect();
-            let mut params = CertificateParams::new(names).unwrap();
-            params.distinguished_name.push(DnType::CommonName, name);
-            let certificate = params.signed_by(&key, &ca).unwrap();
-            let path = dir.path().join(name);
-            std::fs::write(path.with_extension("crt"), certificate.pem()).unwrap();
-            std::fs::write(path.with_extension("key"), key.serialize_pem()).unwrap();
-        }
+        let issued: [(&str, &[&str]); 2] = [("redis", &["127.0.0.1"]), ("client", &["sluice"])];
+        common::certs::make_certificates(dir.path(), "ca", &issued);
         Certificates(dir)
     }
 
