@@ -162,7 +162,8 @@ pub struct Args {
     pub grpc_listen: Option<SocketAddr>,
 
     /// Serve TLS with this PEM certificate (chain), with --tls-key: on every listener, or on
-    /// --grpc-listen's alone (--tls-for). HTTP/2 and HTTP/1.1 are offered by ALPN.
+    /// --grpc-listen's alone (--tls-for). HTTP/2 and HTTP/1.1 are offered by ALPN. Both files
+    /// are read again when they change (looked at every 10 s).
     #[arg(long, env = "SLUICE_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
 

@@ -87,6 +87,9 @@ pub async fn serve_on(
     if let Some(rls) = &state.rls {
         background.push(watch_rls_config(rls, &state.metrics));
     }
+    if let Some(tls) = &config.tls {
+        background.push(tls.keep_reloading());
+    }
     // Without a configuration the rate limit service still answers, to say how to get one.
     let (grpc, health_task) = grpc_router(&state);
     background.push(health_task);

@@ -44,8 +44,9 @@ descriptors:
 ";
 
 /// An authority `ca` with the server's certificate for 127.0.0.1, `envoy`'s for
-/// `envoy.example` and `other`'s for `other.example`; and an authority `stranger-ca` with
-/// `stranger`'s, for `envoy.example` too. Beside them, the rate limit configuration.
+/// `envoy.example` and `other`'s for `other.example`; an authority `stranger-ca` with
+/// `stranger`'s, for `envoy.example` too; and an authority `next-ca` with `next-server`'s, for
+/// 127.0.0.1 too, the server's renewed. Beside them, the rate limit configuration.
 fn files() -> TempDir {
     let dir = tempfile::tempdir().unwrap();
     let issued: [(&str, &[&str]); 3] = [
@@ -59,6 +60,7 @@ fn files() -> TempDir {
         "stranger-ca",
         &[("stranger", &["envoy.example"])],
     );
+    make_certificates(dir.path(), "next-ca", &[("next-server", &["127.0.0.1"])]);
     std::fs::write(dir.path().join("edge.yaml"), RLS_CONFIG).unwrap();
     dir
 }
@@ -133,9 +135,19 @@ async fn start(files: &TempDir, tls: ListenerTls, grpc_apart: bool) -> TlsServer
 
 /// A client trusting `ca`, presenting `<client>.crt` if one is named, and offering `alpn`.
 fn connector(files: &TempDir, client: Option<&str>, alpn: &[u8]) -> TlsConnector {
+    connector_trusting(files, "ca", client, alpn)
+}
+
+/// A client trusting the authority `<authority>.crt`, and otherwise as [`connector`].
+fn connector_trusting(
+    files: &TempDir,
+    authority: &str,
+    client: Option<&str>,
+    alpn: &[u8],
+) -> TlsConnector {
     let read = |name: &str| std::fs::read(files.path().join(name)).unwrap();
     let mut roots = rustls::RootCertStore::empty();
-    for authority in CertificateDer::pem_slice_iter(&read("ca.crt")) {
+    for authority in CertificateDer::pem_slice_iter(&read(&format!("{authority}.crt"))) {
         roots.add(authority.unwrap()).unwrap();
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -154,6 +166,8 @@ fn connector(files: &TempDir, client: Option<&str>, alpn: &[u8]) -> TlsConnector
         }
     };
     config.alpn_protocols = vec![alpn.to_vec()];
+    // Each connection a whole handshake: a session resumed would skip the certificates.
+    config.resumption = rustls::client::Resumption::disabled();
     TlsConnector::from(Arc::new(config))
 }
 
@@ -340,6 +354,47 @@ async fn tls_for_grpc_leaves_the_main_listener_in_cleartext() {
         addr: server.grpc,
     };
     assert_eq!(should_rate_limit(connect).await, Ok(Code::Ok));
+}
+
+/// A certificate renewed in place (cert-manager, a Kubernetes secret's files) is presented from
+/// the next handshake on; files that do not hold a good one yet leave the last in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_renewed_in_its_files_is_presented_without_a_restart() {
+    let files = files();
+    let path = |name: &str| files.path().join(name);
+    let renew = |from: &str, to: &str| std::fs::copy(path(from), path(to)).unwrap();
+    renew("server.crt", "live.crt");
+    renew("server.key", "live.key");
+    let mut tls = ListenerTls::from_files(
+        TlsFiles {
+            cert: &path("live.crt"),
+            key: &path("live.key"),
+            client_ca: None,
+            client_san: None,
+        },
+        TlsFor::All,
+    )
+    .unwrap();
+    tls.check_files_every = std::time::Duration::from_millis(20);
+    let server = start(&files, tls, false).await;
+    let trusting_old = connector_trusting(&files, "ca", None, b"http/1.1");
+    let trusting_new = connector_trusting(&files, "next-ca", None, b"http/1.1");
+    assert_eq!(
+        decide_once_ready(&trusting_old, server.listen).await,
+        Ok(200)
+    );
+    assert!(decide(&trusting_new, server.listen).await.is_err());
+
+    // The key first: until the certificate follows, the two do not match.
+    renew("next-server.key", "live.key");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(decide(&trusting_old, server.listen).await, Ok(200));
+    renew("next-server.crt", "live.crt");
+    assert_eq!(
+        decide_once_ready(&trusting_new, server.listen).await,
+        Ok(200)
+    );
+    assert!(decide(&trusting_old, server.listen).await.is_err());
 }
 
 #[test]
