@@ -111,12 +111,13 @@ pub async fn serve_on(
             app,
         ));
         let http_tls = config.tls.as_ref().filter(|tls| tls.on == TlsFor::All);
-        let http =
-            axum::serve(Listening::new(listener, http_tls), app).with_graceful_shutdown(stopped());
+        let http = axum::serve(Listening::new(listener, http_tls, &state.metrics), app)
+            .with_graceful_shutdown(stopped());
         match grpc_app {
             Some((grpc_listener, grpc)) => {
-                let grpc = axum::serve(Listening::new(grpc_listener, config.tls.as_ref()), grpc)
-                    .with_graceful_shutdown(stopped());
+                let grpc_listener =
+                    Listening::new(grpc_listener, config.tls.as_ref(), &state.metrics);
+                let grpc = axum::serve(grpc_listener, grpc).with_graceful_shutdown(stopped());
                 tokio::try_join!(http.into_future(), grpc.into_future()).map(drop)
             }
             None => http.await,

@@ -51,6 +51,7 @@ pub struct Metrics {
     redis_functions: Gauge,
     redis_clock_uncertainty: Gauge<f64, AtomicU64>,
     split_decision_races: Counter,
+    tls_handshake_failures: Counter,
     lease_answers: Family<LeaseLabels, Counter>,
     lease_units: Family<LeaseLabels, Counter>,
     rls: RlsStats,
@@ -107,6 +108,13 @@ impl Default for Metrics {
              consumed (see docs/algorithms.md)",
             split_decision_races.clone(),
         );
+        let tls_handshake_failures = Counter::default();
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes on the listeners that failed or timed out: a client without the \
+             certificate required, or one refusing the server's, or not speaking TLS",
+            tls_handshake_failures.clone(),
+        );
         let lease_answers = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "lease_answers",
@@ -124,6 +132,7 @@ impl Default for Metrics {
         Metrics {
             registry,
             split_decision_races,
+            tls_handshake_failures,
             lease_answers,
             lease_units,
             rls: RlsStats::default(),
@@ -187,6 +196,11 @@ impl Metrics {
     /// Counts a Cluster decision whose second phase found a key taken since the first.
     pub fn split_decision_race(&self) {
         self.split_decision_races.inc();
+    }
+
+    /// Counts a failed TLS handshake on a listener.
+    pub fn tls_handshake_failed(&self) {
+        self.tls_handshake_failures.inc();
     }
 
     /// Counts one lease ask and what it was granted.

@@ -31,6 +31,7 @@ use sluice_server::rls::RlsState;
 use sluice_server::rls::config::WatchedConfig;
 use sluice_server::tls::{ListenerTls, TlsFiles, TlsFor};
 use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -327,6 +328,8 @@ async fn with_client_authorities_only_a_certificate_they_signed_with_the_name_re
     );
 }
 
+/// With `--tls-for grpc`, `--listen` serves probes, metrics and decisions in cleartext, and
+/// counts the gRPC listener's failed handshakes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_for_grpc_leaves_the_main_listener_in_cleartext() {
     let files = files();
@@ -354,6 +357,27 @@ async fn tls_for_grpc_leaves_the_main_listener_in_cleartext() {
         addr: server.grpc,
     };
     assert_eq!(should_rate_limit(connect).await, Ok(Code::Ok));
+
+    // A client that does not speak TLS fails its handshake, and /metrics counts it.
+    let mut cleartext = TcpStream::connect(server.grpc).await.unwrap();
+    cleartext
+        .write_all(b"GET /readyz HTTP/1.1\r\nhost: sluice\r\n\r\n")
+        .await
+        .unwrap();
+    let _ = cleartext.read_to_end(&mut Vec::new()).await;
+    let counted = "sluice_tls_handshake_failures_total 1\n";
+    let mut metrics = String::new();
+    for _ in 0..40 {
+        metrics = http
+            .get(&format!("http://{}/metrics", server.listen))
+            .await
+            .body;
+        if metrics.contains(counted) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(metrics.contains(counted), "{metrics}");
 }
 
 /// A certificate renewed in place (cert-manager, a Kubernetes secret's files) is presented from

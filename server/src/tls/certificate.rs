@@ -16,7 +16,6 @@ use crate::pem;
 type Stamp = Option<(SystemTime, u64)>;
 
 /// The last good certificate and key read from their files.
-#[derive(Debug)]
 pub(crate) struct ReloadingCertificate {
     cert: PathBuf,
     key: PathBuf,
@@ -59,6 +58,16 @@ impl ReloadingCertificate {
         let fresh = certified_key(&self.cert, &self.key, &self.provider)?;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(fresh);
         Ok(true)
+    }
+}
+
+/// Written with the files' names alone, never the key.
+impl std::fmt::Debug for ReloadingCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadingCertificate")
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
     }
 }
 

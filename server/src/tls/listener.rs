@@ -3,6 +3,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use tokio_rustls::server::TlsStream;
 
 use super::ListenerTls;
 use crate::log_throttle::LogThrottle;
+use crate::metrics::Metrics;
 
 /// How long a client may take over its handshake before its connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -26,19 +28,26 @@ pub(crate) enum Listening {
     Cleartext(TcpListener),
     Tls {
         listener: tls_listener::TlsListener<TcpListener, TlsAcceptor>,
+        /// Counts the failed handshakes.
+        metrics: Arc<Metrics>,
         failures: LogThrottle,
     },
 }
 
 impl Listening {
-    /// `listener`, with `tls` on it if given.
-    pub(crate) fn new(listener: TcpListener, tls: Option<&ListenerTls>) -> Listening {
+    /// `listener`, with `tls` on it if given, counting its failed handshakes in `metrics`.
+    pub(crate) fn new(
+        listener: TcpListener,
+        tls: Option<&ListenerTls>,
+        metrics: &Arc<Metrics>,
+    ) -> Listening {
         match tls {
             None => Listening::Cleartext(listener),
             Some(tls) => Listening::Tls {
                 listener: tls_listener::builder(tls.acceptor.clone())
                     .handshake_timeout(HANDSHAKE_TIMEOUT)
                     .listen(listener),
+                metrics: Arc::clone(metrics),
                 failures: LogThrottle::new(HANDSHAKE_WARNING_INTERVAL),
             },
         }
@@ -57,7 +66,11 @@ impl axum::serve::Listener for Listening {
                 let _ = stream.set_nodelay(true);
                 (Connection::Cleartext(stream), addr)
             }
-            Listening::Tls { listener, failures } => loop {
+            Listening::Tls {
+                listener,
+                metrics,
+                failures,
+            } => loop {
                 match listener.accept().await {
                     Ok((stream, addr)) => {
                         let _ = stream.get_ref().0.set_nodelay(true);
@@ -78,6 +91,7 @@ impl axum::serve::Listener for Listening {
                         }
                     }
                     Err(e) => {
+                        metrics.tls_handshake_failed();
                         if let Some(left_out) = failures.due(Instant::now()) {
                             let peer = e.peer_addr().map(ToString::to_string);
                             tracing::warn!(error = %e, peer, left_out, "a TLS handshake failed");
