@@ -8,15 +8,19 @@
 //! configuration it is given (build it first: `cargo build --release -p sluice-bench --example
 //! floor`, which puts it in `examples/` beside `sluice-bench`).
 //!
-//! `sluice-bench` starts it with the bench's limit and keyspace (`--limit`, `--keys`).
+//! `sluice-bench` starts it with the bench's limit and keyspace (`--limit`, `--keys`), and
+//! polls as sluice-server does when it is given `--busy-poll-us` (the server's own poller,
+//! told of each call).
 
 use std::net::SocketAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManager;
 use sluice_core::limit::Limit;
+use sluice_server::busy_poll::{Activity, busy_poll};
 use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -39,6 +43,9 @@ struct Args {
     /// Clients the keys are spread over.
     #[arg(long)]
     keys: u64,
+    /// Poll for up to this many microseconds after each Redis call, as sluice-server does.
+    #[arg(long, default_value_t = 0)]
+    busy_poll_us: u64,
 }
 
 fn parse_limit(json: &str) -> Result<Limit, String> {
@@ -66,13 +73,19 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .load_command()
         .query_async::<String>(&mut redis)
         .await?;
+    let activity = Arc::new(Activity::default());
+    if args.busy_poll_us > 0 {
+        let budget = Duration::from_micros(args.busy_poll_us);
+        tokio::spawn(busy_poll(Arc::clone(&activity), budget, |_| {}));
+    }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     loop {
         let (stream, _) = listener.accept().await?;
         stream.set_nodelay(true)?;
         let redis = redis.clone();
+        let activity = Arc::clone(&activity);
         tokio::spawn(async move {
-            if let Err(e) = answer(stream, redis, args.limit, args.keys).await {
+            if let Err(e) = answer(stream, redis, &activity, args.limit, args.keys).await {
                 eprintln!("floor: {e:#}");
             }
         });
@@ -83,6 +96,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 async fn answer(
     mut stream: TcpStream,
     mut redis: ConnectionManager,
+    activity: &Activity,
     limit: Limit,
     keys: u64,
 ) -> anyhow::Result<()> {
@@ -104,10 +118,12 @@ async fn answer(
         );
         let now_us = i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH)?.as_micros())?;
         let call = ScriptCall::new(&limit, key.clone(), ScriptTime::Carried(now_us), 1, false);
+        activity.happened();
         script
             .fcall(&[key], &call.args())
             .query_async::<redis::Value>(&mut redis)
             .await?;
+        activity.happened();
         stream.write_all(DECIDED).await?;
     }
     Ok(())

@@ -44,9 +44,10 @@ enum Command {
         /// Configurations as connections:checks, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "16:1,32:1,64:1,32:3")]
         load: Vec<String>,
-        /// Also measure the floor (bench/examples/floor.rs) in every one-check configuration.
+        /// Also measure, in sluice-server's place in every one-check configuration, the floor
+        /// (bench/examples/floor.rs) and sluice-server without busy polling.
         #[arg(long)]
-        floor: bool,
+        standins: bool,
     },
     /// Envoy's gRPC rate limit API beside /v1/decide, on one server.
     Grpc {
@@ -110,7 +111,8 @@ fn grpc_section(seconds: u64) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
         out,
-        "The release `sluice-server` (`--threads 1`) answering Envoy's `ShouldRateLimit` (tonic clients) and `POST /v1/decide` (the lean HTTP/1.1 client above), {GRPC_IN_FLIGHT} requests in flight, one API after the other, {SERVER_RUNS} rounds of {seconds} s: the same `gcra` decision for keys spread over 10,000 clients. gRPC is asked twice: over {GRPC_IN_FLIGHT} HTTP/2 connections with one request in flight on each, like for like with `/v1/decide` over {GRPC_IN_FLIGHT} keep-alive connections; and over one connection carrying all {GRPC_IN_FLIGHT}, as one Envoy worker's native rate limit filter multiplexes its requests. CPU a decision as in the server section (user and system time from `/proc` and Redis' `INFO`, over each run's warm-up and measured span, divided by the decisions Redis made). The rows are the round of median ratio (gRPC over `/v1/decide`, like for like), with the range.\n"
+        "The release `sluice-server` (`--threads 1 --busy-poll-us {}`, as in the server section) answering Envoy's `ShouldRateLimit` (tonic clients) and `POST /v1/decide` (the lean HTTP/1.1 client above), {GRPC_IN_FLIGHT} requests in flight, one API after the other, {SERVER_RUNS} rounds of {seconds} s: the same `gcra` decision for keys spread over 10,000 clients. gRPC is asked twice: over {GRPC_IN_FLIGHT} HTTP/2 connections with one request in flight on each, like for like with `/v1/decide` over {GRPC_IN_FLIGHT} keep-alive connections; and over one connection carrying all {GRPC_IN_FLIGHT}, as one Envoy worker's native rate limit filter multiplexes its requests. CPU a decision as in the server section (user and system time from `/proc` and Redis' `INFO`, over each run's warm-up and measured span, divided by the decisions Redis made). The rows are the round of median ratio (gRPC over `/v1/decide`, like for like), with the range.\n",
+        server::BUSY_POLL_US,
     )?;
     writeln!(
         out,
@@ -175,19 +177,21 @@ const SERVER_RUNS: usize = 3;
 /// Where the server section's chart goes, beside BENCHMARKS.md.
 const SERVER_CHART: &str = "bench/server-cpu.svg";
 
-/// Where `make bench` measures the floor too: the configuration issue 15's bar is set at.
-const FLOOR_LOAD: [(usize, usize); 1] = [(16, 1)];
+/// Where `make bench` measures the stand-ins too: the configuration issue 15's bar is set at.
+const STANDIN_LOAD: [(usize, usize); 1] = [(16, 1)];
 
 fn server_section(
     seconds: u64,
     load: &[(usize, usize)],
-    floor_at: &[(usize, usize)],
+    standins_at: &[(usize, usize)],
 ) -> anyhow::Result<String> {
-    let rows = server::run(load, Duration::from_secs(seconds), SERVER_RUNS, floor_at)?;
+    let rows = server::run(load, Duration::from_secs(seconds), SERVER_RUNS, standins_at)?;
     let mut out = String::new();
     writeln!(
         out,
-        "The release `sluice-server` binary in its own process with one thread (`--threads 1`, as Redis and redis-benchmark have one), deciding `gcra` for keys spread over 10,000 clients, under a closed-loop load of keep-alive HTTP/1.1 connections from a lean client (requests built before the run, byte for byte as the filter writes them; answers read with `httparse`); beside it, `redis-benchmark` with as many connections running the same script with the arguments the server passes, on the same Redis: by `EVALSHA` (the baseline the ratio is taken against), and by `FCALL` of its function in sluice's library, as the server calls it. Ratio: sluice's decisions per second over redis-benchmark's `EVALSHA` calls per second, which is measured right before sluice's side and right after it in each round, for about as long, and taken as the mean of the two, so that a drift of this machine's speed over the round favours neither side; redis-benchmark warms Redis up first, as the load generator's first second does for sluice, and `FCALL` runs last. Load generator, server and Redis share the machine's two cores. Each configuration is measured {SERVER_RUNS} times for {seconds} s: the row is the run of median ratio, with the range.\n"
+        "The release `sluice-server` binary in its own process with one thread (`--threads 1`, as Redis and redis-benchmark have one), polling its sockets for up to {} µs after each Redis call rather than sleeping (`--busy-poll-us {}`; it sleeps by default, measured below), deciding `gcra` for keys spread over 10,000 clients, under a closed-loop load of keep-alive HTTP/1.1 connections from a lean client (requests built before the run, byte for byte as the filter writes them; answers read with `httparse`); beside it, `redis-benchmark` with as many connections running the same script with the arguments the server passes, on the same Redis: by `EVALSHA` (the baseline the ratio is taken against), and by `FCALL` of its function in sluice's library, as the server calls it. Ratio: sluice's decisions per second over redis-benchmark's `EVALSHA` calls per second, which is measured right before sluice's side and right after it in each round, for about as long, and taken as the mean of the two, so that a drift of this machine's speed over the round favours neither side; redis-benchmark warms Redis up first, as the load generator's first second does for sluice, and `FCALL` runs last. Load generator, server and Redis share the machine's two cores. Each configuration is measured {SERVER_RUNS} times for {seconds} s: the row is the run of median ratio, with the range.\n",
+        server::BUSY_POLL_US,
+        server::BUSY_POLL_US,
     )?;
     writeln!(
         out,
@@ -238,7 +242,7 @@ fn server_section(
     }
     std::fs::write(SERVER_CHART, server::cpu_chart(&rows))?;
     writeln!(out, "\n![CPU a decision]({SERVER_CHART})")?;
-    floor_table(&mut out, &rows)?;
+    standin_table(&mut out, &rows)?;
     writeln!(out, "\n{SERVER_TIME_GOES}")?;
     Ok(out)
 }
@@ -472,41 +476,63 @@ fn lease_section(modules: &Modules) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// sluice-server beside the floor, where the floor was measured.
-fn floor_table(out: &mut String, rows: &[server::Row]) -> anyhow::Result<()> {
+/// sluice-server beside its stand-ins, where they were measured.
+fn standin_table(out: &mut String, rows: &[server::Row]) -> anyhow::Result<()> {
     let measured: Vec<_> = rows
         .iter()
-        .filter_map(|row| Some((row, row.floor()?)))
+        .filter(|row| {
+            server::Standin::ALL
+                .iter()
+                .any(|&s| row.standin(s).is_some())
+        })
         .collect();
     if measured.is_empty() {
         return Ok(());
     }
+    let poll = server::BUSY_POLL_US;
     writeln!(
         out,
-        "\nThe floor (`bench/examples/floor.rs`): the least a server on the same stack can do, tokio and the Redis client on one thread, its Redis connection set up as sluice-server's (Nagle off), with no policy, body, clock or metrics. It reads each request with `httparse`, makes the very `FCALL` sluice-server makes for the check, and writes a canned answer. It is measured in sluice-server's place in the same rounds, under the same load, in turn right after sluice-server and right before it from round to round (whichever goes second in a round tends to run faster), and its ratio is taken to the same round's `EVALSHA`: what is between the two is what sluice's own code costs, and what is between the floor and 1 is the stack's and the machine's.\n"
+        "\nIn sluice-server's place, under the same load, in the same rounds (each server in turn goes first, second and third: whichever goes later in a round tends to run faster), each ratio taken to the same round's `EVALSHA`:\n\n- *sleeping*: sluice-server as it runs by default, without `--busy-poll-us`, going to sleep whenever it waits. What is between this and the row above is what polling buys, and the CPU it costs.\n- *the floor* (`bench/examples/floor.rs`): the least a server on the same stack can do, tokio and the Redis client on one thread, its Redis connection set up as sluice-server's (Nagle off), polling as sluice-server does, with no policy, body, clock or metrics. It reads each request with `httparse`, makes the very `FCALL` sluice-server makes for the check, and writes a canned answer. What is between it and sluice-server is what sluice's own code costs; what is between it and 1 is the stack's and the machine's.\n"
     )?;
     writeln!(
         out,
-        "| connections | checks/request | sluice-server decisions/s | ratio (median) | lowest .. highest | sluice-server µs | floor decisions/s | floor ratio (median) | lowest .. highest | floor µs |"
+        "| connections | checks/request | server | decisions/s | p99 ms | ratio (median) | lowest .. highest | server µs a decision |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
-    for (row, floor) in measured {
+    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    for row in measured {
         let r = row.median();
         let (lowest, highest) = row.ratio_range();
         writeln!(
             out,
-            "| {} | {} | {:.0} | {:.2} | {lowest:.2} .. {highest:.2} | {:.1} | {:.0} | {:.2} | {:.2} .. {:.2} | {:.1} |",
+            "| {} | {} | sluice-server, `--busy-poll-us {poll}` | {:.0} | {:.3} | {:.2} | {lowest:.2} .. {highest:.2} | {:.1} |",
             row.concurrency,
             row.checks,
             r.decisions_per_second(),
+            r.sluice.quantile_ms(0.99),
             r.ratio(),
             r.sluice_cpu_us()[1],
-            floor.median.measured.rate() * row.checks as f64,
-            floor.median.ratio,
-            floor.lowest,
-            floor.highest,
-            floor.median.cpu.per_decision_us()[1],
         )?;
+        for standin in server::Standin::ALL {
+            let Some(s) = row.standin(standin) else {
+                continue;
+            };
+            let name = match standin {
+                server::Standin::Sleeping => "sluice-server, sleeping (its default)".to_owned(),
+                server::Standin::Floor => format!("the floor, `--busy-poll-us {poll}`"),
+            };
+            writeln!(
+                out,
+                "| {} | {} | {name} | {:.0} | {:.3} | {:.2} | {:.2} .. {:.2} | {:.1} |",
+                row.concurrency,
+                row.checks,
+                s.median.measured.rate() * row.checks as f64,
+                s.median.measured.quantile_ms(0.99),
+                s.median.ratio,
+                s.lowest,
+                s.highest,
+                s.median.cpu.per_decision_us()[1],
+            )?;
+        }
     }
     Ok(())
 }
@@ -558,7 +584,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Server {
             seconds,
             load,
-            floor,
+            standins,
         } => {
             let load = load
                 .iter()
@@ -569,12 +595,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     Ok((c.parse()?, k.parse()?))
                 })
                 .collect::<anyhow::Result<Vec<(usize, usize)>>>()?;
-            let floor_at: Vec<(usize, usize)> = if floor {
+            let standins_at: Vec<(usize, usize)> = if standins {
                 load.iter().copied().filter(|&(_, k)| k == 1).collect()
             } else {
                 Vec::new()
             };
-            print!("{}", server_section(seconds, &load, &floor_at)?)
+            print!("{}", server_section(seconds, &load, &standins_at)?)
         }
         Command::Memory => print!("{}", runtime.block_on(memory::run())?),
         Command::Filter { rounds, profiles } => {
@@ -612,7 +638,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(
                 doc,
                 "## Server: decisions per second\n\n{}",
-                server_section(seconds, &DEFAULT_LOAD, &FLOOR_LOAD)?
+                server_section(seconds, &DEFAULT_LOAD, &STANDIN_LOAD)?
             )?;
             eprintln!("bench: the gRPC API beside /v1/decide ...");
             writeln!(

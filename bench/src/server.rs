@@ -29,6 +29,24 @@ use crate::load::{self, Measured};
 pub(crate) const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
 /// Distinct client keys.
 const KEYSPACE: u64 = 10_000;
+/// How long sluice-server (and the floor) poll after each Redis call instead of sleeping
+/// (`--busy-poll-us`): about the time a round trip through Redis takes here under load, so
+/// that a poll seldom runs out before the next event.
+pub(crate) const BUSY_POLL_US: u64 = 50;
+
+/// A server measured in sluice-server's place, under the same load, in the same rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standin {
+    /// sluice-server as it runs by default: sleeping whenever it waits (no `--busy-poll-us`).
+    Sleeping,
+    /// The floor (`bench/examples/floor.rs`), polling as sluice-server does.
+    Floor,
+}
+
+impl Standin {
+    /// Every stand-in, in the order they are reported.
+    pub const ALL: [Standin; 2] = [Standin::Sleeping, Standin::Floor];
+}
 
 /// What Redis did over a span: its CPU time and the decisions it made.
 #[derive(Debug, Clone, Copy, Default)]
@@ -122,16 +140,16 @@ impl BenchmarkRun {
     }
 }
 
-/// One run of one configuration: redis-benchmark's `EVALSHA`, sluice (and the floor where it is
-/// measured), `EVALSHA` again, then `FCALL`.
+/// One run of one configuration: redis-benchmark's `EVALSHA`, sluice (and the stand-ins where
+/// they are measured), `EVALSHA` again, then `FCALL`.
 #[derive(Debug, Clone)]
 pub struct Run {
     /// sluice-server's side.
     pub sluice: Measured,
     /// The CPU sluice's side spent on it (warm-up included).
     pub sluice_cpu: SluiceCpu,
-    /// The floor in sluice-server's place, under the same load, with the CPU spent on it.
-    pub floor: Option<(Measured, SluiceCpu)>,
+    /// The stand-ins in sluice-server's place, under the same load, with the CPU spent on each.
+    pub standins: Vec<(Standin, Measured, SluiceCpu)>,
     /// redis-benchmark's `EVALSHA`, right before sluice's side and right after it.
     pub baseline: [BenchmarkRun; 2],
     /// redis-benchmark's `FCALL`, after the second `EVALSHA`.
@@ -257,14 +275,14 @@ impl Row {
         (ratio(self.runs.first()), ratio(self.runs.last()))
     }
 
-    /// Where the floor was measured: its run of median ratio, with the lowest and highest.
-    pub fn floor(&self) -> Option<FloorSummary<'_>> {
-        let mut runs: Vec<FloorRun<'_>> = self
+    /// Where `standin` was measured: its run of median ratio, with the lowest and highest.
+    pub fn standin(&self, standin: Standin) -> Option<StandinSummary<'_>> {
+        let mut runs: Vec<StandinRun<'_>> = self
             .runs
             .iter()
             .filter_map(|run| {
-                let (measured, cpu) = run.floor.as_ref()?;
-                Some(FloorRun {
+                let (_, measured, cpu) = run.standins.iter().find(|(s, ..)| *s == standin)?;
+                Some(StandinRun {
                     measured,
                     cpu,
                     ratio: measured.rate() * self.checks as f64 / run.baseline_rate(),
@@ -272,7 +290,7 @@ impl Row {
             })
             .collect();
         runs.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
-        Some(FloorSummary {
+        Some(StandinSummary {
             lowest: runs.first()?.ratio,
             highest: runs.last()?.ratio,
             median: runs.swap_remove(runs.len() / 2),
@@ -280,8 +298,8 @@ impl Row {
     }
 }
 
-/// One run of the floor, with its ratio to the same round's `EVALSHA`.
-pub struct FloorRun<'a> {
+/// One run of a stand-in, with its ratio to the same round's `EVALSHA`.
+pub struct StandinRun<'a> {
     /// Its load's answers.
     pub measured: &'a Measured,
     /// The CPU its side spent.
@@ -290,10 +308,10 @@ pub struct FloorRun<'a> {
     pub ratio: f64,
 }
 
-/// The floor's runs in one configuration.
-pub struct FloorSummary<'a> {
+/// A stand-in's runs in one configuration.
+pub struct StandinSummary<'a> {
     /// The run of median ratio.
-    pub median: FloorRun<'a>,
+    pub median: StandinRun<'a>,
     /// The lowest ratio.
     pub lowest: f64,
     /// The highest ratio.
@@ -339,8 +357,21 @@ pub(crate) struct ServerProcess(Child);
 
 impl ServerProcess {
     /// The release `sluice-server` beside this binary, on `addr` over `redis`, with one
-    /// thread (Redis and redis-benchmark run one each), and `extra` arguments.
+    /// thread (Redis and redis-benchmark run one each), polling for [`BUSY_POLL_US`] after
+    /// each Redis call, and `extra` arguments.
     pub(crate) fn start(
+        addr: SocketAddr,
+        redis: &RedisServer,
+        extra: &[&OsStr],
+    ) -> anyhow::Result<ServerProcess> {
+        let poll = BUSY_POLL_US.to_string();
+        let flags = ["--busy-poll-us", &poll].map(OsStr::new);
+        ServerProcess::sleeping(addr, redis, &[&flags, extra].concat())
+    }
+
+    /// As [`ServerProcess::start`], sleeping whenever it waits, as sluice-server does by
+    /// default.
+    fn sleeping(
         addr: SocketAddr,
         redis: &RedisServer,
         extra: &[&OsStr],
@@ -350,11 +381,24 @@ impl ServerProcess {
     }
 
     /// The floor (`bench/examples/floor.rs`, built beside this binary) on `addr` over `redis`,
-    /// deciding the bench's limit for its keyspace.
+    /// deciding the bench's limit for its keyspace, polling as sluice-server does.
     fn floor(addr: SocketAddr, redis: &RedisServer) -> anyhow::Result<ServerProcess> {
         let keys = KEYSPACE.to_string();
-        let flags = ["--limit", LIMIT, "--keys", &keys].map(OsStr::new);
+        let poll = BUSY_POLL_US.to_string();
+        let flags = ["--limit", LIMIT, "--keys", &keys, "--busy-poll-us", &poll].map(OsStr::new);
         ServerProcess::spawn("examples/floor", addr, redis, &flags)
+    }
+
+    /// `standin` on `addr` over `redis`.
+    fn standin(
+        standin: Standin,
+        addr: SocketAddr,
+        redis: &RedisServer,
+    ) -> anyhow::Result<ServerProcess> {
+        match standin {
+            Standin::Sleeping => ServerProcess::sleeping(addr, redis, &[]),
+            Standin::Floor => ServerProcess::floor(addr, redis),
+        }
     }
 
     /// `binary`, beside this one, listening on `addr` over `redis`, with `flags`.
@@ -505,35 +549,37 @@ fn redis_benchmark(
 
 /// Measures each (concurrency, checks per request) `repeats` times, for `duration` after a
 /// warm-up each time; each run sets sluice between two runs of redis-benchmark's `EVALSHA`,
-/// each about `duration` long, and then runs its `FCALL`. In the configurations of `floor_at`
-/// (one check a request), the floor is measured in sluice-server's place right before or
-/// right after it, between the same two `EVALSHA` runs.
+/// each about `duration` long, and then runs its `FCALL`. In the configurations of
+/// `standins_at` (one check a request), each [`Standin`] is measured in sluice-server's place
+/// too, between the same two `EVALSHA` runs, the servers taking turns to go first.
 pub fn run(
     configurations: &[(usize, usize)],
     duration: Duration,
     repeats: usize,
-    floor_at: &[(usize, usize)],
+    standins_at: &[(usize, usize)],
 ) -> anyhow::Result<Vec<Row>> {
-    if let Some((c, k)) = floor_at.iter().find(|(_, checks)| *checks != 1) {
+    if let Some((c, k)) = standins_at.iter().find(|(_, checks)| *checks != 1) {
         bail!("the floor makes one check a request, not {k} (at {c} connections)");
     }
     let redis = RedisServer::start()?;
     let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
     let addr = local(free_port()?);
     let server = ServerProcess::start(addr, &redis, &[])?;
-    let floor = if floor_at.is_empty() {
-        None
-    } else {
-        let floor_addr = local(free_port()?);
-        Some((floor_addr, ServerProcess::floor(floor_addr, &redis)?))
-    };
+    let mut standins = Vec::new();
+    if !standins_at.is_empty() {
+        for standin in Standin::ALL {
+            let standin_addr = local(free_port()?);
+            let process = ServerProcess::standin(standin, standin_addr, &redis)?;
+            standins.push((standin, standin_addr, process));
+        }
+    }
     // The load generator gets one thread, as redis-benchmark has one.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(wait_ready(addr))?;
-    if let Some((floor_addr, _)) = &floor {
-        runtime.block_on(wait_ready(*floor_addr))?;
+    for (_, standin_addr, _) in &standins {
+        runtime.block_on(wait_ready(*standin_addr))?;
     }
     let mut rows = Vec::new();
     for &(concurrency, checks) in configurations {
@@ -554,35 +600,46 @@ pub fn run(
             }
             Ok((measured, cpu))
         };
+        let with_standins = standins_at.contains(&(concurrency, checks));
         // redis-benchmark warms Redis up before the first round, as the load generator's first
         // second does for sluice's side, and tells how many calls fill a measured span.
         let warm_up = BenchmarkRun::measure(&redis, concurrency, 50_000, Call::Eval)?;
         let mut requests = ((warm_up.rate * duration.as_secs_f64()) as u64).max(50_000);
         let mut runs = Vec::with_capacity(repeats);
         for round in 0..repeats.max(1) {
-            let measure_floor = || match &floor {
-                Some((floor_addr, process)) if floor_at.contains(&(concurrency, checks)) => {
-                    load_on(*floor_addr, process).map(Some)
-                }
-                _ => Ok(None),
-            };
             let before = BenchmarkRun::measure(&redis, concurrency, requests, Call::Eval)?;
-            // Whichever of the two goes second in a round tends to run faster (the same binary
-            // in both places: up to 0.12 of the ratio, 2026-11-25), so rounds take turns.
-            let ((sluice, sluice_cpu), floor) = if round % 2 == 0 {
-                let sluice = load_on(addr, &server)?;
-                (sluice, measure_floor()?)
+            // Whichever server goes later in a round tends to run faster (the same binary in
+            // two places: up to 0.12 of the ratio, 2026-11-25), so rounds take turns: sluice
+            // goes first, then second, and so on.
+            let mut order: Vec<Option<usize>> = std::iter::once(None)
+                .chain((0..standins.len()).map(Some))
+                .collect();
+            if with_standins {
+                let turn = round % order.len();
+                order.rotate_right(turn);
             } else {
-                let floor = measure_floor()?;
-                (load_on(addr, &server)?, floor)
-            };
+                order.truncate(1);
+            }
+            let mut sluice = None;
+            let mut measured_standins = Vec::new();
+            for server_index in order {
+                match server_index {
+                    None => sluice = Some(load_on(addr, &server)?),
+                    Some(i) => {
+                        let (standin, standin_addr, process) = &standins[i];
+                        let (measured, cpu) = load_on(*standin_addr, process)?;
+                        measured_standins.push((*standin, measured, cpu));
+                    }
+                }
+            }
+            let (sluice, sluice_cpu) = sluice.context("sluice-server was not measured")?;
             let after = BenchmarkRun::measure(&redis, concurrency, requests, Call::Eval)?;
             let fcall = BenchmarkRun::measure(&redis, concurrency, requests, Call::Function)?;
             requests = ((after.rate * duration.as_secs_f64()) as u64).max(50_000);
             runs.push(Run {
                 sluice,
                 sluice_cpu,
-                floor,
+                standins: measured_standins,
                 baseline: [before, after],
                 fcall,
                 checks,
@@ -595,7 +652,7 @@ pub fn run(
             runs,
         });
     }
-    drop((server, floor));
+    drop((server, standins));
     Ok(rows)
 }
 

@@ -133,6 +133,13 @@ pub struct Args {
     #[arg(long, env = "SLUICE_THREADS", default_value_t = 0)]
     pub threads: usize,
 
+    /// Keep polling the sockets for up to this many microseconds after each Redis call starts
+    /// or ends, instead of sleeping (0: off; with --threads 1). Under load the server is then
+    /// awake when Redis' answers and callers' requests come, which raises its rate and lowers
+    /// its latency, for CPU spent polling (sluice_busy_poll_seconds_total); idle, it sleeps.
+    #[arg(long, env = "SLUICE_BUSY_POLL_US", default_value_t = 0)]
+    pub busy_poll_us: u64,
+
     /// Serve Envoy's gRPC rate limit API (envoy.service.ratelimit.v3) with this configuration in
     /// the reference service's YAML: files, or directories of .yaml/.yml files
     /// (comma-separated).
@@ -245,6 +252,9 @@ pub struct ServerConfig {
     pub rls: Option<Arc<RlsState>>,
     /// TLS on the listeners.
     pub tls: Option<ListenerTls>,
+    /// How long the server polls after each Redis call instead of sleeping, if it does
+    /// ([`crate::busy_poll`]); on a one-thread runtime only.
+    pub busy_poll: Option<Duration>,
 }
 
 impl ServerConfig {
@@ -261,6 +271,7 @@ impl ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             rls: None,
             tls: None,
+            busy_poll: None,
         }
     }
 }
@@ -320,6 +331,12 @@ impl TryFrom<&Args> for ServerConfig {
         {
             return Err("--token: must be printable ASCII without spaces".to_owned());
         }
+        if args.busy_poll_us > 0 && args.threads != 1 {
+            return Err(format!(
+                "--busy-poll-us: polls one thread's event loop; give --threads 1 (not {})",
+                args.threads
+            ));
+        }
         Ok(ServerConfig {
             topology,
             redis_credentials: Credentials {
@@ -335,6 +352,7 @@ impl TryFrom<&Args> for ServerConfig {
             shutdown_grace: Duration::from_millis(args.shutdown_grace.as_millis()),
             rls: rls_state(args)?,
             tls: listener_tls(args)?,
+            busy_poll: (args.busy_poll_us > 0).then(|| Duration::from_micros(args.busy_poll_us)),
         })
     }
 }

@@ -8,6 +8,7 @@
 //! - [`config`]: flags and `SLUICE_*` environment variables.
 //! - [`store`]: Redis standalone, Cluster or Sentinel; reconnection; timeouts.
 //! - [`clock`]: Redis' clock, read once a second and carried between reads.
+//! - [`busy_poll`]: polling instead of sleeping while Redis calls come and go.
 //! - [`engine`]: the decision procedure.
 //! - [`http`]: `/v1/decide`, `/healthz`, `/readyz`, `/metrics`.
 //! - [`rls`]: Envoy's gRPC rate limit service API, with the reference service's configuration,
@@ -18,6 +19,7 @@
 
 #![deny(missing_docs)]
 
+pub mod busy_poll;
 pub mod clock;
 pub mod config;
 pub mod engine;
@@ -89,6 +91,15 @@ pub async fn serve_on(
     }
     if let Some(tls) = &config.tls {
         background.push(tls.keep_reloading());
+    }
+    if let Some(budget) = config.busy_poll {
+        let activity = Arc::clone(state.engine.store().activity());
+        let metrics = Arc::clone(&state.metrics);
+        background.push(tokio::spawn(busy_poll::busy_poll(
+            activity,
+            budget,
+            move |spent| metrics.busy_polled(spent),
+        )));
     }
     // Without a configuration the rate limit service still answers, to say how to get one.
     let (grpc, health_task) = grpc_router(&state);

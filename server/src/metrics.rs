@@ -52,6 +52,7 @@ pub struct Metrics {
     redis_clock_uncertainty: Gauge<f64, AtomicU64>,
     split_decision_races: Counter,
     tls_handshake_failures: Counter,
+    busy_poll_seconds: Counter<f64, AtomicU64>,
     lease_answers: Family<LeaseLabels, Counter>,
     lease_units: Family<LeaseLabels, Counter>,
     rls: RlsStats,
@@ -76,7 +77,7 @@ impl Default for Metrics {
         let redis_errors = Family::<KindLabels, Counter>::default();
         registry.register(
             "redis_errors",
-            "Failed Redis calls, by kind (error, timeout, not_connected, bad_reply)",
+            "Failed Redis calls, by kind (error, timeout, not_connected, bad_reply, cluster_node, replica)",
             redis_errors.clone(),
         );
         let bad_requests = Counter::default();
@@ -115,6 +116,13 @@ impl Default for Metrics {
              certificate required, or one refusing the server's, or not speaking TLS",
             tls_handshake_failures.clone(),
         );
+        let busy_poll_seconds = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "busy_poll_seconds",
+            "Time the server's thread spent polling for the next event instead of sleeping \
+             (--busy-poll-us): CPU spent for latency",
+            busy_poll_seconds.clone(),
+        );
         let lease_answers = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "lease_answers",
@@ -133,6 +141,7 @@ impl Default for Metrics {
             registry,
             split_decision_races,
             tls_handshake_failures,
+            busy_poll_seconds,
             lease_answers,
             lease_units,
             rls: RlsStats::default(),
@@ -201,6 +210,11 @@ impl Metrics {
     /// Counts a failed TLS handshake on a listener.
     pub fn tls_handshake_failed(&self) {
         self.tls_handshake_failures.inc();
+    }
+
+    /// Counts time spent busy polling.
+    pub fn busy_polled(&self, spent: Duration) {
+        self.busy_poll_seconds.inc_by(spent.as_secs_f64());
     }
 
     /// Counts one lease ask and what it was granted.

@@ -1,12 +1,14 @@
 //! The `sluice-server` binary: settings from flags or `SLUICE_*` variables, JSON logs (failures
-//! written once a second, not once a request), and a graceful exit on SIGTERM.
+//! written once a second, not once a request), a graceful exit on SIGTERM, and busy polling
+//! that stops when the load does.
 
 use crate::common;
 
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::Http;
+use common::load::Load;
 use common::process::{BINARY, ServerProcess, assert_refused, decide_once};
 use futures::future::join_all;
 use sluice_harness::{RedisCluster, RedisServer, free_port, key_slot};
@@ -118,6 +120,66 @@ fn a_bad_setting_stops_the_server_with_a_message_naming_it() {
         &["--redis", "htp://user:hunter2@redis:6379"],
         "--redis: `htp://user:***@redis:6379` is not a Redis URL",
     );
+    assert_refused(
+        &["--busy-poll-us", "50", "--threads", "2"],
+        "--busy-poll-us: polls one thread's event loop; give --threads 1 (not 2)",
+    );
+}
+
+/// With `--busy-poll-us` the server polls instead of sleeping while decisions come (and says
+/// how long in its metrics), and sleeps once they stop: idle, it spends next to no CPU. A
+/// poller that never stopped would spend the whole second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_polling_server_polls_under_load_and_sleeps_when_idle() {
+    let redis = RedisServer::start().unwrap();
+    let port = free_port().unwrap();
+    let child = ServerProcess::start(Command::new(BINARY).args([
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--redis",
+        &redis.url(),
+        "--threads",
+        "1",
+        "--busy-poll-us",
+        "200",
+    ]));
+    assert_eq!(decide_once(port).await.status, 200);
+    let url = format!("http://127.0.0.1:{port}");
+    let limit = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
+    let load = Load::start(&url, "busy", limit, 4, 100);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let answers = load.stop().await;
+    assert!(answers.len() > 100, "{} decisions", answers.len());
+    assert!(answers.iter().all(|a| a.status == 200));
+    let polled = |metrics: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("sluice_busy_poll_seconds_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no busy poll counter in\n{metrics}"))
+    };
+    let metrics = Http::http1().get(&format!("{url}/metrics")).await.body;
+    assert!(polled(&metrics) > 0.0, "{metrics}");
+
+    // Let the last poll run out, then watch an idle second.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cpu_ticks = || -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+        // After the command's name in parentheses: utime and stime are fields 14 and 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    let before = cpu_ticks();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = cpu_ticks() - before;
+    // In clock ticks, a hundredth of a second each on Linux.
+    assert!(idle <= 10, "{idle} ticks of CPU in an idle second");
+    child.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

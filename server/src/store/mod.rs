@@ -34,6 +34,7 @@ use sluice_core::verdict::Verdict;
 use sluice_core::wire::LeaseGrant;
 use tokio::sync::{Mutex, RwLock};
 
+use crate::busy_poll::Activity;
 use crate::clock::{read_time_us, time_us_of};
 use crate::log_throttle::LogThrottle;
 use crate::scripts::{
@@ -152,6 +153,8 @@ pub struct Store {
     silence: SilenceWatch,
     /// When the connection to one server that became a replica was last dropped.
     left_replica_at: std::sync::Mutex<Option<Instant>>,
+    /// Calls starting and ending, for the busy poller.
+    activity: Arc<Activity>,
 }
 
 impl Store {
@@ -208,6 +211,7 @@ impl Store {
             sentinel,
             silence: SilenceWatch::new(lanes, Store::silent_after(timeout), Instant::now()),
             left_replica_at: std::sync::Mutex::new(None),
+            activity: Arc::default(),
         });
         let background = Arc::clone(&store);
         tokio::spawn(async move { background.keep_connecting().await });
@@ -408,6 +412,11 @@ impl Store {
         }
     }
 
+    /// Every call starting and ending (see [`crate::busy_poll`]).
+    pub fn activity(&self) -> &Arc<Activity> {
+        &self.activity
+    }
+
     /// Whether every key of a request may go to one script call: true but on a Cluster, where
     /// a request's keys live on different nodes.
     pub fn runs_batches(&self) -> bool {
@@ -530,7 +539,10 @@ impl Store {
         key: Option<&[u8]>,
         call: impl Future<Output = Result<T, redis::RedisError>>,
     ) -> Result<T, StoreError> {
-        let result = match tokio::time::timeout(self.timeout, call).await {
+        self.activity.happened();
+        let result = tokio::time::timeout(self.timeout, call).await;
+        self.activity.happened();
+        let result = match result {
             // The connection's own response timeout is the same timeout, said by the driver.
             Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(self.timeout)),
             Ok(result) => result.map_err(StoreError::from),

@@ -43,6 +43,11 @@ impl ServerProcess {
         ServerProcess(command.stderr(Stdio::piped()).spawn().unwrap())
     }
 
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
     /// Stops it by SIGTERM; its exit must be clean. What it wrote to stderr, by line.
     pub async fn stop(mut self) -> Vec<String> {
         let status = Command::new("kill")
