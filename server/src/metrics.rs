@@ -119,8 +119,8 @@ impl Default for Metrics {
         let busy_poll_seconds = Counter::<f64, AtomicU64>::default();
         registry.register(
             "busy_poll_seconds",
-            "Time the server's thread spent polling for the next event instead of sleeping \
-             (--busy-poll-us): CPU spent for latency",
+            "Time the server's thread spent in runs of busy polling (--busy-poll-us), working \
+             or polling for the next event but never asleep",
             busy_poll_seconds.clone(),
         );
         let lease_answers = Family::<LeaseLabels, Counter>::default();
