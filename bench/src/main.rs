@@ -39,7 +39,7 @@ enum Command {
     /// sluice-server beside redis-benchmark running the same script.
     Server {
         /// Seconds per measurement.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = SERVER_SECONDS)]
         seconds: u64,
         /// Configurations as connections:checks, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "16:1,32:1,64:1,32:3")]
@@ -88,10 +88,15 @@ enum Command {
         #[arg(long, default_value = "BENCHMARKS.md")]
         out: PathBuf,
         /// Seconds per server measurement.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = SERVER_SECONDS)]
         seconds: u64,
     },
 }
+
+/// Seconds each server run is measured for. Runs of 3 s at 16 connections spread by up to
+/// 0.15 of the ratio (a run's rate swings with how this machine schedules three processes on
+/// two cores); of 6 s, by up to 0.02 in two invocations (2026-11-26).
+const SERVER_SECONDS: u64 = 5;
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
