@@ -552,14 +552,16 @@ fn redis_benchmark(
 
 /// Measures each (concurrency, checks per request) `repeats` times, for `duration` after a
 /// warm-up each time; each run sets sluice between two runs of redis-benchmark's `EVALSHA`,
-/// each about `duration` long, and then runs its `FCALL`. In the configurations of
-/// `standins_at` (one check a request), each [`Standin`] is measured in sluice-server's place
-/// too, between the same two `EVALSHA` runs, the servers taking turns to go first.
+/// each about as long, and then runs its `FCALL`. In the configurations of `standins_at` (one
+/// check a request), each [`Standin`] is measured in sluice-server's place too, between the
+/// same two `EVALSHA` runs, the servers taking turns to go first, and every run lasts
+/// `standin_duration` instead.
 pub fn run(
     configurations: &[(usize, usize)],
     duration: Duration,
     repeats: usize,
     standins_at: &[(usize, usize)],
+    standin_duration: Duration,
 ) -> anyhow::Result<Vec<Row>> {
     if let Some((c, k)) = standins_at.iter().find(|(_, checks)| *checks != 1) {
         bail!("the floor makes one check a request, not {k} (at {c} connections)");
@@ -587,6 +589,12 @@ pub fn run(
     let mut rows = Vec::new();
     for &(concurrency, checks) in configurations {
         let bodies = bodies(checks)?;
+        let with_standins = standins_at.contains(&(concurrency, checks));
+        let duration = if with_standins {
+            standin_duration
+        } else {
+            duration
+        };
         let load_on = |addr, server: &ServerProcess| {
             let (measured, cpu) = SluiceCpu::during(&redis, server, || {
                 runtime.block_on(load::run(
@@ -603,7 +611,6 @@ pub fn run(
             }
             Ok((measured, cpu))
         };
-        let with_standins = standins_at.contains(&(concurrency, checks));
         // redis-benchmark warms Redis up before the first round, as the load generator's first
         // second does for sluice's side, and tells how many calls fill a measured span.
         let warm_up = BenchmarkRun::measure(&redis, concurrency, 50_000, Call::Eval)?;
