@@ -4,7 +4,7 @@
 //! Redis' library loaded first), and writes one canned answer; no policy, no body parsing, no
 //! metrics. `make bench` measures it in sluice-server's place at 16 connections, in the same
 //! rounds, to show how much of the gap to redis-benchmark is sluice's and how much is the
-//! stack's and the machine's; `sluice-bench server --floor` measures it in every one-check
+//! stack's and the machine's; `sluice-bench server --standins` measures it in every one-check
 //! configuration it is given (build it first: `cargo build --release -p sluice-bench --example
 //! floor`, which puts it in `examples/` beside `sluice-bench`).
 //!
