@@ -1,7 +1,6 @@
 //! `sluice-bench`: what `make bench` runs. Each figure is measured beside its baseline in the
 //! same run, because these machines are noisy; `all` writes them to BENCHMARKS.md.
 
-mod cpu;
 mod filter;
 mod grpc;
 mod lease;

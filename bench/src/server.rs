@@ -18,11 +18,10 @@ use bytes::Bytes;
 use sluice_core::key::{LimitKey, RuleName};
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_core::wire::{CheckTemplate, write_decide_request};
-use sluice_harness::{RedisServer, free_port};
+use sluice_harness::{RedisServer, cpu, free_port};
 use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
 use sluice_sim::report::charts;
 
-use crate::cpu;
 use crate::load::{self, Measured};
 
 /// A limit that always admits, so every decision writes.

@@ -25,9 +25,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// Redis calls starting and ending, which the poller watches. The store reports every call
-/// ([`Activity::happened`]); with no poller it costs an increment and a load a call.
+/// ([`Activity::happened`]); until a poller watches, that costs a load of a flag that never
+/// changes, not a write every thread's calls would contend on.
 #[derive(Debug, Default)]
 pub struct Activity {
+    watched: AtomicBool,
     events: AtomicU64,
     poller_asleep: AtomicBool,
     wake: Notify,
@@ -36,6 +38,9 @@ pub struct Activity {
 impl Activity {
     /// A call started or ended: counted, and the poller woken if it sleeps.
     pub fn happened(&self) {
+        if !self.watched.load(Ordering::Relaxed) {
+            return;
+        }
         self.events.fetch_add(1, Ordering::Relaxed);
         if self.poller_asleep.load(Ordering::Relaxed)
             && self.poller_asleep.swap(false, Ordering::Relaxed)
@@ -90,6 +95,7 @@ impl Spin {
 /// Polls while `activity` goes on, each run until no call has started or ended for `budget`;
 /// never returns. Each run's time is handed to `polled`.
 pub async fn busy_poll(activity: Arc<Activity>, budget: Duration, polled: impl Fn(Duration)) {
+    activity.watched.store(true, Ordering::Relaxed);
     let mut seen = activity.events();
     loop {
         activity.after(seen).await;
@@ -132,6 +138,7 @@ mod tests {
     #[tokio::test]
     async fn a_sleeping_poller_wakes_for_the_next_call_and_misses_none_as_it_goes_to_sleep() {
         let activity = Arc::new(Activity::default());
+        activity.watched.store(true, Ordering::Relaxed);
         let sleeping = tokio::spawn({
             let activity = Arc::clone(&activity);
             async move { activity.after(0).await }

@@ -6,7 +6,7 @@
 //! with `redis-cli --cluster create`, whose slots a test can move and whose primaries it can
 //! crash; [`RedisSentinel`] a primary, a replica and a sentinel that can fail over.
 //! [`ForwardingProxy`] stands between a client and one of them, to make the client's
-//! connections go silent as a vanished host's do.
+//! connections go silent as a vanished host's do. [`cpu`] reads the CPU time processes spent.
 //!
 //! The simulator uses [`RedisServer`] too, to start what it needs when a user gives it nothing
 //! to connect to.
@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 mod cluster;
+pub mod cpu;
 mod proxy;
 mod sentinel;
 mod server;

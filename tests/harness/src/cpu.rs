@@ -1,45 +1,48 @@
-//! CPU time spent by the processes of a benchmark, read from `/proc`: a process by its id, the
-//! calling thread (the load generator runs on it), and the children this process has waited
-//! for (redis-benchmark, run to completion).
+//! CPU time spent by processes, read from `/proc`: a process by its id, the calling thread,
+//! and the children this process has waited for. The bench charges each party of a run with
+//! it; the server's tests check that an idle server spends none.
 
+use std::io;
 use std::path::Path;
-
-use anyhow::Context;
 
 /// Clock ticks a second in `/proc`'s times (`USER_HZ`): 100 on every architecture Linux
 /// runs sluice on.
 const TICKS_PER_SECOND: f64 = 100.0;
 
 /// CPU seconds, user and system, of process `pid` (all its threads).
-pub fn process(pid: u32) -> anyhow::Result<f64> {
+pub fn process(pid: u32) -> io::Result<f64> {
     stat_seconds(&Path::new("/proc").join(pid.to_string()).join("stat"), 11)
 }
 
 /// CPU seconds, user and system, of the calling thread.
-pub fn this_thread() -> anyhow::Result<f64> {
+pub fn this_thread() -> io::Result<f64> {
     stat_seconds(Path::new("/proc/thread-self/stat"), 11)
 }
 
 /// CPU seconds, user and system, of every child this process has waited for.
-pub fn reaped_children() -> anyhow::Result<f64> {
+pub fn reaped_children() -> io::Result<f64> {
     stat_seconds(Path::new("/proc/self/stat"), 13)
 }
 
 /// The sum of the two tick counts at `index` and `index + 1` among the fields after the
 /// command name (`utime stime` at 11, `cutime cstime` at 13; see proc(5)), in seconds.
-fn stat_seconds(path: &Path, index: usize) -> anyhow::Result<f64> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+fn stat_seconds(path: &Path, index: usize) -> io::Result<f64> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("reading {}: {e}", path.display())))?;
+    let malformed = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
     // The command name is in parentheses and may hold spaces: count fields after it.
     let (_, after_name) = text
         .rsplit_once(')')
-        .with_context(|| format!("{}: no command name in {text:?}", path.display()))?;
+        .ok_or_else(|| malformed(format!("{}: no command name in {text:?}", path.display())))?;
     let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| -> anyhow::Result<u64> {
-        fields
-            .get(i)
-            .and_then(|f| f.parse().ok())
-            .with_context(|| format!("{}: field {} is not a tick count", path.display(), i + 3))
+    let ticks = |i: usize| -> io::Result<u64> {
+        fields.get(i).and_then(|f| f.parse().ok()).ok_or_else(|| {
+            malformed(format!(
+                "{}: field {} is not a tick count",
+                path.display(),
+                i + 3
+            ))
+        })
     };
     Ok((ticks(index)? + ticks(index + 1)?) as f64 / TICKS_PER_SECOND)
 }
