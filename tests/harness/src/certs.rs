@@ -1,5 +1,8 @@
 //! Certificates for the TLS tests, made on the spot.
 
+// Test support: certificates that cannot be made are a failed test.
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
