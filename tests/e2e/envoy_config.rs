@@ -1,7 +1,8 @@
-//! What users load into Envoy, checked here since no Envoy runs here: every Envoy config in
-//! `envoy/` against Envoy's own API (the `xds-protos` descriptors, in the virtualenv
-//! `scripts/setup.sh` makes), every sluice policy embedded in `envoy/` against the filter's own
-//! configuration check, and the compose file and the workflow that run it for real.
+//! What users load into Envoy, checked statically: every Envoy config in `envoy/` against
+//! Envoy's own API (the `xds-protos` descriptors, in the virtualenv `scripts/setup.sh` makes),
+//! with a misspelled field named; every sluice policy embedded in `envoy/` against the filter's
+//! own configuration check; and the compose file and the workflow that run it. The same
+//! configs run in a real Envoy in `in_envoy::shipped`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

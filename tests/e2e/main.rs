@@ -9,6 +9,7 @@ mod envoy_config;
 mod fidelity;
 mod filter;
 mod host_loading;
+mod in_envoy;
 mod lease;
 mod rls_reference;
 mod robustness;

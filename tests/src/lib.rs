@@ -11,6 +11,7 @@
 
 pub mod misbehaving;
 pub mod probe;
+pub mod real_envoy;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,158 @@
+//! When sluice-server fails, in a real Envoy: `failure_mode` allow and deny apply within the
+//! callout's timeout, with the server stopped and with it frozen, every failure is counted, and
+//! limits apply again once it is back. And when the VM itself fails (a trap): the plugin's
+//! `FAIL_CLOSED` and `FAIL_RELOAD`, shown with the probe filter made to trap.
+
+use std::time::{Duration, Instant};
+
+use sluice_e2e::real_envoy::{Backends, Plugin, eventually, get, plugin_config};
+use sluice_harness::Envoy;
+use sluice_harness::http::Answer;
+
+use super::filter::{WORKERS, envoy_with, settled_stat};
+
+/// The callout timeout the policies below set.
+const TIMEOUT: Duration = Duration::from_millis(100);
+
+/// A failed callout must be over this soon: the timeout, plus room for a busy machine.
+const WITHIN: Duration = Duration::from_millis(800);
+
+fn policy(failure_mode: &str) -> String {
+    format!(
+        r#"{{"cluster": "sluice", "timeout": "100ms", "failure_mode": "{failure_mode}", "deny_cache": false,
+            "rules": [{{"name": "per-ip", "key": ["client_ip"],
+                        "limit": {{"algorithm": "fixed_window", "limit": 3, "window": "1m"}}}}]}}"#
+    )
+}
+
+/// Sends `n` requests one after another; each answer and how long it took.
+fn timed(envoy: &Envoy, n: usize) -> Vec<(Answer, Duration)> {
+    (0..n)
+        .map(|_| {
+            let started = Instant::now();
+            let answer = get(envoy, "/", &[]);
+            (answer, started.elapsed())
+        })
+        .collect()
+}
+
+fn assert_all(answers: &[(Answer, Duration)], status: u16, what: &str) {
+    for (answer, took) in answers {
+        assert_eq!(answer.status, status, "{what}: {answer:?}");
+        assert!(
+            *took < WITHIN,
+            "{what}: an answer took {took:?}, the callout's timeout is {TIMEOUT:?}"
+        );
+    }
+}
+
+/// The limit is spent, then the server fails twice (stopped, then frozen): every request
+/// gets `failed_status` within the timeout, and once the server is back the spent limit
+/// denies again.
+fn failure_mode_applies(failure_mode: &str, failed_status: u16) {
+    let mut backends = Backends::start(&[]);
+    let envoy = envoy_with(&backends, &policy(failure_mode), "FAIL_CLOSED");
+    let statuses: Vec<u16> = timed(&envoy, 4).iter().map(|(a, _)| a.status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
+
+    backends.stop_server();
+    assert_all(&timed(&envoy, 5), failed_status, "server stopped");
+    backends.restart_server();
+    eventually("the server decides again", Duration::from_secs(5), || {
+        get(&envoy, "/", &[]).status == 429
+    });
+
+    backends.proxy.freeze();
+    assert_all(&timed(&envoy, 5), failed_status, "server frozen");
+    backends.proxy.thaw();
+    eventually("the server decides again", Duration::from_secs(5), || {
+        get(&envoy, "/", &[]).status == 429
+    });
+
+    let failures = settled_stat(&envoy, "sluice.callout_failures");
+    assert!(failures >= 10, "the 10 failed callouts counted: {failures}");
+    assert_eq!(
+        settled_stat(&envoy, "sluice.rule.per-ip.failures"),
+        failures
+    );
+}
+
+#[test]
+fn failure_mode_allow_lets_requests_through_while_the_server_is_stopped_or_frozen() {
+    failure_mode_applies("allow", 200);
+}
+
+#[test]
+fn failure_mode_deny_answers_503_while_the_server_is_stopped_or_frozen() {
+    failure_mode_applies("deny", 503);
+}
+
+/// The probe filter, scripted to call out on each VM's first stream and trap on its second.
+fn trapping_probe(backends: &Backends, failure_policy: &str) -> Envoy {
+    let script = r#"{"on_request_headers": [{"op": "trap", "stream": 2}]}"#;
+    let config = plugin_config(
+        &Plugin::probe(script).failing(failure_policy),
+        backends.server_addr(),
+        backends.upstream.addr(),
+    );
+    Envoy::start(&config, WORKERS).expect("Envoy starts with the probe")
+}
+
+/// Sends `count` requests, 50 ms apart; the statuses.
+fn paced(envoy: &Envoy, count: usize) -> Vec<u16> {
+    (0..count)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            get(envoy, "/", &[]).status
+        })
+        .collect()
+}
+
+#[test]
+fn fail_closed_answers_503_from_a_trapped_vm_for_good() {
+    let backends = Backends::start(&[]);
+    let envoy = trapping_probe(&backends, "FAIL_CLOSED");
+    let statuses = paced(&envoy, 12);
+    let passed = statuses.iter().filter(|&&s| s == 200).count();
+    // Each worker's VM passes its first stream and traps on its second; nothing after.
+    assert!(passed <= WORKERS, "{statuses:?}");
+    assert!(
+        statuses.iter().all(|&s| s == 200 || s == 503),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses[statuses.len() - 5..].iter().all(|&s| s == 503),
+        "{statuses:?}"
+    );
+    assert!(
+        envoy.log().contains("wasm_fail_stream") || envoy.log().contains("unreachable"),
+        "Envoy logged the trap"
+    );
+}
+
+#[test]
+fn fail_reload_gives_a_trapped_worker_a_new_vm_after_the_backoff() {
+    let backends = Backends::start(&[]);
+    let envoy = trapping_probe(&backends, "FAIL_RELOAD");
+    let started = Instant::now();
+    let statuses = paced(&envoy, 12);
+    let passed = statuses.iter().filter(|&&s| s == 200).count();
+    // Each VM passes one stream; a trapped worker gets a new VM once the backoff (1 s by
+    // default) has passed since its last load: more VMs than workers, as FAIL_CLOSED has.
+    assert!(
+        passed > WORKERS,
+        "{statuses:?} in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        statuses.iter().all(|&s| s == 200 || s == 503),
+        "{statuses:?}"
+    );
+    let stats = envoy.admin_get("/stats").expect("stats");
+    let reloads: u64 = stats
+        .lines()
+        .filter(|l| l.contains("vm_reload_success"))
+        .filter_map(|l| l.split_once(": ")?.1.trim().parse::<u64>().ok())
+        .sum();
+    assert!(reloads >= 2, "Envoy counted the reloads: {stats}");
+}

