@@ -155,7 +155,13 @@ async fn whole_body<B: HttpBody<Data = Bytes>>(body: B, limit: usize) -> Option<
         let Ok(data) = frame.ok()?.into_data() else {
             continue;
         };
-        if first.len() + gathered.len() + data.len() > limit {
+        // Once a second chunk came, `gathered` holds the first too.
+        let so_far = if gathered.is_empty() {
+            first.len()
+        } else {
+            gathered.len()
+        };
+        if so_far + data.len() > limit {
             return None;
         }
         if first.is_empty() && gathered.is_empty() {
@@ -293,4 +299,50 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         state.metrics.render(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use bytes::Bytes;
+    use http_body_util::StreamBody;
+    use hyper::body::Frame;
+
+    use super::whole_body;
+
+    type Chunks = futures::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>;
+
+    /// A body that arrives as `chunks`.
+    fn chunked(chunks: &[usize]) -> StreamBody<Chunks> {
+        let frames: Vec<_> = chunks
+            .iter()
+            .map(|&n| Ok(Frame::data(Bytes::from(vec![b'x'; n]))))
+            .collect();
+        StreamBody::new(futures::stream::iter(frames))
+    }
+
+    fn gathered(chunks: &[usize], limit: usize) -> Option<usize> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime
+            .block_on(whole_body(chunked(chunks), limit))
+            .map(|b| b.len())
+    }
+
+    #[test]
+    fn a_body_under_the_limit_is_taken_whatever_its_chunks() {
+        // Three chunks of 20,000 (60,000 in all) once counted the first twice: 80,000.
+        assert_eq!(gathered(&[20_000, 20_000, 20_000], 65_536), Some(60_000));
+        assert_eq!(gathered(&[65_536], 65_536), Some(65_536));
+        assert_eq!(gathered(&[1; 100], 100), Some(100));
+    }
+
+    #[test]
+    fn a_body_over_the_limit_is_refused_whatever_its_chunks() {
+        assert_eq!(gathered(&[20_000, 20_000, 25_537], 65_536), None);
+        assert_eq!(gathered(&[65_537], 65_536), None);
+        assert_eq!(gathered(&[1; 101], 100), None);
+    }
 }
