@@ -1,7 +1,8 @@
 //! One simulated Envoy: worker VMs running the plugin, and the HTTP filter chain around it.
 //!
-//! What it copies from Envoy (see `shared/docs/ENVOY_HOST.md`):
-//! - start-up runs in a throw-away canary VM first, then once per worker; `on_vm_start` or
+//! What it copies from Envoy (each point held against Envoy 1.40 in `docs/fidelity.md`):
+//! - start-up runs on the main thread twice (a throw-away canary, then the main thread's own
+//!   VM), after a base VM that is only initialized, then once per worker; `on_vm_start` or
 //!   `on_configure` returning false rejects the configuration;
 //! - one VM per worker, each with its own root context (id 1); stream contexts from 2;
 //! - request headers are lower-cased and carry `:authority`, `:path`, `:method`, `:scheme`,
@@ -9,8 +10,9 @@
 //! - `continue_stream` and local replies take effect after the callback returns; a local reply
 //!   passes back through this filter's response callbacks; a second one hangs the stream;
 //! - a stream ends with `on_log`, `on_done`, `on_delete`;
-//! - a trap fails the VM; the failure policy then answers 503 (`wasm_fail_stream`) or skips
-//!   the filter, for that stream and every later one; or, with `FAIL_RELOAD`, the next stream
+//! - a trap fails the VM; the failure policy then answers 503 (`wasm_fail_stream`) for that
+//!   stream and every later one, or (`FAIL_OPEN`) for that stream and skips the filter for
+//!   every later one; or, with `FAIL_RELOAD`, the next stream
 //!   past the reload backoff gets a new VM (Envoy's `PluginConfig::maybeReloadHandleIfNeeded`),
 //!   while the failed VM's streams and callouts stay with it;
 //! - a paused stream nothing resumes ends with Envoy's stream idle timeout (408).
@@ -40,12 +42,16 @@ use crate::host::{Effects, Host, HostState, Plugin, Vm, VmFailed, VmInfo};
 /// The root context's id in every VM.
 const ROOT_CONTEXT: u32 = 1;
 
+/// The worker label of the main thread's VMs (the canary's among them) in logs.
+pub const MAIN_THREAD: usize = usize::MAX;
+
 /// What the plugin's `failure_policy` does when its VM has failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailurePolicy {
     /// Answer 503 (Envoy's default).
     FailClosed,
-    /// Skip the filter.
+    /// Skip the filter from the next stream on (the stream whose callback trapped still
+    /// gets 503).
     FailOpen,
     /// Answer 503, and give the worker a new VM on the first stream at least `backoff_ms`
     /// after the last load (`reload_config.backoff.base_interval`, 1 s unless set). Envoy
@@ -265,8 +271,13 @@ impl Envoy {
             metrics: Arc::new(MetricRegistry::default()),
             now_ns,
         };
-        // The canary runs start-up once on the main thread; its shared-data writes persist.
-        drop(envoy.new_vm(usize::MAX, now_ns)?);
+        // Envoy's main thread (as Envoy 1.40 does it): the base VM, initialized and never
+        // started; the canary, started and thrown away; and the main thread's own VM, started
+        // as a worker's is, which gets no streams. Start-up runs N+2 times, and the shared-data
+        // writes of both main-thread start-ups persist.
+        drop(envoy.instantiate(MAIN_THREAD, now_ns)?);
+        drop(envoy.new_vm(MAIN_THREAD, now_ns)?);
+        drop(envoy.new_vm(MAIN_THREAD, now_ns)?);
         envoy.workers = (0..envoy.config.workers.max(1))
             .map(|w| {
                 Ok(Worker {
@@ -283,9 +294,9 @@ impl Envoy {
         Ok(envoy)
     }
 
-    /// A started VM for `worker` (`usize::MAX`: the canary): instantiated, its root context
-    /// created, `on_vm_start` and `on_configure` run and accepted.
-    fn new_vm(&self, worker: usize, now_ns: u64) -> Result<Vm, StartError> {
+    /// A VM for `worker` ([`MAIN_THREAD`] for the main thread's), instantiated and
+    /// initialized (`_initialize`), not started.
+    fn instantiate(&self, worker: usize, now_ns: u64) -> Result<Vm, StartError> {
         let state = HostState::new(
             self.info.clone(),
             Arc::clone(&self.shared),
@@ -295,6 +306,13 @@ impl Envoy {
         );
         let mut vm = Vm::instantiate(&self.plugin, state)?;
         vm.set_now(now_ns);
+        Ok(vm)
+    }
+
+    /// A started VM for `worker` ([`MAIN_THREAD`] for the main thread's): instantiated, its
+    /// root context created, `on_vm_start` and `on_configure` run and accepted.
+    fn new_vm(&self, worker: usize, now_ns: u64) -> Result<Vm, StartError> {
+        let mut vm = self.instantiate(worker, now_ns)?;
         if vm.start_root(ROOT_CONTEXT)? {
             Ok(vm)
         } else {
@@ -452,7 +470,7 @@ impl Envoy {
             },
         );
         if failed {
-            self.vm_failed(worker, context, &mut out);
+            self.vm_failed(worker, context, false, &mut out);
             return out;
         }
         let result =
@@ -467,7 +485,7 @@ impl Envoy {
                     self.settle(worker, context, &mut out);
                 }
             }
-            Err(_) => self.vm_failed(worker, context, &mut out),
+            Err(_) => self.vm_failed(worker, context, true, &mut out),
         }
         out
     }
@@ -688,7 +706,7 @@ impl Envoy {
                     self.complete(worker, context, out);
                 }
             }
-            Err(_) => self.vm_failed(worker, context, out),
+            Err(_) => self.vm_failed(worker, context, true, out),
         }
     }
 
@@ -749,7 +767,7 @@ impl Envoy {
                 }
                 self.complete(worker, context, out);
             }
-            Err(_) => self.vm_failed(worker, context, out),
+            Err(_) => self.vm_failed(worker, context, true, out),
         }
     }
 
@@ -839,25 +857,31 @@ impl Envoy {
         self.finish_response(worker, context, response, out);
     }
 
-    /// The stream's VM has failed: apply the failure policy to it.
-    fn vm_failed(&mut self, worker: usize, context: u32, out: &mut Vec<Output>) {
-        match self.config.failure_policy {
-            FailurePolicy::FailClosed | FailurePolicy::FailReload { .. } => {
-                let reply = LocalReply {
-                    status: 503,
-                    details: "wasm_fail_stream".into(),
-                    body: Vec::new(),
-                    headers: Vec::new(),
-                };
-                self.finish_without_filter(worker, context, reply, out);
+    /// The stream's VM has failed, in one of this stream's callbacks (`trapped_here`) or
+    /// before it began: apply the failure policy to it.
+    fn vm_failed(
+        &mut self,
+        worker: usize,
+        context: u32,
+        trapped_here: bool,
+        out: &mut Vec<Output>,
+    ) {
+        // FAIL_OPEN skips the filter from the next stream on; the stream whose callback
+        // trapped is failed all the same (503 in Envoy 1.40).
+        if self.config.failure_policy == FailurePolicy::FailOpen && !trapped_here {
+            if let Some(stream) = self.workers[worker].streams.get_mut(&context) {
+                stream.bypass = true;
             }
-            FailurePolicy::FailOpen => {
-                if let Some(stream) = self.workers[worker].streams.get_mut(&context) {
-                    stream.bypass = true;
-                }
-                self.forward_upstream(worker, context, out);
-            }
+            self.forward_upstream(worker, context, out);
+            return;
         }
+        let reply = LocalReply {
+            status: 503,
+            details: "wasm_fail_stream".into(),
+            body: Vec::new(),
+            headers: Vec::new(),
+        };
+        self.finish_without_filter(worker, context, reply, out);
     }
 
     /// A root callback trapped: streams paused on this VM will never be resumed by it.

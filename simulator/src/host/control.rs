@@ -8,7 +8,7 @@ use wasmtime::{Caller, FuncType, Linker, Val, ValType};
 
 use super::abi::{Status, decode_pairs};
 use super::memory::{self, HostResult, finish, status};
-use super::state::{HostState, LocalReply, StreamAction};
+use super::state::{HostState, LocalReply, MapAccess, StreamAction};
 
 fn push_action(caller: &mut Caller<'_, HostState>, action: StreamAction) -> HostResult {
     match caller.data_mut().target_stream() {
@@ -23,7 +23,15 @@ fn push_action(caller: &mut Caller<'_, HostState>, action: StreamAction) -> Host
 
 fn continue_stream(mut caller: Caller<'_, HostState>, kind: i32) -> HostResult {
     match kind {
-        0 => push_action(&mut caller, StreamAction::ContinueRequest),
+        0 => {
+            // The request goes on once the callback returns, but Envoy lets go of its headers at
+            // once (`request_headers_ = nullptr`): a read later in the same callback is
+            // BadArgument (seen in Envoy 1.40).
+            if let Some(stream) = caller.data_mut().target_stream() {
+                stream.request_access = MapAccess::Unavailable;
+            }
+            push_action(&mut caller, StreamAction::ContinueRequest)
+        }
         1 => push_action(&mut caller, StreamAction::ContinueResponse),
         2 | 3 => status(Status::Ok),
         _ => status(Status::BadArgument),
