@@ -106,7 +106,11 @@ fn each_worker_has_its_own_vm_and_its_own_root_context() {
         .into_iter()
         .filter(|e| e.kind() == "enter" && e.cb() == "on_vm_start")
         .collect();
-    assert_eq!(starts.len(), 3, "canary + 2 workers");
+    assert_eq!(
+        starts.len(),
+        4,
+        "canary, the main thread's own VM, 2 workers"
+    );
     for start in &starts {
         assert_eq!(start.ctx(), 1, "the root context is 1 in every VM");
         assert_eq!(
@@ -146,13 +150,15 @@ fn start_up_runs_in_a_canary_first_and_its_shared_data_writes_persist() {
         .filter(|e| e.kind() == "enter" && e.cb() == "on_configure")
         .map(|e| e.worker)
         .collect();
-    assert_eq!(configures, [CANARY, 0, 1]);
+    // The canary, then the main thread's own VM, then each worker (as Envoy 1.40:
+    // in_envoy::fidelity::start_up_runs_twice_on_the_main_thread_then_in_each_worker).
+    assert_eq!(configures, [CANARY, CANARY, 0, 1]);
     let (value, _) = probe
         .envoy
         .shared_data()
         .get("probe", b"starts")
         .expect("written");
-    assert_eq!(value, b"3", "N+1 start-ups, the canary's write kept");
+    assert_eq!(value, b"4", "N+2 start-ups, the canary's write kept");
 }
 
 #[test]
@@ -989,7 +995,7 @@ fn a_trap_fails_the_vm_and_fail_closed_answers_503_from_then_on() {
 }
 
 #[test]
-fn a_trap_with_fail_open_skips_the_filter_from_then_on() {
+fn a_trap_with_fail_open_fails_its_stream_and_skips_the_filter_from_then_on() {
     let mut probe = Probe::try_start(
         json!({"on_request_headers": [{"op": "trap", "stream": 1}]}),
         &Setup {
@@ -1000,7 +1006,9 @@ fn a_trap_with_fail_open_skips_the_filter_from_then_on() {
     .unwrap();
     let first = probe.send(get("/", &[]));
     let second = probe.send(get("/", &[]));
-    assert_eq!(completed_statuses(&first), [200]);
+    // The stream whose callback trapped fails all the same (as in Envoy 1.40:
+    // in_envoy::fidelity::fail_open_skips_a_trapped_filter_alike).
+    assert_eq!(completed_statuses(&first), [503]);
     assert_eq!(completed_statuses(&second), [200]);
     assert!(entered(&probe.events(), 3).is_empty());
 }
@@ -1105,16 +1113,60 @@ fn ticks_set_at_start_up_fire_every_period_while_there_is_traffic() {
 // --- the table ------------------------------------------------------------------------------
 
 /// The file a test reference in docs/fidelity.md points to: `name` is in this file,
-/// `host_loading.rs::name` in another e2e test file, `host/x.rs::name` in the simulator.
+/// `host_loading.rs::name` in another e2e test file, `host/x.rs::name` in the simulator,
+/// `in_envoy::x::name` among the real-Envoy tests.
 fn test_source(reference: &str) -> (std::path::PathBuf, &str) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     match reference.rsplit_once("::") {
         Some((file, name)) if file.starts_with("host/") => {
             (root.join("../simulator/src").join(file), name)
         }
+        Some((module, name)) if module.starts_with("in_envoy::") => (
+            root.join("e2e/in_envoy")
+                .join(module.trim_start_matches("in_envoy::"))
+                .with_extension("rs"),
+            name,
+        ),
         Some((file, name)) => (root.join("e2e").join(file), name),
         None => (root.join("e2e/fidelity.rs"), reference),
     }
+}
+
+/// The references in backticks at the start of `cell`, before its prose (which starts at a
+/// '.' or ':' outside backticks).
+fn references(cell: &str) -> Vec<&str> {
+    let mut inside = false;
+    let end = cell
+        .char_indices()
+        .find(|&(_, c)| {
+            inside ^= c == '`';
+            !inside && (c == '.' || c == ':')
+        })
+        .map_or(cell.len(), |(i, _)| i);
+    cell[..end].split('`').skip(1).step_by(2).collect()
+}
+
+/// Every `fn name(` after `#[test]` in `file`.
+fn tests_in(file: &std::path::Path) -> Vec<String> {
+    let source = std::fs::read_to_string(file).unwrap();
+    source
+        .split("#[test]\nfn ")
+        .skip(1)
+        .filter_map(|rest| rest.split('(').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn assert_exists(reference: &str, named: &mut BTreeSet<String>) {
+    let (file, name) = test_source(reference);
+    let source = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{reference}: {}: {e}", file.display()));
+    assert!(
+        source.contains(&format!("fn {name}(")),
+        "{reference}: no such test in {}",
+        file.display()
+    );
+    named.insert(name.to_owned());
 }
 
 #[test]
@@ -1128,41 +1180,45 @@ fn every_row_of_the_fidelity_table_names_a_test_that_exists_or_states_a_differen
     assert!(rows.len() >= 40, "{} rows", rows.len());
     let mut named = BTreeSet::new();
     for row in rows {
-        let test_cell = row.trim_end_matches('|').rsplit(" | ").next().unwrap();
-        // The tests come first; prose after them starts at a '.' or ':' outside backticks.
-        let mut inside = false;
-        let end = test_cell
-            .char_indices()
-            .find(|&(_, c)| {
-                inside ^= c == '`';
-                !inside && (c == '.' || c == ':')
-            })
-            .map_or(test_cell.len(), |(i, _)| i);
-        let references: Vec<&str> = test_cell[..end].split('`').skip(1).step_by(2).collect();
+        // Behaviour, Envoy, Simulator, Test, Envoy 1.40.
+        let cells: Vec<&str> = row.trim_end_matches('|').split(" | ").collect();
+        let [.., test_cell, envoy_cell] = cells.as_slice() else {
+            panic!("a row without its cells: {row}");
+        };
+        let tests = references(test_cell);
         assert!(
-            !references.is_empty() || row.contains("**Difference**"),
+            !tests.is_empty() || row.contains("**Difference**"),
             "a row with neither a test nor a stated difference: {row}"
         );
-        for reference in references {
-            let (file, name) = test_source(reference);
-            let source = std::fs::read_to_string(&file).unwrap();
-            assert!(
-                source.contains(&format!("fn {name}(")),
-                "{reference}: no such test in {}",
-                file.display()
-            );
-            named.insert(name.to_owned());
+        for reference in tests {
+            assert_exists(reference, &mut named);
+        }
+        // A real Envoy's verdict names the in_envoy test that gave it, or says there is none
+        // yet.
+        let verdicts: Vec<&str> = envoy_cell
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|r| r.starts_with("in_envoy::"))
+            .collect();
+        assert!(
+            !verdicts.is_empty() || envoy_cell.trim() == "not yet run in Envoy",
+            "a row whose real-Envoy verdict names no in_envoy test: {row}"
+        );
+        for reference in verdicts {
+            assert_exists(reference, &mut named);
         }
     }
-    let source = std::fs::read_to_string(root.join("e2e/fidelity.rs")).unwrap();
-    let tests = source
-        .split("#[test]\nfn ")
-        .skip(1)
-        .filter_map(|rest| rest.split('(').next());
-    for test in tests {
-        assert!(
-            named.contains(test) || test.starts_with("every_row_of_the_fidelity_table"),
-            "{test} is in no row of docs/fidelity.md"
-        );
+    for file in [
+        root.join("e2e/fidelity.rs"),
+        root.join("e2e/in_envoy/fidelity.rs"),
+    ] {
+        for test in tests_in(&file) {
+            assert!(
+                named.contains(&test) || test.starts_with("every_row_of_the_fidelity_table"),
+                "{test} ({}) is in no row of docs/fidelity.md",
+                file.display()
+            );
+        }
     }
 }

@@ -197,6 +197,8 @@ pub struct Plugin {
     pub failure_policy: String,
     /// The cluster its callouts name.
     pub callout_cluster: String,
+    /// Whether that cluster speaks HTTP/2 (sluice-server) or HTTP/1.1 (the test upstream).
+    pub callout_http2: bool,
 }
 
 impl Plugin {
@@ -209,6 +211,7 @@ impl Plugin {
             vm_configuration: None,
             failure_policy: "FAIL_CLOSED".to_owned(),
             callout_cluster: "sluice".to_owned(),
+            callout_http2: true,
         }
     }
 
@@ -222,6 +225,7 @@ impl Plugin {
             vm_configuration: Some(script.to_owned()),
             failure_policy: "FAIL_CLOSED".to_owned(),
             callout_cluster: "limits".to_owned(),
+            callout_http2: false,
         }
     }
 
@@ -305,7 +309,7 @@ static_resources:
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
+        explicit_http_config: {{{callout_protocol}: {{}}}}
     load_assignment:
       cluster_name: {callout_cluster}
       endpoints:
@@ -324,6 +328,11 @@ static_resources:
         failure_policy = plugin.failure_policy,
         configuration = quoted(&plugin.configuration),
         callout_cluster = plugin.callout_cluster,
+        callout_protocol = if plugin.callout_http2 {
+            "http2_protocol_options"
+        } else {
+            "http_protocol_options"
+        },
         access_log = ACCESS_LOG,
         server_ip = server.ip(),
         server_port = server.port(),
@@ -385,8 +394,8 @@ pub fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool)
     }
 }
 
-/// The log format of an Envoy hosting the probe: the thread, then the message.
-const PROBE_LOG_FORMAT: &str = "%t|%v";
+/// The log format of an Envoy hosting the probe: the thread, the level, the message.
+const PROBE_LOG_FORMAT: &str = "%t|%l|%v";
 
 /// The probe filter (`tests/probe`) in a real Envoy, and what it logged: the same events
 /// [`crate::probe::Probe`] reads from the simulator, so the two can be compared field by field.
@@ -409,6 +418,19 @@ impl EnvoyProbe {
         Ok(EnvoyProbe { envoy })
     }
 
+    /// The lines Envoy logged at `level` (`info`, `error`, ...), message only.
+    pub fn lines_at(&self, level: &str) -> Vec<String> {
+        self.envoy
+            .log()
+            .lines()
+            .filter_map(|line| {
+                let (_, rest) = line.split_once('|')?;
+                let (at, message) = rest.split_once('|')?;
+                (at == level).then(|| message.to_owned())
+            })
+            .collect()
+    }
+
     /// Everything the probe logged, oldest first. Each VM's thread is numbered as the
     /// simulator numbers workers: the canary, on the main thread, first logs are
     /// [`crate::probe::CANARY`], then workers 0, 1, ... in the order they first logged.
@@ -418,7 +440,8 @@ impl EnvoyProbe {
             .log()
             .lines()
             .filter_map(|line| {
-                let (thread, message) = line.split_once('|')?;
+                let (thread, rest) = line.split_once('|')?;
+                let (_level, message) = rest.split_once('|')?;
                 // `wasm log <root id> <vm id>: {...}`, or `wasm log: {...}` outside any
                 // context (`_initialize`).
                 let rest = message.strip_prefix("wasm log")?;
