@@ -19,7 +19,7 @@ pub const ENVOY_VERSION: &str = "1.40.0";
 
 /// Written in a config where a file access log goes: [`Envoy::start`] puts the path of a file in
 /// Envoy's own directory there, which [`Envoy::access_log`] reads.
-pub const ACCESS_LOG: &str = "@ACCESS_LOG@";
+pub const ACCESS_LOG: &str = "__SLUICE_ACCESS_LOG__";
 
 /// How long Envoy has to become ready (it compiles each .wasm in V8 on its main thread).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -249,6 +249,13 @@ impl Envoy {
         let log = self.log();
         let all: Vec<&str> = log.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// Its process id.

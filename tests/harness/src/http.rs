@@ -61,14 +61,56 @@ pub fn request(
     }
     head.push_str("connection: close\r\n\r\n");
     stream.write_all(head.as_bytes())?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
+    let raw = read_answer(&mut stream)?;
     parse(&raw).ok_or_else(|| {
         HarnessError::Envoy(format!(
             "{method} {path} at {addr}: not an HTTP/1.1 answer: {:?}",
             String::from_utf8_lossy(&raw[..raw.len().min(200)])
         ))
     })
+}
+
+/// Reads one answer: to the end of its body as its framing says (Content-Length, or the last
+/// chunk), else to the end of the connection. Not waiting for the close matters: Envoy closes
+/// a `connection: close` exchange only after its delayed-close timeout (1 s) for some answers.
+fn read_answer(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = complete_length(&raw) {
+            raw.truncate(end);
+            return Ok(raw);
+        }
+        let n = stream.read(&mut buffer)?;
+        if n == 0 {
+            return Ok(raw);
+        }
+        raw.extend_from_slice(&buffer[..n]);
+    }
+}
+
+/// Where the answer in `raw` ends, once all of it has arrived and its framing says so.
+fn complete_length(raw: &[u8]) -> Option<usize> {
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = std::str::from_utf8(&raw[..head_end])
+        .ok()?
+        .to_ascii_lowercase();
+    let field = |name: &str| {
+        head.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':').map(str::trim))
+    };
+    if let Some(length) = field("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        return (raw.len() >= head_end + length).then_some(head_end + length);
+    }
+    if field("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        let body = &raw[head_end..];
+        return body
+            .windows(5)
+            .position(|w| w == b"0\r\n\r\n")
+            .filter(|&at| at == 0 || body[..at].ends_with(b"\r\n"))
+            .map(|at| head_end + at + 5);
+    }
+    None
 }
 
 fn parse(raw: &[u8]) -> Option<Answer> {
