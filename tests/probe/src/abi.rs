@@ -84,6 +84,34 @@ unsafe extern "C" {
     fn proxy_set_effective_context(context: u32) -> u32;
     fn proxy_get_status(code: *mut u32, message: *mut *mut u8, message_len: *mut usize) -> u32;
     fn proxy_done() -> u32;
+    fn proxy_grpc_call(
+        service: *const u8,
+        service_len: usize,
+        service_name: *const u8,
+        service_name_len: usize,
+        method: *const u8,
+        method_len: usize,
+        metadata: *const u8,
+        metadata_len: usize,
+        message: *const u8,
+        message_len: usize,
+        timeout_ms: u32,
+        token: *mut u32,
+    ) -> u32;
+    fn proxy_register_shared_queue(name: *const u8, name_len: usize, id: *mut u32) -> u32;
+    fn proxy_resolve_shared_queue(
+        vm_id: *const u8,
+        vm_id_len: usize,
+        name: *const u8,
+        name_len: usize,
+        id: *mut u32,
+    ) -> u32;
+    fn proxy_enqueue_shared_queue(id: u32, value: *const u8, value_len: usize) -> u32;
+}
+
+#[link(wasm_import_module = "wasi_snapshot_preview1")]
+unsafe extern "C" {
+    fn random_get(buf: *mut u8, len: usize) -> u16;
 }
 
 /// A status and, when there is one, what the call returned.
@@ -106,10 +134,74 @@ fn bytes_out(call: impl FnOnce(*mut *mut u8, *mut usize) -> u32) -> Answer<Vec<u
     (status, (status == 0).then(|| take(ptr, len)))
 }
 
-/// Logs `message` at `level`.
-pub fn log(level: u32, message: &str) {
+/// Logs `message` at `level`; the host's status.
+pub fn log(level: u32, message: &str) -> u32 {
     // SAFETY: a live buffer, read by the host during the call.
-    unsafe { proxy_log(level, message.as_ptr(), message.len()) };
+    unsafe { proxy_log(level, message.as_ptr(), message.len()) }
+}
+
+/// `proxy_grpc_call` to `cluster` (named, not a serialized GrpcService), with no metadata and
+/// an empty message.
+pub fn grpc_call(cluster: &str, service: &str, method: &str, timeout_ms: u32) -> Answer<u32> {
+    let mut token = 0u32;
+    let metadata = encode_pairs(&[]);
+    // SAFETY: live buffers, read during the call; the host writes the token.
+    let status = unsafe {
+        proxy_grpc_call(
+            cluster.as_ptr(),
+            cluster.len(),
+            service.as_ptr(),
+            service.len(),
+            method.as_ptr(),
+            method.len(),
+            metadata.as_ptr(),
+            metadata.len(),
+            std::ptr::null(),
+            0,
+            timeout_ms,
+            &mut token,
+        )
+    };
+    (status, (status == 0).then_some(token))
+}
+
+/// `proxy_register_shared_queue`: the status and the queue's id.
+pub fn register_queue(name: &str) -> Answer<u32> {
+    let mut id = 0u32;
+    // SAFETY: a live buffer, read during the call; the host writes the id.
+    let status = unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) };
+    (status, (status == 0).then_some(id))
+}
+
+/// `proxy_resolve_shared_queue` of this VM's id, then `proxy_enqueue_shared_queue`: the
+/// statuses of both.
+pub fn enqueue(vm_id: &str, name: &str, value: &str) -> (u32, u32) {
+    let mut id = 0u32;
+    // SAFETY: live buffers, read during the calls; the host writes the id.
+    unsafe {
+        let resolved = proxy_resolve_shared_queue(
+            vm_id.as_ptr(),
+            vm_id.len(),
+            name.as_ptr(),
+            name.len(),
+            &mut id,
+        );
+        if resolved != 0 {
+            return (resolved, u32::MAX);
+        }
+        (
+            0,
+            proxy_enqueue_shared_queue(id, value.as_ptr(), value.len()),
+        )
+    }
+}
+
+/// WASI `random_get` of `len` bytes: its errno and the bytes.
+pub fn random(len: usize) -> (u16, Vec<u8>) {
+    let mut buf = vec![0u8; len];
+    // SAFETY: a live buffer of `len` bytes, written by the host during the call.
+    let errno = unsafe { random_get(buf.as_mut_ptr(), len) };
+    (errno, buf)
 }
 
 /// `proxy_get_property`; `path` is already NUL-joined.

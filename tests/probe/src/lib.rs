@@ -237,6 +237,12 @@ pub extern "C" fn proxy_on_tick(root: u32) {
 }
 
 #[unsafe(no_mangle)]
+pub extern "C" fn proxy_on_queue_ready(root: u32, queue: u32) {
+    callback("on_queue_ready", root, &[u64::from(queue)]);
+    leave("on_queue_ready", root, 0);
+}
+
+#[unsafe(no_mangle)]
 pub extern "C" fn proxy_on_http_call_response(
     root: u32,
     token: u32,

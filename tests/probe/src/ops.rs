@@ -35,6 +35,31 @@ fn metric(name: &str) -> u32 {
 pub fn run(op: &Op) -> Value {
     let (name, mut result) = match op {
         Op::Log { message } => ("log", json!({"message": message})),
+        Op::LogAt { level, message } => ("log_at", json!({"status": abi::log(*level, message)})),
+        Op::GrpcCall {
+            cluster,
+            service,
+            method,
+            timeout_ms,
+        } => {
+            let (status, token) = abi::grpc_call(cluster, service, method, *timeout_ms);
+            ("grpc_call", json!({"status": status, "token": token}))
+        }
+        Op::RegisterQueue { name } => {
+            let (status, id) = abi::register_queue(name);
+            ("register_queue", json!({"status": status, "id": id}))
+        }
+        Op::Enqueue { vm_id, name, value } => {
+            let (resolved, status) = abi::enqueue(vm_id, name, value);
+            (
+                "enqueue",
+                json!({"resolve_status": resolved, "status": status}),
+            )
+        }
+        Op::Random { len } => {
+            let (errno, bytes) = abi::random(*len);
+            ("random", json!({"errno": errno, "value": shown(&bytes)}))
+        }
         Op::Headers { map } => ("headers", pairs(abi::header_pairs(*map))),
         Op::Header { map, name } => ("header", bytes(abi::header_value(*map, name))),
         Op::HeaderSize { map } => {

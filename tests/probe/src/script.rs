@@ -37,6 +37,8 @@ pub struct Script {
     #[serde(default)]
     pub on_http_call_response: Vec<Step>,
     #[serde(default)]
+    pub on_queue_ready: Vec<Step>,
+    #[serde(default)]
     pub returns: Returns,
 }
 
@@ -55,6 +57,7 @@ impl Script {
             "on_delete" => &self.on_delete,
             "on_tick" => &self.on_tick,
             "on_http_call_response" => &self.on_http_call_response,
+            "on_queue_ready" => &self.on_queue_ready,
             _ => &[],
         }
     }
@@ -202,4 +205,30 @@ pub enum Op {
         context: Option<u32>,
     },
     Trap,
+    /// `proxy_log` at `level` (0 trace .. 5 critical; above is not a level).
+    LogAt {
+        level: u32,
+        message: String,
+    },
+    /// `proxy_grpc_call` to the cluster named `cluster`.
+    GrpcCall {
+        cluster: String,
+        service: String,
+        method: String,
+        #[serde(default)]
+        timeout_ms: u32,
+    },
+    RegisterQueue {
+        name: String,
+    },
+    /// Resolves queue `name` of vm_id `vm_id` and enqueues `value`.
+    Enqueue {
+        vm_id: String,
+        name: String,
+        value: String,
+    },
+    /// WASI `random_get`.
+    Random {
+        len: usize,
+    },
 }
