@@ -8,7 +8,8 @@
 //! - request headers are lower-cased and carry `:authority`, `:path`, `:method`, `:scheme`,
 //!   plus the `x-request-id` and `x-forwarded-proto` Envoy's connection manager adds;
 //! - `continue_stream` and local replies take effect after the callback returns; a local reply
-//!   passes back through this filter's response callbacks; a second one hangs the stream;
+//!   passes back through this filter's response callbacks; a second one sent from them takes
+//!   the first one's place;
 //! - a stream ends with `on_log`, `on_done`, `on_delete`;
 //! - a trap fails the VM; the failure policy then answers 503 (`wasm_fail_stream`) for that
 //!   stream and every later one, or (`FAIL_OPEN`) for that stream and skips the filter for
@@ -204,7 +205,9 @@ enum Phase {
     RequestPaused,
     /// Waiting in the response path.
     ResponsePaused,
-    /// Two local replies: Envoy leaves it hanging (envoy#28826).
+    /// A local reply asked for after the first one's response callbacks had returned: left
+    /// hanging until the idle timeout, as envoy#28826 describes (not yet seen in Envoy 1.40,
+    /// where a second reply from those callbacks takes the first one's place).
     Hung,
 }
 
@@ -753,21 +756,33 @@ impl Envoy {
         match result {
             Ok(effects) => {
                 self.emit_callouts_and_tick(worker, effects.callouts, out);
-                // A second local reply from the response path hangs the stream.
-                if effects
-                    .actions
-                    .iter()
-                    .any(|a| matches!(a, StreamAction::LocalReply(_)))
-                {
-                    if let Some(s) = self.workers[worker].streams.get_mut(&context) {
-                        s.phase = Phase::Hung;
-                    }
-                    self.settle(worker, context, out);
-                    return;
+                // A second local reply from the response path takes the first one's place:
+                // its status goes to the client, and the response callbacks do not run again.
+                // (Envoy 1.40; older Envoys hung the stream, envoy#28826.)
+                let second = effects.actions.into_iter().rev().find_map(|a| match a {
+                    StreamAction::LocalReply(reply) => Some(reply),
+                    _ => None,
+                });
+                if let Some(second) = second {
+                    self.replace_local_reply(worker, context, second);
                 }
                 self.complete(worker, context, out);
             }
             Err(_) => self.vm_failed(worker, context, true, out),
+        }
+    }
+
+    /// `reply` answers the stream instead of the local reply on its way out.
+    fn replace_local_reply(&mut self, worker: usize, context: u32, reply: LocalReply) {
+        let w = &mut self.workers[worker];
+        if let Some(host) = w.vm.state_mut().streams.get_mut(&context) {
+            let mut pairs = vec![(":status".to_owned(), reply.status.to_string().into_bytes())];
+            pairs.extend(reply.headers.iter().cloned());
+            host.response_headers = HeaderMap::from_pairs(pairs);
+            host.properties.response_code = Some(reply.status as u16);
+        }
+        if let Some(stream) = w.streams.get_mut(&context) {
+            stream.local_reply = Some(reply);
         }
     }
 

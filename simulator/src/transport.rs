@@ -73,9 +73,9 @@ pub const RESPONSE_BUFFER_LIMIT: usize = 32 * 1024 * 1024;
 /// never answered.
 const NEVER_ANSWERS_AFTER: Duration = Duration::from_secs(1);
 
-/// Envoy's answer when a connection fails before the answer's headers.
-const CONNECT_FAILURE: &str =
-    "upstream connect error or disconnect/reset before headers. reset reason: connection failure";
+/// Envoy's answer when a connection fails before the answer's headers (Envoy 1.40's words for
+/// a refused connection).
+const CONNECT_FAILURE: &str = "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure";
 
 impl Transport {
     /// A transport to these clusters.

@@ -806,17 +806,22 @@ fn a_local_reply_passes_through_the_response_header_callback() {
 }
 
 #[test]
-fn a_second_local_reply_on_one_stream_hangs_it() {
-    let reply = json!({"op": "local_reply", "status": 429});
+fn a_second_local_reply_from_the_response_path_takes_the_first_ones_place() {
     let mut probe = Probe::start(json!({
-        "on_request_headers": [reply],
-        "on_response_headers": [reply],
+        "on_request_headers": [{"op": "local_reply", "status": 429}],
+        "on_response_headers": [{"op": "local_reply", "status": 418}],
     }));
     let outputs = probe.send(get("/", &[]));
-    assert!(completed_statuses(&outputs).is_empty(), "{outputs:?}");
-    assert_eq!(probe.envoy.open_streams(), [(0, 2)]);
-    let ended = probe.envoy.idle_timeout(0, 2, START_NS + 300_000_000_000);
-    assert_eq!(completed_statuses(&ended), [408], "until the idle timeout");
+    assert_eq!(completed_statuses(&outputs), [418], "{outputs:?}");
+    assert!(probe.envoy.open_streams().is_empty());
+    assert_eq!(
+        entered(&probe.events(), 2)
+            .iter()
+            .filter(|cb| *cb == "on_response_headers")
+            .count(),
+        1,
+        "the response callbacks do not run again"
+    );
 }
 
 #[test]
@@ -1108,6 +1113,22 @@ fn ticks_set_at_start_up_fire_every_period_while_there_is_traffic() {
         [1, 2, 3, 4].map(|n| START_NS + n * 250_000_000),
         "every 250 ms of virtual time from start-up, until the traffic ends"
     );
+}
+
+#[test]
+fn a_log_level_above_critical_is_bad_argument() {
+    let mut probe = Probe::start(json!({"on_request_headers": [
+        {"op": "log_at", "level": 5, "message": "critical"},
+        {"op": "log_at", "level": 6, "message": "above every level"}
+    ]}));
+    let outputs = probe.send(get("/", &[]));
+    assert_eq!(completed_statuses(&outputs), [200], "the stream goes on");
+    let statuses: Vec<u64> = probe
+        .ops("on_request_headers")
+        .iter()
+        .map(Event::status)
+        .collect();
+    assert_eq!(statuses, [0, BAD_ARGUMENT]);
 }
 
 // --- the table ------------------------------------------------------------------------------

@@ -98,21 +98,22 @@ fn trapping_probe(backends: &Backends, failure_policy: &str) -> Envoy {
     Envoy::start(&config, WORKERS).expect("Envoy starts with the probe")
 }
 
-/// Sends `count` requests, 50 ms apart; the statuses.
-fn paced(envoy: &Envoy, count: usize) -> Vec<u16> {
-    (0..count)
-        .map(|_| {
-            std::thread::sleep(Duration::from_millis(50));
-            get(envoy, "/", &[]).status
-        })
-        .collect()
+/// Sends a request each 50 ms for `span`; the statuses.
+fn paced(envoy: &Envoy, span: Duration) -> Vec<u16> {
+    let started = Instant::now();
+    let mut statuses = Vec::new();
+    while started.elapsed() < span {
+        statuses.push(get(envoy, "/", &[]).status);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    statuses
 }
 
 #[test]
 fn fail_closed_answers_503_from_a_trapped_vm_for_good() {
     let backends = Backends::start(&[]);
     let envoy = trapping_probe(&backends, "FAIL_CLOSED");
-    let statuses = paced(&envoy, 12);
+    let statuses = paced(&envoy, Duration::from_millis(1_500));
     let passed = statuses.iter().filter(|&&s| s == 200).count();
     // Each worker's VM passes its first stream and traps on its second; nothing after.
     assert!(passed <= WORKERS, "{statuses:?}");
@@ -135,7 +136,7 @@ fn fail_reload_gives_a_trapped_worker_a_new_vm_after_the_backoff() {
     let backends = Backends::start(&[]);
     let envoy = trapping_probe(&backends, "FAIL_RELOAD");
     let started = Instant::now();
-    let statuses = paced(&envoy, 12);
+    let statuses = paced(&envoy, Duration::from_millis(3_500));
     let passed = statuses.iter().filter(|&&s| s == 200).count();
     // Each VM passes one stream; a trapped worker gets a new VM once the backoff (1 s by
     // default) has passed since its last load: more VMs than workers, as FAIL_CLOSED has.

@@ -3,20 +3,23 @@
 //! compared field by field. Each test here is the real-Envoy verdict of rows in
 //! `docs/fidelity.md`.
 //!
-//! Both hosts get one worker. Envoy's callouts (cluster `limits`) reach the test upstream,
-//! which answers 200 and [`UPSTREAM_BODY`]; the simulator's are answered the same.
+//! Both hosts get one worker. Both hosts' callouts (cluster `limits`) reach the same server,
+//! Envoy's through Envoy, the simulator's through its own transport: the test upstream (200
+//! and [`UPSTREAM_BODY`]) unless a test names a misbehaving one.
 
-use std::net::IpAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use sluice_e2e::misbehaving::{self, Misbehaviour};
 use sluice_e2e::probe::{CANARY, Event, Probe, Setup, callouts, completed};
 use sluice_e2e::real_envoy::{Backends, EnvoyProbe, Plugin, eventually};
 use sluice_harness::{Envoy, UPSTREAM_BODY, http};
-use sluice_sim::envoy::{FailurePolicy, Output, Request};
-use sluice_sim::host::headers::HeaderMap;
-use sluice_sim::host::state::CalloutReply;
+use sluice_sim::connect::Endpoint;
+use sluice_sim::envoy::{FailurePolicy, Request};
+use sluice_sim::transport::Transport;
 
 /// proxy-wasm's status codes.
 const OK: u64 = 0;
@@ -27,25 +30,35 @@ const BAD_ARGUMENT: u64 = 2;
 struct Both {
     real: EnvoyProbe,
     simulated: Probe,
-    /// Statuses the real client got, in order.
+    /// Carries the simulator's callouts to the server Envoy's go to.
+    transport: Transport,
+    /// Statuses the real client got, in order (0: no answer, the connection closed).
     real_statuses: Vec<u16>,
     /// Statuses of the streams the simulator completed, in order.
     simulated_statuses: Vec<u16>,
     sent: usize,
-    _backends: Backends,
+    backends: Backends,
 }
 
 impl Both {
     fn start(script: &Value) -> Both {
-        Both::start_failing(script, "FAIL_CLOSED", FailurePolicy::FailClosed)
+        Both::start_with(script, "FAIL_CLOSED", FailurePolicy::FailClosed, None)
     }
 
-    fn start_failing(script: &Value, real_policy: &str, simulated_policy: FailurePolicy) -> Both {
+    /// Both hosts on `script`, with these failure policies, their callouts (cluster `limits`)
+    /// going to `callout_target` (the test upstream if `None`).
+    fn start_with(
+        script: &Value,
+        real_policy: &str,
+        simulated_policy: FailurePolicy,
+        callout_target: Option<SocketAddr>,
+    ) -> Both {
         let backends = Backends::start(&[]);
+        let target = callout_target.unwrap_or_else(|| backends.upstream.addr());
         let real = EnvoyProbe::start(
             &Plugin::probe(&script.to_string()).failing(real_policy),
             1,
-            backends.upstream.addr(),
+            target,
             backends.upstream.addr(),
         )
         .expect("Envoy starts with the probe");
@@ -57,25 +70,25 @@ impl Both {
             },
         )
         .expect("the simulator starts the probe");
+        let transport = Transport::new(HashMap::from([(
+            "limits".to_owned(),
+            Endpoint::Tcp(target.to_string()),
+        )]));
         Both {
             real,
             simulated,
+            transport,
             real_statuses: Vec::new(),
             simulated_statuses: Vec::new(),
             sent: 0,
-            _backends: backends,
+            backends,
         }
     }
 
     /// Sends a GET of `path` with `headers` (and `host: shop.example`) to both, and waits
     /// until Envoy has ended the stream and answered its callouts.
     fn send(&mut self, path: &str, headers: &[(&str, &str)]) {
-        let ingress = self.real.envoy.listener("ingress").expect("ingress");
-        let mut with_host = vec![("host", "shop.example")];
-        with_host.extend_from_slice(headers);
-        let status = http::get(ingress, path, &with_host).map_or(0, |a| a.status);
-        self.real_statuses.push(status);
-        self.sent += 1;
+        self.send_real(path, headers);
         let sent = self.sent;
         eventually("the stream's on_delete", Duration::from_secs(5), || {
             let events = self.real.events();
@@ -92,12 +105,28 @@ impl Both {
                 .count();
             deleted.count() >= sent && answered >= asked
         });
-        let outputs = self.simulated.send(simulated_get(path, headers));
-        self.settle(outputs);
+        self.send_simulated(path, headers);
     }
 
-    /// Answers the simulator's callouts as the upstream answers Envoy's, until none is left.
-    fn settle(&mut self, mut outputs: Vec<Output>) {
+    /// Sends a GET of `path` to both without waiting for callbacks (for a VM that runs none).
+    fn send_without_waiting(&mut self, path: &str) {
+        self.send_real(path, &[]);
+        self.send_simulated(path, &[]);
+    }
+
+    fn send_real(&mut self, path: &str, headers: &[(&str, &str)]) {
+        let ingress = self.real.envoy.listener("ingress").expect("ingress");
+        let mut with_host = vec![("host", "shop.example")];
+        with_host.extend_from_slice(headers);
+        let status = http::get(ingress, path, &with_host).map_or(0, |a| a.status);
+        self.real_statuses.push(status);
+        self.sent += 1;
+    }
+
+    /// Sends to the simulator, and carries its callouts by its own transport until none is
+    /// left.
+    pub fn send_simulated(&mut self, path: &str, headers: &[(&str, &str)]) {
+        let mut outputs = self.simulated.send(simulated_get(path, headers));
         loop {
             self.simulated_statuses
                 .extend(completed(&outputs).iter().map(|d| d.status));
@@ -107,19 +136,16 @@ impl Both {
             }
             outputs = asked
                 .into_iter()
-                .flat_map(|c| self.simulated.deliver(c.token, upstream_answer()))
+                .flat_map(|c| {
+                    let reply = self
+                        .backends
+                        .runtime
+                        .block_on(self.transport.send(c.clone(), None))
+                        .reply;
+                    self.simulated.deliver(c.token, reply)
+                })
                 .collect();
         }
-    }
-
-    /// Sends a GET of `path` to both without waiting for callbacks (for a VM that runs none).
-    fn send_without_waiting(&mut self, path: &str) {
-        let ingress = self.real.envoy.listener("ingress").expect("ingress");
-        let status = http::get(ingress, path, &[("host", "shop.example")]).map_or(0, |a| a.status);
-        self.real_statuses.push(status);
-        self.sent += 1;
-        let outputs = self.simulated.send(simulated_get(path, &[]));
-        self.settle(outputs);
     }
 
     fn events(&self) -> (Vec<Event>, Vec<Event>) {
@@ -146,22 +172,6 @@ fn simulated_get(path: &str, headers: &[(&str, &str)]) -> Request {
         peer: (IpAddr::from([203, 0, 113, 9]), 4711),
         upstream_status: 200,
         upstream_bytes: UPSTREAM_BODY.len() as u64,
-    }
-}
-
-/// What the test upstream answers.
-fn upstream_answer() -> CalloutReply {
-    CalloutReply {
-        headers: Some(HeaderMap::from_pairs([
-            (":status".to_owned(), b"200".to_vec()),
-            ("content-type".to_owned(), b"text/plain".to_vec()),
-            (
-                "content-length".to_owned(),
-                UPSTREAM_BODY.len().to_string().into_bytes(),
-            ),
-        ])),
-        body: Some(UPSTREAM_BODY.as_bytes().to_vec()),
-        trailers: HeaderMap::default(),
     }
 }
 
@@ -861,20 +871,27 @@ fn wasi_stdout_and_stderr_become_info_and_error_lines() {
 #[test]
 fn fail_open_fails_the_trapping_stream_and_skips_the_filter_after_alike() {
     let script = json!({"on_request_headers": [{"op": "trap", "stream": 1}]});
-    let mut both = Both::start_failing(&script, "FAIL_OPEN", FailurePolicy::FailOpen);
+    let mut both = Both::start_with(&script, "FAIL_OPEN", FailurePolicy::FailOpen, None);
     for _ in 0..3 {
         both.send_without_waiting("/");
     }
     // The stream whose callback trapped fails; the filter is skipped from then on.
     assert_eq!(both.real_statuses, [503, 200, 200]);
     assert_eq!(both.simulated_statuses, [503, 200, 200]);
-    let (real, simulated) = both.events();
     let streams = |events: &[Event]| {
         events
             .iter()
             .filter(|e| e.kind() == "enter" && e.cb() == "on_request_headers")
             .count()
     };
+    // Envoy writes its log a little after the fact.
+    eventually(
+        "Envoy logged the trapping stream",
+        Duration::from_secs(3),
+        || streams(&both.real.events()) >= 1,
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let (real, simulated) = both.events();
     assert_eq!(
         (streams(&real), streams(&simulated)),
         (1, 1),
@@ -934,4 +951,371 @@ fn refused_by_envoy(wasm: &Path, backends: &Backends) -> String {
         Ok(envoy) => panic!("Envoy took {}: {}", wasm.display(), envoy.log_tail(20)),
         Err(refusal) => refusal.to_string(),
     }
+}
+
+/// A probe whose every stream calls `limits` (with a timeout of 300 ms) and reads the answer
+/// and the root's status.
+fn calling_probe() -> Value {
+    json!({
+        "on_request_headers": [
+            {"op": "http_call", "cluster": "limits", "headers": [[":path", "/"], [":method", "GET"], [":authority", "limits"]], "timeout_ms": 300}
+        ],
+        "on_http_call_response": [{"op": "callout_answer"}, {"op": "status"}]
+    })
+}
+
+/// The callout answer each host delivered: `on_http_call_response`'s header, body and
+/// trailer counts, and what the probe read there.
+fn delivered(events: &[Event]) -> (Vec<u64>, Vec<Value>) {
+    let args = events
+        .iter()
+        .find(|e| e.kind() == "enter" && e.cb() == "on_http_call_response")
+        .map(|e| e.args()[1..].to_vec())
+        .unwrap_or_default();
+    (args, op_fields(events, "on_http_call_response"))
+}
+
+/// What each host delivered of a callout.
+type Delivered = (Vec<u64>, Vec<Value>);
+
+/// Both hosts' callouts to a server that misbehaves as `misbehaviour` says.
+fn failed_callout(misbehaviour: Misbehaviour) -> (Delivered, Delivered) {
+    let runtime = sluice_e2e::real_envoy::runtime();
+    let target = runtime.block_on(misbehaving::start(misbehaviour));
+    callout_to(target)
+}
+
+/// Both hosts' callouts to `target`.
+fn callout_to(target: SocketAddr) -> (Delivered, Delivered) {
+    let mut both = Both::start_with(
+        &calling_probe(),
+        "FAIL_CLOSED",
+        FailurePolicy::FailClosed,
+        Some(target),
+    );
+    both.send("/", &[]);
+    let (real, simulated) = both.events();
+    (delivered(&real), delivered(&simulated))
+}
+
+#[test]
+fn a_callout_reset_mid_body_arrives_without_headers_alike() {
+    let (real, simulated) = failed_callout(Misbehaviour::ResetMidBody);
+    assert_eq!(real, simulated);
+    assert_eq!(real.0, [0, 0, 0], "no headers, no body, no trailers");
+    assert_eq!(real.1[0]["status_header"]["status"], BAD_ARGUMENT);
+    assert_eq!(real.1[0]["body"]["status"], NOT_FOUND);
+    assert_eq!(real.1[1]["code"], 11, "BrokenConnection");
+    assert_eq!(real.1[1]["message"]["text"], "reset");
+}
+
+#[test]
+fn a_callout_answer_over_32_mib_arrives_without_headers_alike() {
+    let limit = sluice_sim::transport::RESPONSE_BUFFER_LIMIT;
+    let (real, simulated) = failed_callout(Misbehaviour::Sized(limit + 1));
+    assert_eq!(real, simulated);
+    assert_eq!(real.0, [0, 0, 0]);
+}
+
+#[test]
+fn a_stream_closed_by_the_filter_gets_no_response_alike() {
+    let script = json!({"on_request_headers": [{"op": "close", "kind": 0}]});
+    let mut both = Both::start(&script);
+    both.send("/", &[]);
+    let (real, simulated) = both.events();
+    // The client's connection is reset: no status at all.
+    assert_eq!(both.real_statuses, [0]);
+    assert_ne!(both.simulated_statuses, [200]);
+    let reached = |events: &[Event]| {
+        events
+            .iter()
+            .any(|e| e.kind() == "enter" && e.cb() == "on_response_headers")
+    };
+    assert!(
+        !reached(&real) && !reached(&simulated),
+        "no response for the filter"
+    );
+}
+
+#[test]
+fn envoys_clock_is_the_wall_clock_and_the_simulators_the_traces() {
+    let script = json!({"on_request_headers": [{"op": "time"}]});
+    let (real, simulated) = both(&script, "/", &[]);
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64;
+    let read = |events: &[Event]| {
+        op_event(events, "on_request_headers", 0).fields["ns"]
+            .as_u64()
+            .expect("ns")
+    };
+    assert!(
+        now_ns.abs_diff(read(&real)) < 60_000_000_000,
+        "Envoy: the wall clock"
+    );
+    assert_eq!(
+        read(&simulated),
+        sluice_e2e::probe::START_NS,
+        "the simulator: the replay's clock"
+    );
+}
+
+#[test]
+fn envoy_ticks_on_without_traffic_where_a_replay_stops() {
+    let script = json!({"on_vm_start": [{"op": "tick", "ms": 50}]});
+    let backends = Backends::start(&[]);
+    let real = EnvoyProbe::start(
+        &Plugin::probe(&script.to_string()),
+        1,
+        backends.upstream.addr(),
+        backends.upstream.addr(),
+    )
+    .expect("Envoy starts with the probe");
+    let ticks = |events: &[Event]| {
+        events
+            .iter()
+            .filter(|e| e.kind() == "enter" && e.cb() == "on_tick")
+            .count()
+    };
+    // No request at all: Envoy's VMs tick regardless (the worker's and the main thread's).
+    eventually(
+        "Envoy ticks with no traffic",
+        Duration::from_secs(5),
+        || ticks(&real.events()) >= 10,
+    );
+    let simulated = Probe::try_start(script, &Setup::default()).expect("the probe");
+    assert_eq!(
+        ticks(&simulated.events()),
+        0,
+        "a replay ticks only while it has traffic"
+    );
+}
+
+#[test]
+fn properties_the_simulator_lacks_are_answered_by_envoy() {
+    let paths: &[&[&str]] = &[
+        &["request", "total_size"],
+        &["connection", "mtls"],
+        &["upstream", "address"],
+        &["xds", "cluster_name"],
+    ];
+    let steps: Vec<Value> = paths
+        .iter()
+        .map(|path| json!({"op": "property", "path": path}))
+        .collect();
+    let (real, simulated) = both(&json!({"on_log": steps}), "/", &[]);
+    let statuses = |events: &[Event]| -> Vec<u64> {
+        ops(events, "on_log").into_iter().map(|(_, s)| s).collect()
+    };
+    assert_eq!(statuses(&simulated), [NOT_FOUND; 4], "the simulator");
+    assert_eq!(statuses(&real), [OK; 4], "Envoy answers them all in on_log");
+}
+
+#[test]
+fn a_callout_that_times_out_arrives_as_a_504_alike() {
+    let (real, simulated) = failed_callout(Misbehaviour::Hang);
+    assert_eq!(real, simulated);
+    assert_eq!(real.1[0]["status_header"]["value"]["text"], "504");
+    assert_eq!(
+        real.1[0]["body"]["value"]["text"],
+        "upstream request timeout"
+    );
+}
+
+#[test]
+fn a_callout_to_a_refused_port_arrives_as_a_503_alike() {
+    let closed = SocketAddr::from(([127, 0, 0, 1], sluice_harness::free_port().expect("a port")));
+    let (real, simulated) = callout_to(closed);
+    assert_eq!(real.1[0]["status_header"]["value"]["text"], "503");
+    // The body's words too: the simulator said "reset reason: connection failure" until this
+    // test ran in Envoy 1.40.
+    assert_eq!(real, simulated);
+}
+
+#[test]
+fn a_log_level_above_critical_is_bad_argument_alike() {
+    let script =
+        json!({"on_request_headers": [{"op": "log_at", "level": 6, "message": "too high"}]});
+    let mut both = Both::start(&script);
+    both.send("/", &[]);
+    let (real, simulated) = both.events();
+    assert_eq!(
+        ops(&real, "on_request_headers"),
+        ops(&simulated, "on_request_headers")
+    );
+    assert_eq!(
+        ops(&real, "on_request_headers"),
+        [("log_at".to_owned(), BAD_ARGUMENT)]
+    );
+    assert_eq!(both.real_statuses, [200], "Envoy goes on");
+    assert!(both.real.envoy.is_running());
+}
+
+#[test]
+fn a_grpc_call_is_made_by_envoy_where_the_simulator_has_no_grpc_client() {
+    let script = json!({"on_request_headers": [
+        {"op": "grpc_call", "cluster": "limits", "service": "probe.Service", "method": "Call", "timeout_ms": 100}
+    ]});
+    let (real, simulated) = both(&script, "/", &[]);
+    assert_eq!(
+        ops(&real, "on_request_headers"),
+        [("grpc_call".to_owned(), OK)]
+    );
+    assert_eq!(
+        ops(&simulated, "on_request_headers"),
+        [("grpc_call".to_owned(), 10)],
+        "InternalFailure"
+    );
+}
+
+#[test]
+fn envoy_calls_on_queue_ready_where_the_simulator_never_does() {
+    let script = json!({
+        "on_vm_start": [{"op": "register_queue", "name": "q"}],
+        "on_request_headers": [{"op": "enqueue", "vm_id": "probe", "name": "q", "value": "v"}]
+    });
+    let (real, simulated) = both(&script, "/", &[]);
+    assert_eq!(
+        op_fields(&real, "on_request_headers"),
+        op_fields(&simulated, "on_request_headers"),
+        "the queue resolved and written alike"
+    );
+    let ready = |events: &[Event]| {
+        events
+            .iter()
+            .filter(|e| e.kind() == "enter" && e.cb() == "on_queue_ready")
+            .count()
+    };
+    assert!(ready(&real) >= 1, "Envoy: on_queue_ready");
+    assert_eq!(ready(&simulated), 0, "the simulator: never");
+}
+
+#[test]
+fn envoys_random_bytes_differ_from_run_to_run_and_the_simulators_repeat() {
+    let script = json!({"on_request_headers": [{"op": "random", "len": 16}]});
+    let bytes = |events: &[Event]| op_event(events, "on_request_headers", 0).raw();
+    let (real_1, simulated_1) = both(&script, "/", &[]);
+    let (real_2, simulated_2) = both(&script, "/", &[]);
+    assert_ne!(bytes(&real_1), bytes(&real_2), "Envoy");
+    assert_eq!(bytes(&simulated_1), bytes(&simulated_2), "the simulator");
+    assert_eq!(bytes(&real_1).len(), 16);
+}
+
+/// What each host did with a stream whose filter sent two local replies as `script` says:
+/// the status the client got (`None`: none within 3 s), and whether the stream ended.
+fn two_local_replies(script: &Value) -> ((Option<u16>, bool), (Option<u16>, bool)) {
+    let mut both = Both::start(script);
+    let ingress = both.real.envoy.listener("ingress").expect("ingress");
+    let waiting = std::thread::spawn(move || http::get(ingress, "/", &[("host", "shop.example")]));
+    std::thread::sleep(Duration::from_secs(3));
+    let real_status = waiting
+        .is_finished()
+        .then(|| waiting.join().ok()?.ok().map(|a| a.status))
+        .flatten();
+    let ended = |events: &[Event]| {
+        events
+            .iter()
+            .any(|e| e.kind() == "enter" && e.cb() == "on_delete")
+    };
+    let real_ended = ended(&both.real.events());
+    both.send_simulated("/", &[]);
+    let simulated_status = both.simulated_statuses.first().copied();
+    let simulated_ended = ended(&both.simulated.events());
+    (
+        (real_status, real_ended),
+        (simulated_status, simulated_ended),
+    )
+}
+
+#[test]
+fn a_second_local_reply_from_the_response_path_takes_the_first_ones_place_alike() {
+    // envoy#28826 had the stream hang: a local reply, and another from its own response
+    // headers. Envoy 1.40 sends the second.
+    let (real, simulated) = two_local_replies(&json!({
+        "on_request_headers": [{"op": "local_reply", "status": 429}],
+        "on_response_headers": [{"op": "local_reply", "status": 418}],
+        "returns": {"on_request_headers": "pause"}
+    }));
+    assert_eq!(
+        real,
+        (Some(418), true),
+        "the second's status, and the stream ends"
+    );
+    assert_eq!(real, simulated);
+}
+
+#[test]
+fn two_local_replies_in_one_callback_send_the_first_alike() {
+    let (real, simulated) = two_local_replies(&json!({
+        "on_request_headers": [
+            {"op": "local_reply", "status": 403, "body": "one"},
+            {"op": "local_reply", "status": 404, "body": "two"}
+        ],
+        "returns": {"on_request_headers": "pause"}
+    }));
+    assert_eq!(
+        real,
+        (Some(403), true),
+        "Envoy: the first, and the stream ends"
+    );
+    assert_eq!(real, simulated);
+}
+
+#[test]
+fn fail_reloads_backoff_waits_at_least_its_base_and_jitters_in_envoy() {
+    // Each VM passes its first stream and traps on its second; a request each 50 ms.
+    let script = json!({"on_request_headers": [{"op": "trap", "stream": 2}]});
+    let backends = Backends::start(&[]);
+    let real = EnvoyProbe::start(
+        &Plugin::probe(&script.to_string()).failing("FAIL_RELOAD"),
+        1,
+        backends.upstream.addr(),
+        backends.upstream.addr(),
+    )
+    .expect("Envoy starts with the probe");
+    let ingress = real.envoy.listener("ingress").expect("ingress");
+    let started = std::time::Instant::now();
+    let mut passed_at = Vec::new();
+    let mut timeline = Vec::new();
+    while passed_at.len() < 4 && started.elapsed() < Duration::from_secs(15) {
+        let at = started.elapsed();
+        let status = http::get(ingress, "/", &[]).map_or(0, |a| a.status);
+        timeline.push((at.as_millis(), status));
+        if status == 200 {
+            passed_at.push(at);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("FAIL_RELOAD: (ms, status) {timeline:?}");
+    let gaps: Vec<f64> = passed_at
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    eprintln!("FAIL_RELOAD: a new VM every {gaps:.2?} s (base 1 s)");
+    assert_eq!(passed_at.len(), 4, "{gaps:?}");
+    // Not sooner than the base interval after the last load (the trap came ~50 ms after it),
+    // and within the jitter's cap of twice the base.
+    assert!(gaps.iter().all(|&g| (0.95..=2.1).contains(&g)), "{gaps:?}");
+}
+
+#[test]
+fn envoy_ends_its_root_contexts_at_shutdown_where_a_replay_never_does() {
+    let script = json!({});
+    let mut both = Both::start(&script);
+    both.send("/", &[]);
+    both.real.envoy.stop();
+    let (real, simulated) = both.events();
+    let root_done = |events: &[Event]| {
+        events
+            .iter()
+            .filter(|e| e.kind() == "enter" && e.cb() == "on_done" && e.ctx() == 1)
+            .count()
+    };
+    eprintln!(
+        "Envoy: on_done of a root context {} times at shutdown",
+        root_done(&real)
+    );
+    assert_eq!(root_done(&simulated), 0, "a replay never drains a VM");
+    assert!(root_done(&real) >= 1, "Envoy drains its VMs when it stops");
 }
