@@ -465,3 +465,88 @@ impl EnvoyProbe {
             .collect()
     }
 }
+
+/// Certificates for mutual TLS between Envoy and sluice-server, made on the spot in a
+/// directory of their own: an authority, the server's (for `sluice-server`) and Envoy's (for
+/// `envoy.internal`).
+pub struct MutualTls {
+    dir: tempfile::TempDir,
+}
+
+impl MutualTls {
+    /// Makes them.
+    pub fn new() -> MutualTls {
+        let dir = tempfile::tempdir().expect("a directory");
+        sluice_harness::certs::make_certificates(
+            dir.path(),
+            "ca",
+            &[
+                ("server", &["sluice-server"]),
+                ("envoy", &["envoy.internal"]),
+            ],
+        );
+        MutualTls { dir }
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// sluice-server's flags: TLS on, Envoy's certificate required.
+    pub fn server_args(&self) -> Vec<String> {
+        [
+            ("--tls-cert", self.file("server.crt")),
+            ("--tls-key", self.file("server.key")),
+            ("--tls-client-ca", self.file("ca.crt")),
+            ("--tls-client-san", "envoy.internal".to_owned()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_owned(), value])
+        .collect()
+    }
+
+    /// `config` (Envoy YAML) with cluster `cluster` speaking TLS to sluice-server, with the
+    /// transport socket `docs/from-envoy-ratelimit.md` gives.
+    pub fn on_cluster(&self, config: &str, cluster: &str) -> String {
+        let transport_socket = format!(
+            r#"
+name: envoy.transport_sockets.tls
+typed_config:
+  "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+  sni: sluice-server
+  common_tls_context:
+    alpn_protocols: [h2]
+    validation_context:
+      trusted_ca: {{filename: {ca}}}
+      match_typed_subject_alt_names:
+      - san_type: DNS
+        matcher: {{exact: sluice-server}}
+    tls_certificates:
+    - certificate_chain: {{filename: {cert}}}
+      private_key: {{filename: {key}}}
+"#,
+            ca = self.file("ca.crt"),
+            cert = self.file("envoy.crt"),
+            key = self.file("envoy.key"),
+        );
+        let mut document: Value = serde_yaml_ng::from_str(config).expect("YAML");
+        let clusters = document["static_resources"]["clusters"]
+            .as_sequence_mut()
+            .expect("clusters");
+        let found = clusters
+            .iter_mut()
+            .find(|c| c["name"].as_str() == Some(cluster))
+            .unwrap_or_else(|| panic!("no cluster {cluster}"));
+        found.as_mapping_mut().expect("a cluster").insert(
+            "transport_socket".into(),
+            serde_yaml_ng::from_str(&transport_socket).expect("YAML"),
+        );
+        serde_yaml_ng::to_string(&document).expect("YAML")
+    }
+}
+
+impl Default for MutualTls {
+    fn default() -> MutualTls {
+        MutualTls::new()
+    }
+}

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use sluice_e2e::real_envoy::{
-    Backends, Plugin, burst, count_status, eventually, get, plugin_config,
+    Backends, MutualTls, Plugin, burst, count_status, eventually, get, plugin_config,
 };
 use sluice_harness::Envoy;
 
@@ -325,4 +325,31 @@ fn a_shadow_rule_decides_and_counts_in_envoy_but_never_denies() {
     eventually("the upstream saw all ten", Duration::from_secs(2), || {
         backends.upstream.served() == 10
     });
+}
+
+#[test]
+fn the_filter_reaches_sluice_server_over_tls_with_a_client_certificate() {
+    let tls = MutualTls::new();
+    let server_args = tls.server_args();
+    let args: Vec<&str> = server_args.iter().map(String::as_str).collect();
+    let backends = Backends::start(&args);
+    let config = plugin_config(
+        &Plugin::sluice(
+            r#"{"cluster": "sluice", "authority": "sluice-server", "deny_cache": false, "failure_mode": "allow", "rules": [
+                {"name": "per-ip", "key": ["client_ip"], "limit": {"algorithm": "fixed_window", "limit": 3, "window": "1m"}}
+            ]}"#,
+        ),
+        backends.server_addr(),
+        backends.upstream.addr(),
+    );
+    let envoy = Envoy::start(&tls.on_cluster(&config, "sluice"), WORKERS).expect("Envoy");
+    let statuses: Vec<u16> = (0..4).map(|_| get(&envoy, "/", &[]).status).collect();
+    // Failing open, a callout that failed over TLS would have let the fourth through.
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 429],
+        "decided by the server, over TLS"
+    );
+    assert!(envoy.stat("cluster.sluice.ssl.handshake").expect("stats") >= 1);
+    assert_eq!(settled_stat(&envoy, "sluice.callout_failures"), 0);
 }

@@ -5,10 +5,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_yaml_ng::Value;
-use sluice_e2e::real_envoy::{Backends, any_port, get, localize, repo_root};
+use sluice_e2e::real_envoy::{Backends, MutualTls, any_port, get, localize, repo_root};
 use sluice_harness::Envoy;
-use sluice_harness::certs::make_certificates;
 
 use super::filter::WORKERS;
 
@@ -125,64 +123,11 @@ fn failure_mode_deny_refuses_requests_while_sluice_server_is_down() {
 #[test]
 fn envoy_reaches_sluice_server_over_tls_with_a_client_certificate() {
     let dir = tempfile::tempdir().expect("a directory");
-    make_certificates(
-        dir.path(),
-        "ca",
-        &[
-            ("server", &["sluice-server"]),
-            ("envoy", &["envoy.internal"]),
-        ],
-    );
-    let file = |name: &str| dir.path().join(name).display().to_string();
-    let (cert, key, ca) = (file("server.crt"), file("server.key"), file("ca.crt"));
-    let backends = backends_with_limits(
-        dir.path(),
-        &[
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-            "--tls-client-ca",
-            &ca,
-            "--tls-client-san",
-            "envoy.internal",
-        ],
-    );
-    // The transport socket docs/from-envoy-ratelimit.md gives, with the files made above.
-    let transport_socket = format!(
-        r#"
-name: envoy.transport_sockets.tls
-typed_config:
-  "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-  sni: sluice-server
-  common_tls_context:
-    alpn_protocols: [h2]
-    validation_context:
-      trusted_ca: {{filename: {ca}}}
-      match_typed_subject_alt_names:
-      - san_type: DNS
-        matcher: {{exact: sluice-server}}
-    tls_certificates:
-    - certificate_chain: {{filename: {envoy_cert}}}
-      private_key: {{filename: {envoy_key}}}
-"#,
-        envoy_cert = file("envoy.crt"),
-        envoy_key = file("envoy.key"),
-    );
-    let mut config: Value =
-        serde_yaml_ng::from_str(&shipped_ratelimit_config(&backends)).expect("YAML");
-    let clusters = config["static_resources"]["clusters"]
-        .as_sequence_mut()
-        .expect("clusters");
-    let sluice_rls = clusters
-        .iter_mut()
-        .find(|c| c["name"].as_str() == Some("sluice_rls"))
-        .expect("the sluice_rls cluster");
-    sluice_rls.as_mapping_mut().expect("a cluster").insert(
-        "transport_socket".into(),
-        serde_yaml_ng::from_str(&transport_socket).expect("YAML"),
-    );
-    let config = serde_yaml_ng::to_string(&config).expect("YAML");
+    let tls = MutualTls::new();
+    let server_args = tls.server_args();
+    let args: Vec<&str> = server_args.iter().map(String::as_str).collect();
+    let backends = backends_with_limits(dir.path(), &args);
+    let config = tls.on_cluster(&shipped_ratelimit_config(&backends), "sluice_rls");
     let envoy = Envoy::start(&config, WORKERS).expect("Envoy");
     let statuses: Vec<u16> = (0..4)
         .map(|_| get(&envoy, "/api/a", &[("x-api-key", "k1")]).status)
