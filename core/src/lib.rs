@@ -8,6 +8,7 @@
 //! - [`lease`]: lease mode, units handed to an Envoy ahead of need, and the bound it keeps.
 //! - [`policy`]: the filter's configuration, parsed once into types that cannot hold a bad value,
 //!   and the matching and key building that turn a request into checks.
+//! - [`throttle`]: warnings let through once an interval, with how many were left out.
 //!
 //! The crate does no I/O and reads no clock: callers pass the time in. It builds for
 //! `wasm32-wasip1` (inside the filter) and for the host.
@@ -41,5 +42,6 @@ pub mod limit;
 pub mod policy;
 pub mod record;
 pub mod rls;
+pub mod throttle;
 pub mod verdict;
 pub mod wire;

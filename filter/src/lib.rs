@@ -26,6 +26,7 @@ pub mod root;
 mod stats;
 pub mod stream;
 mod ticker;
+mod warnings;
 
 use proxy_wasm::traits::RootContext;
 use proxy_wasm::types::LogLevel;

@@ -21,6 +21,7 @@ use crate::lease::Leases;
 use crate::stats::Stats;
 use crate::stream::Stream;
 use crate::ticker::Ticker;
+use crate::warnings::{Warning, Warnings};
 
 /// What every stream of a configured root context shares.
 pub struct Shared {
@@ -34,6 +35,8 @@ pub struct Shared {
     pub held: SharedHeld,
     /// The leased rules' allowances.
     pub leases: Leases,
+    /// Warnings that would repeat with every request, throttled.
+    pub warnings: Warnings,
 }
 
 /// The plugin's root context.
@@ -83,10 +86,11 @@ impl Root {
                 self.lease_calls.borrow_mut().push((token, request));
             }
             Err(reason) => {
-                let _ = hostcalls::log(
-                    LogLevel::Warn,
-                    &format!("sluice: lease callout not sent: {reason}"),
-                );
+                shared
+                    .warnings
+                    .warn(Warning::LeaseNotSent, now_us(self), || {
+                        format!("sluice: lease callout not sent: {reason}")
+                    });
                 shared.stats.lease_failure();
                 shared.leases.not_sent(sent);
             }
@@ -176,10 +180,9 @@ impl Context for Root {
                 .map_err(|e| e.to_string())
         });
         if let Err(reason) = &answer {
-            let _ = hostcalls::log(
-                LogLevel::Warn,
-                &format!("sluice: lease call failed: {reason}; leases run on what they hold"),
-            );
+            shared.warnings.warn(Warning::LeaseCall, now_us(self), || {
+                format!("sluice: lease call failed: {reason}; leases run on what they hold")
+            });
         }
         shared.leases.answered(token, answer, |rule, grant| {
             shared.stats.lease_answer(rule, grant);
@@ -216,6 +219,7 @@ impl RootContext for Root {
                     cache,
                     held: Rc::clone(&self.held),
                     leases,
+                    warnings: Warnings::default(),
                 }));
                 true
             }

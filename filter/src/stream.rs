@@ -9,9 +9,8 @@
 use std::borrow::Cow;
 use std::rc::Rc;
 
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, LogLevel};
+use proxy_wasm::types::Action;
 use sluice_core::decision::{Decision, Denial, RuleVerdict, decide};
 use sluice_core::deny_cache::{Entry, EntryId, entry_id};
 use sluice_core::key::RuleName;
@@ -25,6 +24,7 @@ use crate::callout;
 use crate::ffi;
 use crate::lease::{Local, Reservation};
 use crate::root::{Shared, now_us};
+use crate::warnings::Warning;
 
 /// The rule a planned check comes from. Planned checks come from this policy's
 /// `checks_for`, so the index is always in range.
@@ -336,10 +336,9 @@ impl Stream {
     /// The service gave no usable answer: count it, record it, apply the failure mode to the
     /// checks it was asked (those decided here stand).
     fn fail(&mut self, shared: &Shared, reason: &str) -> Act {
-        let _ = hostcalls::log(
-            LogLevel::Warn,
-            &format!("sluice: {reason}; failure mode applies"),
-        );
+        shared.warnings.warn(Warning::Callout, now_us(self), || {
+            format!("sluice: {reason}; failure mode applies")
+        });
         shared.stats.callout_failure();
         let admit = shared.policy.failure_mode == FailureMode::Allow;
         let records: Vec<RuleRecord<&RuleName, &str>> = self

@@ -157,3 +157,29 @@ fn fail_reload_gives_a_trapped_worker_a_new_vm_after_the_backoff() {
         .sum();
     assert!(reloads >= 2, "Envoy counted the reloads: {stats}");
 }
+
+#[test]
+fn a_failing_server_is_warned_about_once_a_second_per_worker_not_per_request() {
+    let mut backends = Backends::start(&[]);
+    let envoy = envoy_with(&backends, &policy("allow"), "FAIL_CLOSED");
+    backends.stop_server();
+    let started = Instant::now();
+    let answers = sluice_e2e::real_envoy::burst(&envoy, "/", &[], 300, 6);
+    let took = started.elapsed().as_secs_f64();
+    assert!(answers.iter().all(|a| a.status == 200), "failing open");
+    std::thread::sleep(Duration::from_millis(300));
+    let warnings: Vec<String> = envoy
+        .log()
+        .lines()
+        .filter(|l| l.contains("failure mode applies"))
+        .map(str::to_owned)
+        .collect();
+    // Each worker writes the first, then one a second.
+    let most = WORKERS * (took.ceil() as usize + 1);
+    assert!(
+        !warnings.is_empty() && warnings.len() <= most,
+        "{} warnings for 300 failed callouts in {took:.1}s, at most {most}: {warnings:#?}",
+        warnings.len()
+    );
+    assert_eq!(settled_stat(&envoy, "sluice.callout_failures"), 300, "all counted");
+}
