@@ -6,7 +6,9 @@
 //! leased rules `local` (decided here from a lease, also counted as allowed or denied),
 //! `lease_asks` (asks answered), `lease_units` (units granted), `lease_empty` (answers with
 //! nothing to lease), `lease_failures` (asks that got no answer). Globally: `callouts`,
-//! `callout_failures`, `lease_calls`, `lease_call_failures`.
+//! `callout_failures`, `lease_calls`, `lease_call_failures`, and `client_ip_fallbacks`
+//! (requests keyed by the peer's address because the trusted `x-forwarded-for` entry was not
+//! an address).
 //!
 //! Increments are kept here and handed to Envoy on the root context's tick, at most
 //! [`FLUSH_EVERY`] apart, and when the counters are dropped or the VM is done: a host call per
@@ -102,6 +104,7 @@ pub struct Stats {
     callout_failures: Counter,
     lease_calls: Counter,
     lease_call_failures: Counter,
+    client_ip_fallbacks: Counter,
 }
 
 impl Stats {
@@ -133,6 +136,7 @@ impl Stats {
             callout_failures: Counter::define("sluice.callout_failures"),
             lease_calls: Counter::define("sluice.lease_calls"),
             lease_call_failures: Counter::define("sluice.lease_call_failures"),
+            client_ip_fallbacks: Counter::define("sluice.client_ip_fallbacks"),
         }
     }
 
@@ -145,6 +149,7 @@ impl Stats {
         self.callout_failures.flush();
         self.lease_calls.flush();
         self.lease_call_failures.flush();
+        self.client_ip_fallbacks.flush();
     }
 
     /// Counts what happened to rule `rule` (an index into the policy's rules); `local` when
@@ -182,6 +187,11 @@ impl Stats {
     /// Counts a callout that brought no usable answer.
     pub fn callout_failure(&self) {
         self.callout_failures.bump();
+    }
+
+    /// Counts a request keyed by its peer's address for an unreadable `x-forwarded-for` entry.
+    pub fn client_ip_fallback(&self) {
+        self.client_ip_fallbacks.bump();
     }
 
     /// Counts a lease callout sent.

@@ -455,7 +455,11 @@ impl HttpContext for Stream {
             return Action::Continue;
         };
         let request = self.read_request(&shared.policy);
-        self.planned = shared.policy.checks_for(&request);
+        let plan = shared.policy.plan(&request);
+        if plan.client_ip_fell_back {
+            shared.stats.client_ip_fallback();
+        }
+        self.planned = plan.checks;
         if self.planned.is_empty() {
             return Action::Continue;
         }

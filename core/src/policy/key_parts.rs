@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::cell::OnceCell;
 
 use super::raw::{RawKeyPart, RawKeySource};
-use super::request::HttpRequest;
+use super::request::{ClientIp, HttpRequest};
 use super::{PolicyError, field};
 use crate::key::LimitKey;
 
@@ -110,7 +110,7 @@ impl KeyPart {
 pub struct KeySource<'a> {
     request: &'a HttpRequest<'a>,
     trusted_hops: u32,
-    client_ip: OnceCell<Option<Cow<'a, str>>>,
+    client_ip: OnceCell<Option<ClientIp<'a>>>,
 }
 
 impl<'a> KeySource<'a> {
@@ -124,9 +124,21 @@ impl<'a> KeySource<'a> {
     }
 
     fn client_ip(&self) -> Option<&str> {
+        self.client_ip_read().map(|ip| ip.text.as_ref())
+    }
+
+    fn client_ip_read(&self) -> Option<&ClientIp<'a>> {
         self.client_ip
             .get_or_init(|| self.request.client_ip_text(self.trusted_hops))
-            .as_deref()
+            .as_ref()
+    }
+
+    /// Whether a key read the client's address and had to fall back to the peer's (see
+    /// [`ClientIp::fallback`]).
+    pub fn client_ip_fell_back(&self) -> bool {
+        self.client_ip
+            .get()
+            .is_some_and(|ip| ip.as_ref().is_some_and(|ip| ip.fallback))
     }
 }
 

@@ -36,7 +36,7 @@ use std::fmt;
 
 pub use key_parts::{KeyPart, KeySource, build_key};
 pub use matcher::{HeaderMatch, RequestMatch, StringMatch};
-pub use request::HttpRequest;
+pub use request::{ClientIp, HttpRequest};
 
 use crate::duration::Millis;
 use crate::key::LimitKey;
@@ -208,6 +208,15 @@ pub struct PlannedCheck {
     pub key: LimitKey,
 }
 
+/// What a request needs: [`Policy::plan`].
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The checks, as [`Policy::checks_for`] gives them.
+    pub checks: Vec<PlannedCheck>,
+    /// A key took the peer's address for an unreadable `x-forwarded-for` entry.
+    pub client_ip_fell_back: bool,
+}
+
 impl Policy {
     /// Parses and validates the configuration; the error names the field and the reason.
     pub fn from_json(json: &[u8]) -> Result<Policy, PolicyError> {
@@ -305,8 +314,16 @@ impl Policy {
     /// The checks `request` needs, one per rule that matches it and can build its key, in rule
     /// order. An empty list means no callout.
     pub fn checks_for(&self, request: &HttpRequest<'_>) -> Vec<PlannedCheck> {
+        self.plan(request).checks
+    }
+
+    /// [`Policy::checks_for`], and whether a key had to take the peer's address for an
+    /// unreadable `x-forwarded-for` entry (see [`ClientIp::fallback`]), which the filter
+    /// counts.
+    pub fn plan(&self, request: &HttpRequest<'_>) -> Plan {
         let source = KeySource::new(request, self.trusted_hops);
-        self.rules
+        let checks = self
+            .rules
             .iter()
             .enumerate()
             .filter(|(_, rule)| rule.matcher.matches(request))
@@ -316,7 +333,11 @@ impl Policy {
                     key: build_key(&rule.key, &source)?,
                 })
             })
-            .collect()
+            .collect();
+        Plan {
+            checks,
+            client_ip_fell_back: source.client_ip_fell_back(),
+        }
     }
 }
 

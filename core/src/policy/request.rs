@@ -99,30 +99,44 @@ impl HttpRequest<'_> {
     /// append to `x-forwarded-for`; then the entry the outermost trusted proxy appended.
     /// Entries a client wrote itself sit further left and are never read. A request with fewer
     /// entries than trusted hops did not come through those proxies: its peer is the client.
+    /// An entry is read as an address alone, with a port (`192.0.2.1:5555`), bracketed
+    /// (`[2001:db8::1]`, `[2001:db8::1]:443`) or with an IPv6 zone (`fe80::1%eth0`, the zone
+    /// dropped). An entry that is none of these (a proxy's `unknown`, garbage) falls back to
+    /// the peer, as [`ClientIp::fallback`] says: the request is limited by the peer's key, never
+    /// let through unlimited.
     pub fn client_ip(&self, trusted_hops: u32) -> Option<IpAddr> {
-        self.client_address(trusted_hops)?.parse().ok()
+        let ClientAddress { text, .. } = self.client_address(trusted_hops)?;
+        text.parse().ok()
     }
 
     /// The client's IP address (see [`HttpRequest::client_ip`]) in canonical text, as keys hold
     /// it: borrowed from the request when it already writes it so (Envoy's `source.address`
     /// does, and proxies' `x-forwarded-for` entries mostly do), parsed and written again
     /// otherwise.
-    pub fn client_ip_text(&self, trusted_hops: u32) -> Option<Cow<'_, str>> {
-        let address = self.client_address(trusted_hops)?;
-        if is_canonical_ipv4(address.as_bytes()) {
-            return Some(Cow::Borrowed(address));
-        }
-        Some(Cow::Owned(match address.parse().ok()? {
-            IpAddr::V4(v4) => crate::key::dotted_quad(v4),
-            IpAddr::V6(v6) => v6.to_string(),
-        }))
+    pub fn client_ip_text(&self, trusted_hops: u32) -> Option<ClientIp<'_>> {
+        let ClientAddress { text, fallback } = self.client_address(trusted_hops)?;
+        let text = if is_canonical_ipv4(text.as_bytes()) {
+            Cow::Borrowed(text)
+        } else {
+            Cow::Owned(match text.parse().ok()? {
+                IpAddr::V4(v4) => crate::key::dotted_quad(v4),
+                IpAddr::V6(v6) => v6.to_string(),
+            })
+        };
+        Some(ClientIp { text, fallback })
     }
 
-    /// The text the client's IP address is read from: the host of `source.address` or one
-    /// `x-forwarded-for` entry, not yet parsed.
-    fn client_address(&self, trusted_hops: u32) -> Option<&str> {
+    /// The text the client's IP address is read from: the host of `source.address` or the
+    /// address in one `x-forwarded-for` entry, not yet parsed.
+    fn client_address(&self, trusted_hops: u32) -> Option<ClientAddress<'_>> {
+        let peer = || {
+            Some(ClientAddress {
+                text: self.peer_host()?,
+                fallback: false,
+            })
+        };
         if trusted_hops == 0 {
-            return self.peer_host();
+            return peer();
         }
         let entries: Vec<&[u8]> = self
             .header_values("x-forwarded-for")
@@ -131,10 +145,65 @@ impl HttpRequest<'_> {
             .collect();
         let hops = trusted_hops as usize;
         if entries.len() < hops {
-            return self.peer_host();
+            return peer();
         }
-        std::str::from_utf8(entries[entries.len() - hops]).ok()
+        match std::str::from_utf8(entries[entries.len() - hops])
+            .ok()
+            .and_then(forwarded_address)
+        {
+            Some(text) => Some(ClientAddress {
+                text,
+                fallback: false,
+            }),
+            None => Some(ClientAddress {
+                text: self.peer_host()?,
+                fallback: true,
+            }),
+        }
     }
+}
+
+/// The client's address in canonical text, and whether it is the peer's for want of a
+/// readable `x-forwarded-for` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIp<'a> {
+    /// The address, as keys hold it.
+    pub text: Cow<'a, str>,
+    /// The trusted `x-forwarded-for` entry could not be read as an address: this is the
+    /// peer's.
+    pub fallback: bool,
+}
+
+/// [`ClientIp`] before it is parsed.
+struct ClientAddress<'a> {
+    text: &'a str,
+    fallback: bool,
+}
+
+/// The address in one `x-forwarded-for` entry, in the forms proxies write: `ip`, `ipv4:port`,
+/// `[ipv6]`, `[ipv6]:port`, `ipv6%zone`; `None` for anything else.
+fn forwarded_address(entry: &str) -> Option<&str> {
+    let address = if let Some(rest) = entry.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        if !(after.is_empty() || after.strip_prefix(':').is_some_and(is_port)) {
+            return None;
+        }
+        inside
+    } else if entry.matches(':').count() == 1 {
+        let (host, port) = entry.split_once(':')?;
+        if !is_port(port) {
+            return None;
+        }
+        host
+    } else {
+        entry
+    };
+    let address = address.split_once('%').map_or(address, |(ip, _zone)| ip);
+    address.parse::<IpAddr>().is_ok().then_some(address)
+}
+
+fn is_port(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 5 && text.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Whether `text` is an IPv4 address exactly as `Ipv4Addr`'s `Display` writes it: four
@@ -202,7 +271,7 @@ mod tests {
 
     /// The peer's address as a key holds it, when borrowed from `source.address`.
     fn borrowed_peer<'r>(r: &'r HttpRequest<'_>) -> Option<&'r str> {
-        match r.client_ip_text(0)? {
+        match r.client_ip_text(0)?.text {
             Cow::Borrowed(ip) => Some(ip),
             Cow::Owned(_) => None,
         }
@@ -271,5 +340,60 @@ mod tests {
             Some("10.0.0.1".parse().unwrap()),
             "too few entries: the peer"
         );
+    }
+}
+
+#[cfg(test)]
+mod forwarded_tests {
+    use super::*;
+
+    fn behind_one_proxy(xff: &str) -> Option<ClientIp<'static>> {
+        let request = HttpRequest {
+            headers: vec![("x-forwarded-for".into(), xff.as_bytes().to_vec())],
+            source_address: Some("10.0.0.1:5000".to_owned()),
+        };
+        request.client_ip_text(1).map(|ip| ClientIp {
+            text: Cow::Owned(ip.text.into_owned()),
+            fallback: ip.fallback,
+        })
+    }
+
+    fn read(text: &str) -> Option<ClientIp<'static>> {
+        Some(ClientIp {
+            text: Cow::Owned(text.to_owned()),
+            fallback: false,
+        })
+    }
+
+    #[test]
+    fn the_forms_proxies_write_are_read() {
+        assert_eq!(behind_one_proxy("1.2.3.4"), read("1.2.3.4"));
+        assert_eq!(behind_one_proxy("1.2.3.4:5555"), read("1.2.3.4"));
+        assert_eq!(behind_one_proxy("[2001:db8::1]"), read("2001:db8::1"));
+        assert_eq!(behind_one_proxy("[2001:db8::1]:443"), read("2001:db8::1"));
+        assert_eq!(behind_one_proxy("2001:db8::1"), read("2001:db8::1"));
+        assert_eq!(behind_one_proxy("fe80::1%eth0"), read("fe80::1"));
+        assert_eq!(behind_one_proxy("x, 1.2.3.4:5555"), read("1.2.3.4"));
+    }
+
+    #[test]
+    fn an_unreadable_entry_falls_back_to_the_peer_and_says_so() {
+        for garbage in [
+            "unknown",
+            "1.2.3.4:port",
+            "[::1",
+            "1.2.3.4:123456",
+            "",
+            "_hidden",
+        ] {
+            assert_eq!(
+                behind_one_proxy(garbage),
+                Some(ClientIp {
+                    text: Cow::Owned("10.0.0.1".to_owned()),
+                    fallback: true
+                }),
+                "{garbage:?}"
+            );
+        }
     }
 }

@@ -353,3 +353,49 @@ fn the_filter_reaches_sluice_server_over_tls_with_a_client_certificate() {
     assert!(envoy.stat("cluster.sluice.ssl.handshake").expect("stats") >= 1);
     assert_eq!(settled_stat(&envoy, "sluice.callout_failures"), 0);
 }
+
+#[test]
+fn a_forwarded_address_in_any_form_a_proxy_writes_is_limited_and_garbage_falls_back_to_the_peer() {
+    let backends = Backends::start(&[]);
+    // Envoy appends the peer (use_remote_address), so the load balancer's entry is 2 hops in.
+    let envoy = envoy_with(
+        &backends,
+        r#"{"cluster": "sluice", "trusted_hops": 2, "deny_cache": false, "rules": [
+            {"name": "per-ip", "key": ["client_ip"], "limit": {"algorithm": "fixed_window", "limit": 3, "window": "1m"}}
+        ]}"#,
+        "FAIL_CLOSED",
+    );
+    let statuses = |xff: &str| -> Vec<u16> {
+        (0..4)
+            .map(|_| get(&envoy, "/", &[("x-forwarded-for", xff)]).status)
+            .collect()
+    };
+    for xff in ["192.0.2.7:5555", "[2001:db8::7]:443", "fe80::7%eth0"] {
+        assert_eq!(
+            statuses(xff),
+            [200, 200, 200, 429],
+            "{xff}: limited by its address"
+        );
+    }
+    // Not an address: the peer's key (127.0.0.1), shared by every such request, and counted.
+    assert_eq!(statuses("unknown"), [200, 200, 200, 429]);
+    assert_eq!(statuses("garbage!"), [429; 4], "the same key as unknown's");
+    eventually("the access log", Duration::from_secs(3), || {
+        envoy.access_log().len() == 20
+    });
+    let log = envoy.access_log();
+    for (line, key) in [
+        (0, "192.0.2.7"),
+        // Keys escape the colons.
+        (4, "2001%3Adb8%3A%3A7"),
+        (8, "fe80%3A%3A7"),
+        (12, "127.0.0.1"),
+    ] {
+        assert!(
+            log[line].contains(&format!(r#""key":"{key}""#)),
+            "{}",
+            log[line]
+        );
+    }
+    assert_eq!(settled_stat(&envoy, "sluice.client_ip_fallbacks"), 8);
+}
