@@ -20,7 +20,7 @@ use futures::future::try_join_all;
 use sluice_core::key::redis_key;
 use sluice_core::record;
 use sluice_core::verdict::Verdict;
-use sluice_core::wire::{DecideRequest, DecideResponse, LeaseRequest, LeaseResponse};
+use sluice_core::wire::{Check, DecideRequest, DecideResponse, LeaseRequest, LeaseResponse};
 
 use crate::clock::RedisClock;
 use crate::metrics::Metrics;
@@ -126,6 +126,26 @@ impl Engine {
             self.metrics.decision(check.rule.as_str(), outcome.name());
         }
         Ok(DecideResponse { results })
+    }
+
+    /// Whether a decision succeeds now, as `/readyz` asks: one real decision on a key of its
+    /// own (a fixed window of a billion a second, rule `sluice-server.readyz`), which needs
+    /// Redis connected, the scripts runnable and writes accepted (a Redis out of memory still
+    /// answers PING but refuses them). It is counted in no decision metric.
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        let check: Check = serde_json::from_str(
+            r#"{"rule": "sluice-server.readyz", "key": "probe",
+                "limit": {"algorithm": "fixed_window", "limit": 1000000000, "window": "1s"}}"#,
+        )
+        .map_err(|e| StoreError::NotConnected(format!("the readiness check: {e}")))?;
+        let request = DecideRequest {
+            checks: vec![check],
+        };
+        let calls = self.calls(&request, self.time(None));
+        let (call, _) = calls
+            .first()
+            .ok_or_else(|| StoreError::NotConnected("the readiness check made no call".into()))?;
+        self.store.run(call).await.map(drop)
     }
 
     /// Grants the asks of one lease request (see [`sluice_core::lease`]): in one call of the

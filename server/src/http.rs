@@ -278,7 +278,7 @@ pub(crate) fn replay_time(state: &AppState, headers: &HeaderMap) -> Result<Optio
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    match state.engine.store().ping().await {
+    match state.engine.ready().await {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }

@@ -284,3 +284,56 @@ async fn by_default_the_redis_clients_own_warnings_are_left_out() {
         .collect();
     assert!(client_lines.is_empty(), "{client_lines:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_succeed_from_the_moment_the_server_says_it_is_connected() {
+    // A Redis 100 ms away each way: loading the functions library takes a round trip, during
+    // which the server used to refuse decisions as "not connected yet" after logging that it
+    // was connected.
+    let redis = RedisServer::start().unwrap();
+    let proxy =
+        sluice_harness::ForwardingProxy::with_latency(redis.addr(), Duration::from_millis(100))
+            .unwrap();
+    let port = free_port().unwrap();
+    let mut child = Command::new(BINARY)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--redis", &proxy.redis_url(), "--redis-timeout", "2s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (said, connected) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("connected to redis") {
+                let _ = said.send(());
+            }
+        }
+    });
+    let waited =
+        tokio::task::spawn_blocking(move || connected.recv_timeout(Duration::from_secs(10)))
+            .await
+            .unwrap();
+    assert!(waited.is_ok(), "the server never said it was connected");
+    let http = Http::http1();
+    let url = format!("http://127.0.0.1:{port}");
+    let limit = r#"{"algorithm":"gcra","rate":100,"per":"1s","burst":100}"#;
+    let answers = join_all((0..4).map(|i| {
+        let (http, url) = (&http, &url);
+        async move {
+            http.decide(url, &common::one_check("r", &format!("k{i}"), limit), &[])
+                .await
+        }
+    }))
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    for answer in answers {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+}

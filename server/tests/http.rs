@@ -77,6 +77,8 @@ async fn only_a_post_decides_and_unknown_paths_are_404() {
     let http = Http::http1();
     let url = server.url();
     let body = one_check("r", "k", LIMIT);
+    // The readiness checks the server answered already made calls of their own.
+    let before = calls(&redis, "fcall");
     for method in ["GET", "PUT", "DELETE"] {
         let answer = http
             .send(method, &format!("{url}/v1/decide"), &[], body.clone())
@@ -88,9 +90,9 @@ async fn only_a_post_decides_and_unknown_paths_are_404() {
         .await;
     assert_eq!(answer.status, 404, "{}", answer.body);
     assert_eq!(answer.json()["error"], "no such endpoint");
-    assert_eq!(calls(&redis, "fcall"), 0, "nothing was decided");
+    assert_eq!(calls(&redis, "fcall"), before, "nothing was decided");
     assert_eq!(http.decide(&url, &body, &[]).await.status, 200);
-    assert_eq!(calls(&redis, "fcall"), 1);
+    assert_eq!(calls(&redis, "fcall"), before + 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,5 +282,35 @@ async fn a_denied_request_counts_each_check_by_its_outcome() {
     assert!(
         metrics.contains(r#"sluice_decisions_total{rule="shadow",outcome="shadow_denied"} 3"#),
         "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_refuses_writes_is_not_ready() {
+    // Out of memory (noeviction), Redis still answers PING but refuses every script that
+    // writes: no decision can succeed, so the server must not say it is ready.
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let http = Http::http1();
+    let ready = format!("{}/readyz", server.url());
+    assert_eq!(http.get(&ready).await.status, 200);
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]).unwrap();
+    let decided = http
+        .decide(
+            &server.url(),
+            &one_check("per-ip", "203.0.113.1", LIMIT),
+            &[],
+        )
+        .await;
+    assert_eq!(decided.status, 503, "{}", decided.body);
+    let not_ready = http.get(&ready).await;
+    assert_eq!(not_ready.status, 503, "{}", not_ready.body);
+    assert!(not_ready.body.contains("OOM"), "{}", not_ready.body);
+    redis.cli(&["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+    assert_eq!(http.get(&ready).await.status, 200, "ready again");
+    let metrics = http.get(&format!("{}/metrics", server.url())).await;
+    assert!(
+        !metrics.body.contains("sluice-server.readyz"),
+        "the readiness check is counted as no rule's decision"
     );
 }

@@ -35,8 +35,9 @@ pub fn rate_limit_service(state: Arc<AppState>) -> RateLimitServiceServer<RlsSer
     RateLimitServiceServer::new(RlsService { state })
 }
 
-/// The health service, reporting the server as a whole (`""`) serving while Redis answers, and
-/// the rate limit service too when it has a configuration; and a task checking every `every`.
+/// The health service, reporting the server as a whole (`""`) serving while decisions succeed
+/// (as `/readyz`: [`crate::engine::Engine::ready`]), and the rate limit service too when it has
+/// a configuration; and a task checking every `every`.
 pub fn health_service(
     state: &Arc<AppState>,
     every: Duration,
@@ -45,17 +46,17 @@ pub fn health_service(
     tokio::task::JoinHandle<()>,
 ) {
     let (reporter, service) = tonic_health::server::health_reporter();
-    let store = Arc::downgrade(state.engine.store());
+    let weak = Arc::downgrade(state);
     let configured = state.rls.is_some();
     let task = tokio::spawn(async move {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            let Some(store) = store.upgrade() else {
+            let Some(state) = weak.upgrade() else {
                 return;
             };
-            let status = match store.ping().await {
+            let status = match state.engine.ready().await {
                 Ok(()) => ServingStatus::Serving,
                 Err(_) => ServingStatus::NotServing,
             };

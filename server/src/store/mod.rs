@@ -223,7 +223,6 @@ impl Store {
         loop {
             match tokio::time::timeout(self.open_timeout(), self.open()).await {
                 Ok(Ok(backend)) => {
-                    tracing::info!(topology = ?self.topology, "connected to redis");
                     // Loaded now, the library spares the first calls a miss; a failure that
                     // may pass is tried again when a call misses it.
                     if !self.eval_only.load(Ordering::Relaxed) {
@@ -240,7 +239,10 @@ impl Store {
                             ),
                         }
                     }
+                    // Said once calls may go: until the line above, they fail as not
+                    // connected yet.
                     *self.backend.write().await = Some(backend);
+                    tracing::info!(topology = ?self.topology, "connected to redis");
                     return;
                 }
                 Ok(Err(e)) => *self.last_error.write().await = e.to_string(),
@@ -498,17 +500,6 @@ impl Store {
     /// Whether scripts are called as functions (until Redis shows it will not run them).
     pub fn calls_functions(&self) -> bool {
         !self.eval_only.load(Ordering::Relaxed)
-    }
-
-    /// Whether Redis answers a `PING` within the timeout.
-    pub async fn ping(self: &Arc<Self>) -> Result<(), StoreError> {
-        let backend = self.backend().await?;
-        self.within_timeout(None, async {
-            query::<String>(backend, &redis::cmd("PING"))
-                .await
-                .map(drop)
-        })
-        .await
     }
 
     /// Redis' clock, by `TIME`, in microseconds since the epoch. On a Cluster, the clock of

@@ -34,7 +34,7 @@ pub async fn connected_store_calling(topology: Topology, calls: ScriptCalls) -> 
         Credentials::default(),
     );
     for _ in 0..200 {
-        if store.ping().await.is_ok() {
+        if store.time_us().await.is_ok() {
             return store;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
