@@ -195,6 +195,16 @@ async fn tls_connect(
 /// One `/v1/decide` over HTTP/1.1 on a connection through `connector`: its status, or why
 /// there was none.
 async fn decide(connector: &TlsConnector, addr: SocketAddr) -> Result<u16, String> {
+    // A handshake or an answer that never comes is a failure to report, not a hung test.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        decide_unbounded(connector, addr),
+    )
+    .await
+    .map_err(|_| "no answer within 10 s".to_owned())?
+}
+
+async fn decide_unbounded(connector: &TlsConnector, addr: SocketAddr) -> Result<u16, String> {
     let stream = tls_connect(connector, addr)
         .await
         .map_err(|e| e.to_string())?;

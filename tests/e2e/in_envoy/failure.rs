@@ -181,5 +181,9 @@ fn a_failing_server_is_warned_about_once_a_second_per_worker_not_per_request() {
         "{} warnings for 300 failed callouts in {took:.1}s, at most {most}: {warnings:#?}",
         warnings.len()
     );
-    assert_eq!(settled_stat(&envoy, "sluice.callout_failures"), 300, "all counted");
+    assert_eq!(
+        settled_stat(&envoy, "sluice.callout_failures"),
+        300,
+        "all counted"
+    );
 }
