@@ -76,8 +76,8 @@ pub struct Planned {
     pub stats_key: String,
     /// The check sluice decides for it.
     pub check: Check,
-    /// A key for the descriptor's counter, unique in the whole configuration (domain included):
-    /// what a local cache of over-limit counters is keyed by.
+    /// A key for the descriptor's counter, unique in the whole configuration (domain included),
+    /// the check's key: what a local cache of over-limit counters is keyed by.
     pub counter_id: String,
 }
 
@@ -182,7 +182,7 @@ impl RlsConfig {
                         .map(|(k, v)| (k.as_str(), v.as_str()))
                         .collect();
                     self.lookup(&request.domain, &entries)
-                        .map(|found| (found.rule, found.stats_key, found.counter))
+                        .map(|found| (found.rule, found.stats_key))
                 }
             };
             matched.push(found);
@@ -190,13 +190,13 @@ impl RlsConfig {
         let replaced: Vec<String> = matched
             .iter()
             .flatten()
-            .flat_map(|(rule, _, _)| rule.replaces.iter().cloned())
+            .flat_map(|(rule, _)| rule.replaces.iter().cloned())
             .collect();
         let descriptors = matched
             .into_iter()
             .zip(&request.descriptors)
             .map(|(found, descriptor)| {
-                let Some((rule, stats_key, counter)) = found else {
+                let Some((rule, stats_key)) = found else {
                     return Applied::NoLimit;
                 };
                 let Some(limit) = &rule.limit else {
@@ -212,18 +212,28 @@ impl RlsConfig {
                 let cost = descriptor
                     .hits_addend
                     .unwrap_or(u64::from(request.hits_addend.max(1)));
+                // The domain, then each entry's key and value as parts of their own: escaped
+                // and joined, two descriptors share a key only if they are the same. (The
+                // reference-style name joins them with `.` and `_`, which `a.c`=`y` and `a`
+                // then `c`=`y` share.) Two rules may share a lossy name; their keys differ.
+                let key = LimitKey::from_parts(
+                    std::iter::once(request.domain.as_bytes()).chain(
+                        descriptor
+                            .entries
+                            .iter()
+                            .flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()]),
+                    ),
+                );
                 let check = Check {
-                    // Two rules may share a lossy name; their Redis keys still differ, since the key
-                    // holds the domain and the whole descriptor.
                     rule: RuleName::lossy(&rule.full_key),
-                    key: LimitKey::from_parts([request.domain.as_bytes(), counter.as_bytes()]),
+                    key,
                     limit: *limit,
                     cost,
                     count_denied: false,
                     shadow: rule.shadow_mode,
                 };
                 Applied::Limited(Planned {
-                    counter_id: format!("{}:{}", request.domain, counter),
+                    counter_id: check.key.as_str().to_owned(),
                     rule,
                     stats_key,
                     check,
@@ -241,7 +251,7 @@ fn override_rule(
     descriptor: &RlsDescriptor,
     limit: LimitOverride,
     path: &str,
-) -> Result<(Arc<RlsRule>, String, String), RlsRequestError> {
+) -> Result<(Arc<RlsRule>, String), RlsRequestError> {
     let error = |field: &str, reason: String| RlsRequestError {
         path: format!("{path}.{field}"),
         reason,
@@ -283,5 +293,5 @@ fn override_rule(
         replaces: Vec::new(),
         detailed_metric: false,
     };
-    Ok((Arc::new(rule), full_key, counter))
+    Ok((Arc::new(rule), full_key))
 }

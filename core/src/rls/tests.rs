@@ -282,6 +282,52 @@ mod requests {
     }
 
     #[test]
+    fn descriptors_that_name_alike_in_the_references_style_keep_their_own_counters() {
+        // Each pair is one path the reference-style name (`key_value` joined by `.`) cannot
+        // tell apart; every descriptor has a limit of its own.
+        let config = config(serde_json::json!({
+            "domain": "d", "descriptors": [
+                {"key": "a.c", "rate_limit": rate("minute", 5)},
+                {"key": "a", "rate_limit": rate("minute", 7),
+                 "descriptors": [{"key": "c", "rate_limit": rate("minute", 1000)},
+                                 {"key": "b.c", "rate_limit": rate("minute", 9)}]},
+                {"key": "a_b", "rate_limit": rate("minute", 11),
+                 "descriptors": [{"key": "c", "rate_limit": rate("minute", 13)}]},
+            ]
+        }))
+        .unwrap();
+        let colliding: [&[(&str, &str)]; 6] = [
+            &[("a.c", "y")],
+            &[("a", ""), ("c", "y")],
+            &[("a", "b"), ("c", "y")],
+            &[("a_b", ""), ("c", "y")],
+            &[("a", ""), ("b.c", "y")],
+            &[("a", "b.c_y")],
+        ];
+        let plan = config
+            .plan(&request(
+                "d",
+                colliding
+                    .iter()
+                    .map(|entries| descriptor(entries))
+                    .collect(),
+            ))
+            .unwrap();
+        let mut keys: Vec<(String, String)> = plan
+            .planned()
+            .map(|(_, p)| (p.check.key.as_str().to_owned(), p.counter_id.clone()))
+            .collect();
+        assert_eq!(keys.len(), colliding.len(), "each is limited");
+        keys.sort();
+        keys.dedup();
+        assert_eq!(
+            keys.len(),
+            colliding.len(),
+            "six counters, not fewer: {keys:?}"
+        );
+    }
+
+    #[test]
     fn hits_addend_of_a_descriptor_wins_over_the_requests_which_wins_over_one() {
         let config = config(serde_json::json!({
             "domain": "d", "descriptors": [{"key": "k", "rate_limit": rate("second", 10)}]
