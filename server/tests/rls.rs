@@ -139,8 +139,9 @@ async fn ask(
         .map(|r| r.into_inner())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_grpc_api_and_v1_decide_reach_the_same_decisions_for_every_algorithm() {
+/// A replay-mode server whose domain `domain` has a descriptor (`algorithm`, name) for each of
+/// [`ALGORITHMS`]; its configuration's directory and its Redis, to keep.
+async fn every_algorithm_server(domain: &str) -> (tempfile::TempDir, RedisServer, RunningServer) {
     let yaml: String = ALGORITHMS
         .iter()
         .map(|(name, limit)| {
@@ -149,7 +150,8 @@ async fn the_grpc_api_and_v1_decide_reach_the_same_decisions_for_every_algorithm
             )
         })
         .collect();
-    let dir = config_dir(&[("same.yaml", &format!("domain: same\ndescriptors:\n{yaml}"))]);
+    let file = format!("{domain}.yaml");
+    let dir = config_dir(&[(&file, &format!("domain: {domain}\ndescriptors:\n{yaml}"))]);
     let redis = RedisServer::start().unwrap();
     let server = rls_server(
         &redis,
@@ -157,6 +159,12 @@ async fn the_grpc_api_and_v1_decide_reach_the_same_decisions_for_every_algorithm
         true,
     )
     .await;
+    (dir, redis, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grpc_api_and_v1_decide_reach_the_same_decisions_for_every_algorithm() {
+    let (_dir, _redis, server) = every_algorithm_server("same").await;
     let mut grpc = client(&server).await;
     let http = Http::http1();
     // Bursts and pauses, with costs of 0 (asking), 1, 2 and 3.
@@ -532,4 +540,59 @@ async fn an_over_limit_counter_is_answered_from_the_local_cache_without_redis_un
         ),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_descriptor_twice_counts_each_and_a_denied_request_consumes_nothing() {
+    let (_dir, _redis, server) = every_algorithm_server("twice").await;
+    let mut grpc = client(&server).await;
+    // One instant throughout: nothing refills between the requests.
+    let at = Some(1_700_000_000_000_000);
+    for (name, limit) in ALGORITHMS {
+        let limit: serde_json::Value = serde_json::from_str(limit).unwrap();
+        let capacity = limit["burst"].as_u64().or(limit["limit"].as_u64()).unwrap();
+        let one = || descriptor(&[("algorithm", name)]);
+        let mut all_but_one = one();
+        all_but_one.hits_addend = Some(UInt64Value {
+            value: capacity - 1,
+        });
+        let spent = ask(&mut grpc, request("twice", vec![all_but_one]), at)
+            .await
+            .unwrap();
+        assert_eq!(
+            spent.overall_code,
+            Code::Ok as i32,
+            "{name}: all but one spent"
+        );
+        // One unit left, asked for twice: the first fits, the second goes over, and the
+        // request, denied, consumes nothing.
+        let twice = ask(&mut grpc, request("twice", vec![one(), one()]), at)
+            .await
+            .unwrap();
+        let codes: Vec<i32> = twice.statuses.iter().map(|s| s.code).collect();
+        assert_eq!(
+            (twice.overall_code, codes),
+            (
+                Code::OverLimit as i32,
+                vec![Code::Ok as i32, Code::OverLimit as i32]
+            ),
+            "{name}"
+        );
+        let last = ask(&mut grpc, request("twice", vec![one()]), at)
+            .await
+            .unwrap();
+        assert_eq!(
+            last.overall_code,
+            Code::Ok as i32,
+            "{name}: the last unit is still there"
+        );
+        let none = ask(&mut grpc, request("twice", vec![one()]), at)
+            .await
+            .unwrap();
+        assert_eq!(
+            none.overall_code,
+            Code::OverLimit as i32,
+            "{name}: now spent"
+        );
+    }
 }

@@ -24,6 +24,7 @@
 //! ```
 
 pub mod answer;
+pub mod merged;
 pub mod raw;
 pub mod request;
 #[cfg(test)]

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::rls::answer::{Answer, HitCounts, RlsHeaders};
+use sluice_core::rls::merged::Merged;
 use sluice_core::rls::request::{RlsRequest, RlsRequestError};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::DecideRequest;
@@ -136,13 +137,17 @@ impl RlsState {
                 check
             })
             .collect::<Vec<_>>();
-        let decided = if checks.is_empty() {
+        // The same descriptor twice is one counter: asked once, for both (see Merged).
+        let merged = Merged::of(checks);
+        let decided = if merged.checks.is_empty() {
             Vec::new()
         } else {
-            engine
+            let checks = merged.checks.clone();
+            let results = engine
                 .decide(&DecideRequest { checks }, replay_us)
                 .await?
-                .results
+                .results;
+            merged.split(&results).unwrap_or_default()
         };
         let mut decided = decided.into_iter();
         let mut verdicts = Vec::with_capacity(planned.len());
