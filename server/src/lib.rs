@@ -24,6 +24,7 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod label_budget;
 pub mod log_throttle;
 pub mod memory;
 pub mod metrics;

@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use sluice_core::wire::{LeaseAsk, LeaseGrant};
 
+use crate::label_budget::LabelBudget;
 use crate::rls::stats::RlsStats;
 use crate::store::StoreError;
 
@@ -27,6 +28,11 @@ struct DecisionLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OverflowLabels {
+    label: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -55,6 +61,9 @@ pub struct Metrics {
     busy_poll_seconds: Counter<f64, AtomicU64>,
     lease_answers: Family<LeaseLabels, Counter>,
     lease_units: Family<LeaseLabels, Counter>,
+    /// Rule names come from requests: bounded, as [`crate::label_budget`] says.
+    decision_rules: LabelBudget,
+    lease_rules: LabelBudget,
     rls: RlsStats,
 }
 
@@ -137,14 +146,31 @@ impl Default for Metrics {
             "Units leased to Envoys, given back by them, and lapsed (an Envoy renewed units whose lease had already ended), by rule and kind (granted, returned, lapsed)",
             lease_units.clone(),
         );
+        let label_overflow = Family::<OverflowLabels, Counter>::default();
+        registry.register(
+            "label_overflow",
+            "Values counted under `_overflow` because their label already had 1,000 distinct \
+             values (rule names and stats keys come from requests), by label (decision_rule, \
+             lease_rule, stats_key)",
+            label_overflow.clone(),
+        );
+        let budget = |label: &'static str| {
+            LabelBudget::new(
+                label_overflow
+                    .get_or_create(&OverflowLabels { label })
+                    .clone(),
+            )
+        };
         Metrics {
+            decision_rules: budget("decision_rule"),
+            lease_rules: budget("lease_rule"),
+            rls: RlsStats::new(budget("stats_key")),
             registry,
             split_decision_races,
             tls_handshake_failures,
             busy_poll_seconds,
             lease_answers,
             lease_units,
-            rls: RlsStats::default(),
             decisions,
             decision_counters: RwLock::default(),
             decision_seconds,
@@ -172,14 +198,19 @@ impl Metrics {
             return;
         }
         drop(counters);
+        let label = self.decision_rules.label(rule);
         let counter = self
             .decisions
             .get_or_create(&DecisionLabels {
-                rule: rule.to_owned(),
+                rule: label.as_ref().to_owned(),
                 outcome,
             })
             .clone();
         counter.inc();
+        // Only names the budget took are remembered, so the lookup map is bounded too.
+        if label != rule {
+            return;
+        }
         let mut counters = self
             .decision_counters
             .write()
@@ -228,8 +259,9 @@ impl Metrics {
         } else {
             "capped"
         };
+        let rule = self.lease_rules.label(ask.rule.as_str()).into_owned();
         let labels = |kind: &'static str| LeaseLabels {
-            rule: ask.rule.as_str().to_owned(),
+            rule: rule.clone(),
             kind,
         };
         self.lease_answers.get_or_create(&labels(kind)).inc();

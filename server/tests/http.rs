@@ -314,3 +314,50 @@ async fn a_redis_that_refuses_writes_is_not_ready() {
         "the readiness check is counted as no rule's decision"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_names_from_requests_cannot_grow_the_metrics_without_bound() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let http = Http::http1();
+    let names = sluice_server::label_budget::MAX_VALUES * 3;
+    for i in 0..names {
+        let answer = http
+            .decide(
+                &server.url(),
+                &one_check(&format!("rule-{i}"), "k", LIMIT),
+                &[],
+            )
+            .await;
+        assert_eq!(answer.status, 200);
+    }
+    let metrics = http.get(&format!("{}/metrics", server.url())).await.body;
+    let rules: std::collections::BTreeSet<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluice_decisions_total{"))
+        .filter_map(|l| l.split("rule=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(
+        rules.len(),
+        sluice_server::label_budget::MAX_VALUES + 1,
+        "the first names, then _overflow"
+    );
+    assert!(rules.contains(sluice_server::label_budget::OVERFLOW));
+    let overflowed = names - sluice_server::label_budget::MAX_VALUES;
+    assert!(
+        metrics.contains(&format!(
+            "sluice_label_overflow_total{{label=\"decision_rule\"}} {overflowed}"
+        )),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("overflow"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        metrics.len() < 300_000,
+        "/metrics is {} bytes",
+        metrics.len()
+    );
+}

@@ -596,3 +596,59 @@ async fn one_descriptor_twice_counts_each_and_a_denied_request_consumes_nothing(
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptor_values_in_stats_keys_are_cut_and_bounded() {
+    let dir = config_dir(&[(
+        "big.yaml",
+        "domain: big\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1000}\n",
+    )]);
+    let redis = RedisServer::start().unwrap();
+    let server = rls_server(
+        &redis,
+        Some(rls_state(dir.path(), 0, RlsHeaders::None)),
+        false,
+    )
+    .await;
+    let mut grpc = client(&server).await;
+    // Three values of 1 MB each, then many short ones.
+    for i in 0..3 {
+        let value = format!("{i}{}", "x".repeat(1 << 20));
+        let answer = ask(
+            &mut grpc,
+            request("big", vec![descriptor(&[("user", &value)])]),
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+    }
+    for i in 0..(sluice_server::label_budget::MAX_VALUES + 500) {
+        ask(
+            &mut grpc,
+            request("big", vec![descriptor(&[("user", &format!("u{i}"))])]),
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    let metrics = Http::http1()
+        .get(&format!("{}/metrics", server.url()))
+        .await
+        .body;
+    let keys: std::collections::BTreeSet<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("ratelimit_service_rate_limit_total_hits{"))
+        .filter_map(|l| l.split("key1=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(keys.len(), sluice_server::label_budget::MAX_VALUES + 1);
+    assert!(
+        keys.iter()
+            .all(|k| k.len() <= sluice_server::label_budget::MAX_BYTES)
+    );
+    assert!(
+        metrics.len() < 2_000_000,
+        "/metrics is {} bytes",
+        metrics.len()
+    );
+}

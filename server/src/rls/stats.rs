@@ -10,6 +10,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use crate::label_budget::LabelBudget;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -71,6 +72,9 @@ pub struct RlsStats {
     response_time: Family<MethodLabels, Histogram>,
     config_load_success: ReferenceCounter,
     config_load_error: ReferenceCounter,
+    /// Stats keys come from requests (a descriptor's value, with `detailed_metric` or an
+    /// override): bounded.
+    stats_keys: LabelBudget,
 }
 
 /// Why a call failed, as the reference names it (`err_type`).
@@ -84,6 +88,13 @@ pub enum CallError {
 
 impl Default for RlsStats {
     fn default() -> RlsStats {
+        RlsStats::new(LabelBudget::new(Counter::default()))
+    }
+}
+
+impl RlsStats {
+    /// The stats, their keys held to `stats_keys`.
+    pub fn new(stats_keys: LabelBudget) -> RlsStats {
         let mut registry = Registry::default();
         let mut by_key = |stat: &str, help: &str| {
             let family = ByKey::default();
@@ -152,14 +163,14 @@ impl Default for RlsStats {
             response_time,
             config_load_success,
             config_load_error,
+            stats_keys,
         }
     }
-}
 
-impl RlsStats {
-    /// Counts one descriptor's hits under its stats key (`domain.key_value...`).
+    /// Counts one descriptor's hits under its stats key (`domain.key_value...`), or under
+    /// the overflow key once the stats have [`crate::label_budget::MAX_VALUES`] keys.
     pub fn hits(&self, stats_key: &str, counts: &HitCounts) {
-        let labels = labels(stats_key);
+        let labels = labels(&self.stats_keys.label(stats_key));
         for (family, n) in [
             (&self.total_hits, counts.total_hits),
             (&self.over_limit, counts.over_limit),
