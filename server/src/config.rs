@@ -127,6 +127,21 @@ pub struct Args {
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s")]
     pub shutdown_grace: Millis,
 
+    /// Close a connection over which nothing has come or gone for this long: an idle
+    /// keep-alive or HTTP/2 connection, or one that sent part of a request and stopped.
+    #[arg(long, env = "SLUICE_IDLE_TIMEOUT", default_value = "30s")]
+    pub idle_timeout: Millis,
+
+    /// Connections served at once, over every listener; further ones wait in the listen
+    /// backlog until one closes.
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// Connections the kernel holds for each listener before the server takes them (the
+    /// kernel caps it at net.core.somaxconn).
+    #[arg(long, env = "SLUICE_LISTEN_BACKLOG", default_value_t = 4096)]
+    pub listen_backlog: u32,
+
     /// Threads serving requests; 0 for one per CPU. One thread sends the commands of requests
     /// that arrive together to Redis in one write, which costs least where Redis and the
     /// server share a few cores.
@@ -255,6 +270,10 @@ pub struct ServerConfig {
     /// How long the server polls after each Redis call instead of sleeping, if it does
     /// ([`crate::busy_poll`]); on a one-thread runtime only.
     pub busy_poll: Option<Duration>,
+    /// How long a connection may pass nothing before it is closed.
+    pub idle_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
 }
 
 impl ServerConfig {
@@ -272,6 +291,8 @@ impl ServerConfig {
             rls: None,
             tls: None,
             busy_poll: None,
+            idle_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
         }
     }
 }
@@ -353,6 +374,8 @@ impl TryFrom<&Args> for ServerConfig {
             rls: rls_state(args)?,
             tls: listener_tls(args)?,
             busy_poll: (args.busy_poll_us > 0).then(|| Duration::from_micros(args.busy_poll_us)),
+            idle_timeout: Duration::from_millis(args.idle_timeout.as_millis()),
+            max_connections: args.max_connections.max(1),
         })
     }
 }

@@ -53,7 +53,20 @@ use crate::metrics::Metrics;
 use crate::rls::RlsState;
 use crate::rls::config::Reload;
 use crate::store::Store;
-use crate::tls::{Listening, TlsFor};
+use crate::tls::{ConnectionLimits, Listening, TlsFor};
+
+/// A listener on `addr` whose kernel queue holds `backlog` connections not yet taken (capped
+/// by the kernel's net.core.somaxconn); must be called within a Tokio runtime.
+pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // As std's and tokio's own bind: a restarted server takes its port at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog.max(1))
+}
 
 /// Serves on `listener` until `shutdown` completes, then lets requests in flight finish for up
 /// to the configured grace period. The gRPC API is served on the same port.
@@ -122,13 +135,17 @@ pub async fn serve_on(
             Arc::clone(&state),
             app,
         ));
+        let limits = ConnectionLimits::new(config.max_connections, config.idle_timeout);
         let http_tls = config.tls.as_ref().filter(|tls| tls.on == TlsFor::All);
-        let http = axum::serve(Listening::new(listener, http_tls, &state.metrics), app)
-            .with_graceful_shutdown(stopped());
+        let http = axum::serve(
+            Listening::new(listener, http_tls, &state.metrics, &limits),
+            app,
+        )
+        .with_graceful_shutdown(stopped());
         match grpc_app {
             Some((grpc_listener, grpc)) => {
                 let grpc_listener =
-                    Listening::new(grpc_listener, config.tls.as_ref(), &state.metrics);
+                    Listening::new(grpc_listener, config.tls.as_ref(), &state.metrics, &limits);
                 let grpc = axum::serve(grpc_listener, grpc).with_graceful_shutdown(stopped());
                 tokio::try_join!(http.into_future(), grpc.into_future()).map(drop)
             }

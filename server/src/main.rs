@@ -42,9 +42,9 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let config = ServerConfig::try_from(args).map_err(anyhow::Error::msg)?;
     let runtime = runtime(args.threads)?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen).await?;
+        let listener = sluice_server::bind(args.listen, args.listen_backlog)?;
         let grpc_listener = match args.grpc_listen {
-            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+            Some(addr) => Some(sluice_server::bind(addr, args.listen_backlog)?),
             None => None,
         };
         let grpc = match (&config.rls, &grpc_listener) {

@@ -1,6 +1,8 @@
 //! sluice-server over HTTP, against a real redis-server: validation, auth, replay mode, HTTP/2,
 //! health, metrics, and the outcomes of the checks of one request.
 
+use std::time::Duration;
+
 use crate::common;
 
 use common::{Http, calls, one_check, server};
@@ -360,4 +362,100 @@ async fn rule_names_from_requests_cannot_grow_the_metrics_without_bound() {
         "/metrics is {} bytes",
         metrics.len()
     );
+}
+
+/// Reads from `stream` until the server closes it or `within` passes; whether it closed.
+async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_stops_mid_request_or_after_the_http2_preface_is_closed() {
+    use tokio::io::AsyncWriteExt;
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.idle_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let mut half = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    half.write_all(b"POST /v1/decide HTTP/1.1\r\nhost: sluice\r\ncontent-le")
+        .await
+        .unwrap();
+    let mut preface = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    preface
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    assert!(
+        closed_within(&mut half, Duration::from_secs(3)).await,
+        "half a request"
+    );
+    assert!(
+        closed_within(&mut preface, Duration::from_secs(3)).await,
+        "the preface alone"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // A connection in use is not idle.
+    let http = Http::http1();
+    for _ in 0..3 {
+        let answer = http
+            .decide(&server.url(), &one_check("r", "k", LIMIT), &[])
+            .await;
+        assert_eq!(answer.status, 200);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_wait_until_one_closes() {
+    use tokio::io::AsyncWriteExt;
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.max_connections = 3;
+        c.idle_timeout = Duration::from_secs(30);
+    })
+    .await;
+    // The test helper's readiness checks used a connection that may still be open: wait it out.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: s\r\n\r\n")
+            .await
+            .unwrap();
+        held.push(stream);
+    }
+    let http = Http::http1();
+    let url = server.url();
+    let waiting = tokio::spawn(async move {
+        http.decide(&url, &one_check("r", "k", LIMIT), &[])
+            .await
+            .status
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a fourth connection was served past the cap of 3"
+    );
+    drop(held.pop());
+    let status = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("served once a connection closed")
+        .unwrap();
+    assert_eq!(status, 200);
 }

@@ -7,8 +7,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use std::future::Future;
+
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -23,8 +27,32 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// certificate, fails one a connection.
 const HANDSHAKE_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 
-/// A listener, with TLS or without.
-pub(crate) enum Listening {
+/// A listener, with TLS or without, whose connections are bounded in number and time.
+pub(crate) struct Listening {
+    kind: Kind,
+    limits: ConnectionLimits,
+}
+
+/// What bounds the connections of every listener of a server.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionLimits {
+    /// One permit a connection, shared by the listeners: at the cap, accepting waits.
+    permits: Arc<Semaphore>,
+    /// How long a connection may pass nothing before it is closed.
+    idle: Duration,
+}
+
+impl ConnectionLimits {
+    /// At most `max` connections at once, each closed after `idle` without a byte either way.
+    pub(crate) fn new(max: usize, idle: Duration) -> ConnectionLimits {
+        ConnectionLimits {
+            permits: Arc::new(Semaphore::new(max.max(1))),
+            idle,
+        }
+    }
+}
+
+enum Kind {
     Cleartext(TcpListener),
     Tls {
         listener: tls_listener::TlsListener<TcpListener, TlsAcceptor>,
@@ -35,38 +63,61 @@ pub(crate) enum Listening {
 }
 
 impl Listening {
-    /// `listener`, with `tls` on it if given, counting its failed handshakes in `metrics`.
+    /// `listener`, with `tls` on it if given, counting its failed handshakes in `metrics`,
+    /// its connections bounded by `limits`.
     pub(crate) fn new(
         listener: TcpListener,
         tls: Option<&ListenerTls>,
         metrics: &Arc<Metrics>,
+        limits: &ConnectionLimits,
     ) -> Listening {
-        match tls {
-            None => Listening::Cleartext(listener),
-            Some(tls) => Listening::Tls {
+        let kind = match tls {
+            None => Kind::Cleartext(listener),
+            Some(tls) => Kind::Tls {
                 listener: tls_listener::builder(tls.acceptor.clone())
                     .handshake_timeout(HANDSHAKE_TIMEOUT)
                     .listen(listener),
                 metrics: Arc::clone(metrics),
                 failures: LogThrottle::new(HANDSHAKE_WARNING_INTERVAL),
             },
+        };
+        Listening {
+            kind,
+            limits: limits.clone(),
         }
     }
 }
 
 impl axum::serve::Listener for Listening {
-    type Io = Connection;
+    type Io = Bounded;
     type Addr = SocketAddr;
 
+    async fn accept(&mut self) -> (Bounded, SocketAddr) {
+        // A permit first: at the cap, connections wait in the kernel's backlog, not here.
+        // The semaphore is never closed; were it, serving unbounded beats not serving.
+        let permit = Arc::clone(&self.limits.permits).acquire_owned().await.ok();
+        let (connection, addr) = self.kind.accept().await;
+        (Bounded::new(connection, permit, self.limits.idle), addr)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        match &self.kind {
+            Kind::Cleartext(listener) => listener.local_addr(),
+            Kind::Tls { listener, .. } => listener.local_addr(),
+        }
+    }
+}
+
+impl Kind {
     async fn accept(&mut self) -> (Connection, SocketAddr) {
         match self {
-            Listening::Cleartext(listener) => {
+            Kind::Cleartext(listener) => {
                 let (stream, addr) = axum::serve::Listener::accept(listener).await;
                 // Answers are small and latency is the product: no Nagle delay.
                 let _ = stream.set_nodelay(true);
                 (Connection::Cleartext(stream), addr)
             }
-            Listening::Tls {
+            Kind::Tls {
                 listener,
                 metrics,
                 failures,
@@ -101,12 +152,104 @@ impl axum::serve::Listener for Listening {
             },
         }
     }
+}
 
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        match self {
-            Listening::Cleartext(listener) => listener.local_addr(),
-            Listening::Tls { listener, .. } => listener.local_addr(),
+/// A connection holding its permit, closed (its reads fail) once nothing has passed over it
+/// for the idle time: a half-sent request, an HTTP/2 preface and nothing after, a keep-alive
+/// connection no one uses.
+pub(crate) struct Bounded {
+    connection: Connection,
+    _permit: Option<OwnedSemaphorePermit>,
+    idle: Duration,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl Bounded {
+    fn new(
+        connection: Connection,
+        permit: Option<OwnedSemaphorePermit>,
+        idle: Duration,
+    ) -> Bounded {
+        Bounded {
+            connection,
+            _permit: permit,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
         }
+    }
+
+    /// Something passed: the idle time starts again.
+    fn active(&mut self) {
+        let next = tokio::time::Instant::now() + self.idle;
+        self.deadline.as_mut().reset(next);
+    }
+}
+
+impl AsyncRead for Bounded {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.connection).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    this.active();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            // Waiting for the peer: the idle deadline wakes this read if nothing comes.
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the connection was idle too long",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl AsyncWrite for Bounded {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.connection).poll_write(cx, buf);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.active();
+        }
+        written
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.connection).poll_write_vectored(cx, bufs);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.active();
+        }
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.connection.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().connection).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().connection).poll_shutdown(cx)
     }
 }
 

@@ -23,7 +23,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::pem;
 use certificate::ReloadingCertificate;
-pub(crate) use listener::Listening;
+pub(crate) use listener::{ConnectionLimits, Listening};
 
 /// How often the certificate's files are looked at for a new one, unless said otherwise.
 pub const CHECK_FILES_EVERY: Duration = Duration::from_secs(10);
