@@ -128,13 +128,14 @@ pub async fn run() -> anyhow::Result<String> {
         .unwrap_or("?")
         .trim()
         .to_owned();
-    // A realistic key: prefix, hash tag with rule and client address, layout code.
+    // A realistic key: prefix, hash tag with rule and client address, layout code, the
+    // limit's parameters.
     let rule = RuleName::new("per-client")?;
     let client = LimitKey::from_parts([b"203.0.113.77".as_slice()]);
-    let key = |a: Algorithm| redis_key("sluice", &rule, &client, a);
+    let key = |limit: &Limit| redis_key("sluice", &rule, &client, limit);
     writeln!(
         out,
-        "Redis {version}; `MEMORY USAGE <key> SAMPLES 0` for the key `sluice:{{per-client:203.0.113.77}}:<code>` \
+        "Redis {version}; `MEMORY USAGE <key> SAMPLES 0` for the key `sluice:{{per-client:203.0.113.77}}:<code>:<parameters>` \
          after 5 decisions; Redis commands per decision from `INFO commandstats` over 1,000 decisions \
          (the `FCALL` and each `redis.call` inside the function): as sluice-server runs them, on \
          Redis' clock as the server carries it between its reads of `TIME` (one a second, not \
@@ -157,7 +158,7 @@ pub async fn run() -> anyhow::Result<String> {
             decide(
                 &mut c,
                 &limit,
-                &key(algorithm),
+                &key(&limit),
                 ScriptTime::Replay(NOW + step * 1000),
                 1,
             )
@@ -170,7 +171,7 @@ pub async fn run() -> anyhow::Result<String> {
             commands_per_decision(&mut c, &limit, |i| ScriptTime::Carried(redis_now + i * 10))
                 .await?;
         let reading = commands_per_decision(&mut c, &limit, |_| ScriptTime::Redis).await?;
-        let bytes = usage(&mut c, &key(algorithm)).await?;
+        let bytes = usage(&mut c, &key(&limit)).await?;
         let bytes = if algorithm == Algorithm::SlidingLog {
             format!("{bytes} (5 entries; see below)")
         } else {
@@ -187,7 +188,7 @@ pub async fn run() -> anyhow::Result<String> {
     // value a string.
     let fractional: Limit =
         serde_json::from_str(r#"{"algorithm":"gcra","rate":49,"per":"1s","burst":1000}"#)?;
-    let fractional_key = format!("{}:49", key(Algorithm::Gcra));
+    let fractional_key = key(&fractional);
     for step in 0..5 {
         decide(
             &mut c,
@@ -218,7 +219,7 @@ pub async fn run() -> anyhow::Result<String> {
     writeln!(out, "|---|---|---|---|")?;
     let limit: Limit =
         serde_json::from_str(r#"{"algorithm":"sliding_log","limit":100000,"window":"1h"}"#)?;
-    let log_key = format!("{}:growing", key(Algorithm::SlidingLog));
+    let log_key = format!("{}:growing", key(&limit));
     let mut entries = 0u64;
     for target in [1u64, 16, 64, 128, 129, 256, 1000, 10_000, 100_000] {
         while entries < target {

@@ -12,9 +12,11 @@
 //! let key = LimitKey::from_parts([b"tenant{a}".as_slice(), b"/api:v1"]);
 //! assert_eq!(key.as_str(), "tenant%7Ba%7D:/api%3Av1");
 //! let rule = RuleName::new("per-tenant").unwrap();
+//! let limit: sluice_core::limit::Limit =
+//!     serde_json::from_str(r#"{"algorithm": "gcra", "rate": 10, "per": "1s", "burst": 20}"#).unwrap();
 //! assert_eq!(
-//!     sluice_core::key::redis_key("sluice", &rule, &key, sluice_core::limit::Algorithm::Gcra),
-//!     "sluice:{per-tenant:tenant%7Ba%7D:/api%3Av1}:gc",
+//!     sluice_core::key::redis_key("sluice", &rule, &key, &limit),
+//!     "sluice:{per-tenant:tenant%7Ba%7D:/api%3Av1}:gc:10/1000/20",
 //! );
 //! ```
 
@@ -24,7 +26,7 @@ use std::net::Ipv4Addr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::limit::Algorithm;
+use crate::limit::Limit;
 
 /// The longest escaped key kept as it is; longer ones are hashed.
 pub const MAX_KEY_LEN: usize = 128;
@@ -280,16 +282,32 @@ impl fmt::Display for LimitKey {
     }
 }
 
-/// The Redis key holding a rule's state for one limit key:
-/// `<prefix>:{<rule>:<key>}:<layout>`. Everything a script touches for one check shares the
-/// hash tag, so it lives on one Redis Cluster node; the layout code
-/// ([`Algorithm::storage_code`]) keeps a rule that changes algorithm, or a server that changes
-/// how an algorithm stores its state, from reading state of another shape.
-pub fn redis_key(prefix: &str, rule: &RuleName, key: &LimitKey, algorithm: Algorithm) -> String {
+/// The Redis key holding a rule's state for one limit key under one limit:
+/// `<prefix>:{<rule>:<key>}:<layout>:<parameters>`. Everything a script touches for one check
+/// shares the hash tag, so it lives on one Redis Cluster node. The layout code
+/// ([`crate::limit::Algorithm::storage_code`]) keeps a rule that changes algorithm, or a server that changes
+/// how an algorithm stores its state, from reading state of another shape; the parameters
+/// ([`Limit::state_code`]) keep a rule whose limit changes from reading state another limit
+/// wrote (a 1 h log trimmed by a 1 s window, a counter of one window read as another's). While
+/// Envoys with the old and the new limit run side by side, each limit decides on its own state.
+pub fn redis_key(prefix: &str, rule: &RuleName, key: &LimitKey, limit: &Limit) -> String {
     // Pieces pushed rather than `format!`ed: the server builds one for every check.
-    let code = algorithm.storage_code();
-    let mut out = String::with_capacity(prefix.len() + rule.0.len() + key.0.len() + code.len() + 5);
-    for piece in [prefix, ":{", &rule.0, ":", &key.0, "}:", code] {
+    let code = limit.algorithm().storage_code();
+    let parameters = limit.state_code();
+    let mut out = String::with_capacity(
+        prefix.len() + rule.0.len() + key.0.len() + code.len() + parameters.len() + 6,
+    );
+    for piece in [
+        prefix,
+        ":{",
+        &rule.0,
+        ":",
+        &key.0,
+        "}:",
+        code,
+        ":",
+        &parameters,
+    ] {
         out.push_str(piece);
     }
     out

@@ -203,6 +203,15 @@ impl LeakyLimit {
     }
 }
 
+fn bucket_code(bucket: &BucketLimit) -> String {
+    format!(
+        "{}/{}/{}",
+        bucket.rate,
+        bucket.per.as_millis(),
+        bucket.burst
+    )
+}
+
 /// A validated limit: an algorithm with parameters that are all in bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "RawLimit", into = "RawLimit")]
@@ -232,6 +241,20 @@ impl Limit {
             limit: 0,
             window: window.min(longest),
         })
+    }
+
+    /// The parameters that give this limit's state its meaning, written into its Redis key
+    /// (see [`crate::key::redis_key`]): `limit/window` in milliseconds for the windows,
+    /// `rate/per/burst` for the buckets. A rule whose limit changes starts on state of its own
+    /// instead of reading what the old limit wrote.
+    pub fn state_code(&self) -> String {
+        match self {
+            Limit::FixedWindow(w) | Limit::SlidingLog(w) | Limit::SlidingWindow(w) => {
+                format!("{}/{}", w.limit, w.window.as_millis())
+            }
+            Limit::TokenBucket(b) | Limit::Gcra(b) => bucket_code(b),
+            Limit::LeakyBucket(l) => bucket_code(&l.bucket),
+        }
     }
 
     /// The algorithm this limit uses.

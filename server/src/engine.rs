@@ -158,7 +158,7 @@ impl Engine {
     ) -> Result<LeaseResponse, StoreError> {
         let time = self.time(replay_us);
         let state_key = |ask: &sluice_core::wire::LeaseAsk| {
-            redis_key(&self.key_prefix, &ask.rule, &ask.key, ask.limit.algorithm())
+            redis_key(&self.key_prefix, &ask.rule, &ask.key, &ask.limit)
         };
         let grants = if self.store.runs_batches() {
             let call = LeaseCall::new(
@@ -189,12 +189,7 @@ impl Engine {
             .checks
             .iter()
             .map(|check| {
-                let key = redis_key(
-                    &self.key_prefix,
-                    &check.rule,
-                    &check.key,
-                    check.limit.algorithm(),
-                );
+                let key = redis_key(&self.key_prefix, &check.rule, &check.key, &check.limit);
                 (
                     ScriptCall::new(&check.limit, key, time, check.cost, check.count_denied),
                     check.shadow,

@@ -53,7 +53,8 @@ async fn send(http: &Http, url: &str, body: &str, times: usize) -> Vec<Answer> {
 
 /// The count `b` holds for the route, read from whichever node has the key.
 fn b_count(nodes: &[&RedisServer], prefix: &str) -> u64 {
-    let key = format!("{prefix}:{{b:route}}:fw");
+    // B: a fixed window of 1 a minute.
+    let key = format!("{prefix}:{{b:route}}:fw:1/60000");
     for node in nodes {
         // `<window>:<count>` on the node that owns the key; a MOVED error on the others.
         let value = node.cli(&["GET", &key]).unwrap();

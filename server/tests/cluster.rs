@@ -28,7 +28,7 @@ async fn every_script_runs_on_a_cluster_with_keys_on_every_node() {
                 "sluice",
                 &rule,
                 &LimitKey::from_parts([format!("10.0.0.{client}").as_bytes()]),
-                algorithm,
+                &limit,
             );
             let mut state: Option<State> = None;
             for step in 0..5 {

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::load::{Answered, Load};
 use common::{Http, one_check, state_key};
-use sluice_core::limit::Algorithm;
 use sluice_harness::{ForwardingProxy, RedisCluster, key_slot};
 use sluice_server::store::{ScriptCalls, Store, Topology};
 
@@ -22,7 +21,7 @@ const COUNTING_LIMIT: u64 = 1_000_000_000;
 
 /// The Redis key of the load's `key` (a fixed window).
 fn load_key(key: &str) -> String {
-    state_key("load", key, Algorithm::FixedWindow)
+    state_key("load", key, COUNTING)
 }
 
 /// The load's keys: `k<task>-<n>`, `keys` for each of `tasks` callers.
@@ -56,12 +55,9 @@ async fn a_key_keeps_its_count_through_each_step_of_its_slot_moving() {
             common::server(Topology::Cluster(urls.clone()), |c| c.script_calls = calls).await;
         let server = running.url();
         let rule = format!("moving-{calls:?}").to_lowercase();
-        let body = one_check(
-            &rule,
-            "k",
-            r#"{"algorithm":"fixed_window","limit":9,"window":"1h"}"#,
-        );
-        let redis_key = state_key(&rule, "k", Algorithm::FixedWindow);
+        let limit = r#"{"algorithm":"fixed_window","limit":9,"window":"1h"}"#;
+        let body = one_check(&rule, "k", limit);
+        let redis_key = state_key(&rule, "k", limit);
         let slot = key_slot(&redis_key);
         let said = cluster.nodes()[0].cli(&["CLUSTER", "KEYSLOT", &redis_key]);
         assert_eq!(said.unwrap().trim(), slot.to_string(), "{redis_key}'s slot");
@@ -142,7 +138,11 @@ async fn a_lease_asked_while_its_two_keys_move_apart_is_answered_once_both_have(
         5
     );
 
-    let slot = key_slot(&state_key("leased", "k", Algorithm::Gcra));
+    let slot = key_slot(&state_key(
+        "leased",
+        "k",
+        r#"{"algorithm":"gcra","rate":1,"per":"1m","burst":20}"#,
+    ));
     let to = (cluster.owner_of_slot(slot).unwrap() + 1) % cluster.nodes().len();
     let from = cluster.owner_of_slot(slot).unwrap();
     let moving = cluster.begin_slot_move(slot, to).unwrap();
@@ -362,7 +362,7 @@ async fn assert_followed_to_replica(node_args: &[&str], failing: Failing) {
 async fn a_primary_gone_silent_and_failed_over_is_found_at_its_replica() {
     let mut cluster =
         RedisCluster::start_with_replicas(&["--cluster-require-full-coverage", "no"]).unwrap();
-    let key = state_key("r", "k", Algorithm::FixedWindow);
+    let key = state_key("r", "k", COUNTING);
     let lost = cluster.owner_of_slot(key_slot(&key)).unwrap();
     let proxy = ForwardingProxy::start(cluster.nodes()[lost].addr()).unwrap();
     let others = cluster.reached_through(lost, &proxy).unwrap();

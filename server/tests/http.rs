@@ -459,3 +459,111 @@ async fn connections_past_the_cap_wait_until_one_closes() {
         .unwrap();
     assert_eq!(status, 200);
 }
+
+/// For each algorithm, a limit `A` and a changed one `B` of the same rule and key, deciding
+/// side by side as during a rolling deploy that edits the limit (replay time, so the windows
+/// are exact).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_limit_decides_on_state_of_its_own_beside_the_old_one() {
+    use sluice_core::wire::REPLAY_TIME_HEADER;
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |c| c.replay_time = true).await;
+    let http = Http::http1();
+    let pairs = [
+        (
+            r#"{"algorithm":"fixed_window","limit":3,"window":"1h"}"#,
+            r#"{"algorithm":"fixed_window","limit":5,"window":"1m"}"#,
+        ),
+        (
+            r#"{"algorithm":"sliding_log","limit":3,"window":"1h"}"#,
+            r#"{"algorithm":"sliding_log","limit":5,"window":"1s"}"#,
+        ),
+        (
+            r#"{"algorithm":"sliding_window","limit":3,"window":"1h"}"#,
+            r#"{"algorithm":"sliding_window","limit":5,"window":"1s"}"#,
+        ),
+        (
+            r#"{"algorithm":"token_bucket","rate":1,"per":"1h","burst":3}"#,
+            r#"{"algorithm":"token_bucket","rate":1,"per":"1s","burst":5}"#,
+        ),
+        (
+            r#"{"algorithm":"leaky_bucket","rate":1,"per":"1h","burst":3}"#,
+            r#"{"algorithm":"leaky_bucket","rate":1,"per":"1s","burst":5}"#,
+        ),
+        (
+            r#"{"algorithm":"gcra","rate":1,"per":"1h","burst":3}"#,
+            r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":5}"#,
+        ),
+    ];
+    let t0: i64 = 1_763_700_000_000_000;
+    for (old, new) in pairs {
+        let decide = |limit: &'static str, at: i64| {
+            let http = &http;
+            let url = server.url();
+            async move {
+                let answer = http
+                    .decide(
+                        &url,
+                        &one_check("edited", "k", limit),
+                        &[(REPLAY_TIME_HEADER, &at.to_string())],
+                    )
+                    .await;
+                assert_eq!(answer.status, 200, "{}", answer.body);
+                let result = answer.json()["results"][0].clone();
+                (
+                    result["allowed"].as_bool().unwrap(),
+                    result["remaining"].as_u64().unwrap(),
+                )
+            }
+        };
+        for i in 0..3 {
+            assert!(decide(old, t0 + i).await.0, "{old}: within its limit");
+        }
+        assert!(!decide(old, t0 + 10).await.0, "{old}: spent");
+        // Two seconds on, the new limit's first decision: its own, full state.
+        assert_eq!(decide(new, t0 + 2_000_000).await, (true, 4), "{new}: fresh");
+        // The old limit's state is as it left it: neither trimmed nor reset by the new one.
+        assert!(!decide(old, t0 + 3_000_000).await.0, "{old}: still spent");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_limits_leases_come_from_a_ledger_of_its_own() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let http = Http::http1();
+    let ask = |limit: &str| {
+        format!(
+            r#"{{"holder":"envoy-a","asks":[{{"rule":"leased","key":"k","limit":{limit},"terms":{{"max_units":5,"max_outstanding":10,"ttl":"1m"}},"want":5,"held":0,"returning":0}}]}}"#
+        )
+    };
+    for limit in [
+        r#"{"algorithm":"gcra","rate":1,"per":"1m","burst":20}"#,
+        r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":20}"#,
+    ] {
+        let answer = http
+            .send(
+                "POST",
+                &format!("{}/v1/lease", server.url()),
+                &[("content-type", "application/json")],
+                ask(limit),
+            )
+            .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(
+            answer.json()["grants"][0]["granted"],
+            5,
+            "{limit}: a full grant"
+        );
+    }
+    let ledgers = redis.cli(&["--scan", "--pattern", "*:lease"]).unwrap();
+    let mut ledgers: Vec<&str> = ledgers.lines().collect();
+    ledgers.sort_unstable();
+    assert_eq!(
+        ledgers,
+        [
+            "sluice:{leased:k}:gc:1/1000/20:lease",
+            "sluice:{leased:k}:gc:1/60000/20:lease"
+        ]
+    );
+}

@@ -12,7 +12,6 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{Http, one_check, server, state_key};
-use sluice_core::limit::Algorithm;
 use sluice_harness::{ForwardingProxy, RedisCluster, RedisServer, key_slot};
 use sluice_server::store::Topology;
 
@@ -50,7 +49,7 @@ async fn on_a_cluster_decisions_in_flight_together_each_take_one_round_trip_to_r
     })
     .await;
     let owner = |key: &String| {
-        let state = state_key(RULE, key, Algorithm::Gcra);
+        let state = state_key(RULE, key, LIMIT);
         cluster.owner_of_slot(key_slot(&state)).unwrap()
     };
     let keys = (0..)

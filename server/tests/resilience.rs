@@ -366,7 +366,7 @@ async fn behind_sentinel_the_server_follows_a_failover() {
     assert_eq!(last, 200, "the server did not follow the failover");
     let written = sentinel
         .replica
-        .cli(&["EXISTS", "sluice:{r:after-failover}:fw"])
+        .cli(&["EXISTS", &common::state_key("r", "after-failover", limit)])
         .unwrap();
     assert_eq!(
         written.trim(),

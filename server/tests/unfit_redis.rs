@@ -7,7 +7,6 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Http, one_check};
-use sluice_core::limit::Algorithm;
 use sluice_harness::{ForwardingProxy, RedisCluster, RedisServer};
 use sluice_server::store::Topology;
 use sluice_server::{RunningServer, ServerConfig};
@@ -123,6 +122,6 @@ async fn after_a_failover_behind_one_name_the_server_follows_it_to_the_new_prima
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
-    let key = common::state_key("r", "10.0.0.1", Algorithm::Gcra);
+    let key = common::state_key("r", "10.0.0.1", LIMIT);
     assert_eq!(new.cli(&["EXISTS", &key]).unwrap().trim(), "1");
 }

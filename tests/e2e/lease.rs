@@ -93,7 +93,7 @@ fn workers_racing_on_one_allowance_admit_exactly_the_units_leased() {
     let leased = stat(&run, "sluice.rule.per-tenant.lease_units");
     let window = stack
         .redis
-        .cli(&["GET", "sluice:{per-tenant:acme}:fw"])
+        .cli(&["GET", "sluice:{per-tenant:acme}:fw:200/3600000"])
         .unwrap();
     let counted: u64 = window.trim().split(':').nth(1).unwrap().parse().unwrap();
     assert_eq!(counted, 200, "Redis gave out the whole limit");

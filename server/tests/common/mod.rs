@@ -11,7 +11,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use sluice_core::key::{LimitKey, RuleName, redis_key};
-use sluice_core::limit::{Algorithm, Limit};
+use sluice_core::limit::Limit;
 use sluice_server::config::DEFAULT_KEY_PREFIX;
 use sluice_server::store::{Credentials, ScriptCalls, Store, Topology};
 use sluice_server::{RunningServer, ServerConfig};
@@ -166,13 +166,13 @@ pub fn one_check(rule: &str, key: &str, limit: &str) -> String {
     format!(r#"{{"checks":[{{"rule":"{rule}","key":"{key}","limit":{limit}}}]}}"#)
 }
 
-/// The Redis key the server keeps for `rule` and `key` with `algorithm`.
-pub fn state_key(rule: &str, key: &str, algorithm: Algorithm) -> String {
+/// The Redis key the server keeps for `rule` and `key` under `limit` (JSON).
+pub fn state_key(rule: &str, key: &str, limit_json: &str) -> String {
     redis_key(
         DEFAULT_KEY_PREFIX,
         &RuleName::new(rule).unwrap(),
         &LimitKey::from_parts([key.as_bytes()]),
-        algorithm,
+        &limit(limit_json),
     )
 }
 
