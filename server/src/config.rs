@@ -132,6 +132,12 @@ pub struct Args {
     #[arg(long, env = "SLUICE_IDLE_TIMEOUT", default_value = "30s")]
     pub idle_timeout: Millis,
 
+    /// Close a connection whose client began a request this long ago and has had no byte of
+    /// answer yet: one that trickles its request a byte at a time to hold the connection (a
+    /// whole request is answered within the Redis timeout).
+    #[arg(long, env = "SLUICE_REQUEST_TIMEOUT", default_value = "30s")]
+    pub request_timeout: Millis,
+
     /// Connections served at once, over every listener; further ones wait in the listen
     /// backlog until one closes.
     #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 10_000)]
@@ -272,6 +278,8 @@ pub struct ServerConfig {
     pub busy_poll: Option<Duration>,
     /// How long a connection may pass nothing before it is closed.
     pub idle_timeout: Duration,
+    /// How long a request may go from its first byte to the answer's first byte.
+    pub request_timeout: Duration,
     /// Connections served at once.
     pub max_connections: usize,
 }
@@ -292,6 +300,7 @@ impl ServerConfig {
             tls: None,
             busy_poll: None,
             idle_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
             max_connections: 10_000,
         }
     }
@@ -301,6 +310,13 @@ impl TryFrom<&Args> for ServerConfig {
     type Error = String;
 
     fn try_from(args: &Args) -> Result<ServerConfig, String> {
+        if args.request_timeout.as_millis() <= args.redis_timeout.as_millis() {
+            return Err(format!(
+                "--request-timeout ({}) must be longer than --redis-timeout ({}): a request \
+                 waiting on Redis would be cut off before Redis could answer it",
+                args.request_timeout, args.redis_timeout
+            ));
+        }
         let topology = if !args.redis_cluster.is_empty() {
             Topology::Cluster(args.redis_cluster.clone())
         } else if !args.redis_sentinel.is_empty() {
@@ -375,6 +391,7 @@ impl TryFrom<&Args> for ServerConfig {
             tls: listener_tls(args)?,
             busy_poll: (args.busy_poll_us > 0).then(|| Duration::from_micros(args.busy_poll_us)),
             idle_timeout: Duration::from_millis(args.idle_timeout.as_millis()),
+            request_timeout: Duration::from_millis(args.request_timeout.as_millis()),
             max_connections: args.max_connections.max(1),
         })
     }

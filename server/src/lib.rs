@@ -135,7 +135,11 @@ pub async fn serve_on(
             Arc::clone(&state),
             app,
         ));
-        let limits = ConnectionLimits::new(config.max_connections, config.idle_timeout);
+        let limits = ConnectionLimits::new(
+            config.max_connections,
+            config.idle_timeout,
+            config.request_timeout,
+        );
         let http_tls = config.tls.as_ref().filter(|tls| tls.on == TlsFor::All);
         let http = axum::serve(
             Listening::new(listener, http_tls, &state.metrics, &limits),

@@ -113,6 +113,10 @@ fn a_bad_setting_stops_the_server_with_a_message_naming_it() {
     );
     assert_refused(&["--redis-timeout", "soon"], "`soon` is not a duration");
     assert_refused(
+        &["--redis-timeout", "40s"],
+        "--request-timeout (30s) must be longer than --redis-timeout (40s)",
+    );
+    assert_refused(
         &["--log", "info,redis=loud"],
         "invalid value 'info,redis=loud' for '--log <LOG>'",
     );

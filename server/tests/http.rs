@@ -567,3 +567,45 @@ async fn a_changed_limits_leases_come_from_a_ledger_of_its_own() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_trickling_its_request_is_cut_off() {
+    use tokio::io::AsyncWriteExt;
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.idle_timeout = Duration::from_secs(5);
+        c.request_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let mut slow = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    let started = std::time::Instant::now();
+    let request = b"POST /v1/decide HTTP/1.1\r\nhost: sluice\r\nx-padding: ";
+    let mut cut = false;
+    // A byte each 100 ms: never idle for the 5 s idle timeout.
+    for byte in request.iter().chain(std::iter::repeat(&b'a')).take(60) {
+        if slow.write_all(&[*byte]).await.is_err() {
+            cut = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        cut || closed_within(&mut slow, Duration::from_millis(100)).await,
+        "a request trickled over {:?} was not cut off",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // A whole request is answered well within the limit, on a connection kept alive.
+    let http = Http::http1();
+    for _ in 0..3 {
+        let answer = http
+            .decide(&server.url(), &one_check("r", "k", LIMIT), &[])
+            .await;
+        assert_eq!(answer.status, 200);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

@@ -40,14 +40,19 @@ pub(crate) struct ConnectionLimits {
     permits: Arc<Semaphore>,
     /// How long a connection may pass nothing before it is closed.
     idle: Duration,
+    /// How long a client may take from the first byte of a request to the server's first byte
+    /// of answer: one that trickles its request a byte at a time is cut off.
+    unanswered: Duration,
 }
 
 impl ConnectionLimits {
-    /// At most `max` connections at once, each closed after `idle` without a byte either way.
-    pub(crate) fn new(max: usize, idle: Duration) -> ConnectionLimits {
+    /// At most `max` connections at once, each closed after `idle` without a byte either way,
+    /// or `unanswered` after a client began a request the server has not begun to answer.
+    pub(crate) fn new(max: usize, idle: Duration, unanswered: Duration) -> ConnectionLimits {
         ConnectionLimits {
             permits: Arc::new(Semaphore::new(max.max(1))),
             idle,
+            unanswered,
         }
     }
 }
@@ -97,7 +102,7 @@ impl axum::serve::Listener for Listening {
         // The semaphore is never closed; were it, serving unbounded beats not serving.
         let permit = Arc::clone(&self.limits.permits).acquire_owned().await.ok();
         let (connection, addr) = self.kind.accept().await;
-        (Bounded::new(connection, permit, self.limits.idle), addr)
+        (Bounded::new(connection, permit, &self.limits), addr)
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -155,12 +160,17 @@ impl Kind {
 }
 
 /// A connection holding its permit, closed (its reads fail) once nothing has passed over it
-/// for the idle time: a half-sent request, an HTTP/2 preface and nothing after, a keep-alive
-/// connection no one uses.
+/// for the idle time (a half-sent request, an HTTP/2 preface and nothing after, a keep-alive
+/// connection no one uses), or once a request has been coming in for the unanswered time with
+/// no byte of answer (a client trickling its headers to hold the connection).
 pub(crate) struct Bounded {
     connection: Connection,
     _permit: Option<OwnedSemaphorePermit>,
     idle: Duration,
+    unanswered: Duration,
+    last_activity: tokio::time::Instant,
+    /// When the client began sending what the server has not yet begun to answer.
+    unanswered_since: Option<tokio::time::Instant>,
     deadline: Pin<Box<Sleep>>,
 }
 
@@ -168,20 +178,42 @@ impl Bounded {
     fn new(
         connection: Connection,
         permit: Option<OwnedSemaphorePermit>,
-        idle: Duration,
+        limits: &ConnectionLimits,
     ) -> Bounded {
+        let now = tokio::time::Instant::now();
         Bounded {
             connection,
             _permit: permit,
-            idle,
-            deadline: Box::pin(tokio::time::sleep(idle)),
+            idle: limits.idle,
+            unanswered: limits.unanswered,
+            last_activity: now,
+            unanswered_since: None,
+            deadline: Box::pin(tokio::time::sleep(limits.idle)),
         }
     }
 
-    /// Something passed: the idle time starts again.
-    fn active(&mut self) {
-        let next = tokio::time::Instant::now() + self.idle;
-        self.deadline.as_mut().reset(next);
+    /// The client sent bytes.
+    fn read_some(&mut self) {
+        let now = tokio::time::Instant::now();
+        self.last_activity = now;
+        self.unanswered_since.get_or_insert(now);
+        self.rearm();
+    }
+
+    /// The server sent bytes: whatever the client had sent is being answered.
+    fn wrote_some(&mut self) {
+        self.last_activity = tokio::time::Instant::now();
+        self.unanswered_since = None;
+        self.rearm();
+    }
+
+    fn rearm(&mut self) {
+        let idle_at = self.last_activity + self.idle;
+        let at = match self.unanswered_since {
+            Some(since) => idle_at.min(since + self.unanswered),
+            None => idle_at,
+        };
+        self.deadline.as_mut().reset(at);
     }
 }
 
@@ -196,16 +228,16 @@ impl AsyncRead for Bounded {
         match Pin::new(&mut this.connection).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
-                    this.active();
+                    this.read_some();
                 }
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            // Waiting for the peer: the idle deadline wakes this read if nothing comes.
+            // Waiting for the peer: the deadline wakes this read if nothing comes in time.
             Poll::Pending => match this.deadline.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    "the connection was idle too long",
+                    "the connection was idle, or its request unanswered, too long",
                 ))),
                 Poll::Pending => Poll::Pending,
             },
@@ -222,7 +254,7 @@ impl AsyncWrite for Bounded {
         let this = self.get_mut();
         let written = Pin::new(&mut this.connection).poll_write(cx, buf);
         if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            this.active();
+            this.wrote_some();
         }
         written
     }
@@ -235,7 +267,7 @@ impl AsyncWrite for Bounded {
         let this = self.get_mut();
         let written = Pin::new(&mut this.connection).poll_write_vectored(cx, bufs);
         if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            this.active();
+            this.wrote_some();
         }
         written
     }
