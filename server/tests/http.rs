@@ -364,6 +364,16 @@ async fn rule_names_from_requests_cannot_grow_the_metrics_without_bound() {
     );
 }
 
+/// Three decisions on one kept-alive connection, `gap` apart: each answered 200.
+async fn decides_on_a_kept_alive_connection(url: &str, gap: Duration) {
+    let http = Http::http1();
+    for _ in 0..3 {
+        let answer = http.decide(url, &one_check("r", "k", LIMIT), &[]).await;
+        assert_eq!(answer.status, 200);
+        tokio::time::sleep(gap).await;
+    }
+}
+
 /// Reads from `stream` until the server closes it or `within` passes; whether it closed.
 async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
     use tokio::io::AsyncReadExt;
@@ -410,14 +420,7 @@ async fn a_connection_that_stops_mid_request_or_after_the_http2_preface_is_close
         started.elapsed()
     );
     // A connection in use is not idle.
-    let http = Http::http1();
-    for _ in 0..3 {
-        let answer = http
-            .decide(&server.url(), &one_check("r", "k", LIMIT), &[])
-            .await;
-        assert_eq!(answer.status, 200);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    decides_on_a_kept_alive_connection(&server.url(), Duration::from_millis(150)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -600,12 +603,5 @@ async fn a_client_trickling_its_request_is_cut_off() {
         started.elapsed()
     );
     // A whole request is answered well within the limit, on a connection kept alive.
-    let http = Http::http1();
-    for _ in 0..3 {
-        let answer = http
-            .decide(&server.url(), &one_check("r", "k", LIMIT), &[])
-            .await;
-        assert_eq!(answer.status, 200);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    decides_on_a_kept_alive_connection(&server.url(), Duration::from_millis(300)).await;
 }
