@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::RwLock;
 
 use prometheus_client::metrics::counter::Counter;
 
@@ -25,7 +25,7 @@ pub const OVERFLOW: &str = "_overflow";
 /// The values one label has taken, and the counter of those it refused.
 #[derive(Debug)]
 pub struct LabelBudget {
-    taken: Mutex<HashSet<String>>,
+    taken: RwLock<HashSet<String>>,
     overflowed: Counter,
 }
 
@@ -33,7 +33,7 @@ impl LabelBudget {
     /// A budget counting refused values on `overflowed`.
     pub fn new(overflowed: Counter) -> LabelBudget {
         LabelBudget {
-            taken: Mutex::new(HashSet::new()),
+            taken: RwLock::new(HashSet::new()),
             overflowed,
         }
     }
@@ -42,19 +42,28 @@ impl LabelBudget {
     /// has room or already has it, else [`OVERFLOW`].
     pub fn label<'a>(&self, value: &'a str) -> Cow<'a, str> {
         let value = cut(value);
+        // A value already taken, the common case on every request: a shared lock only.
+        if self
+            .taken
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(value)
+        {
+            return Cow::Borrowed(value);
+        }
         let mut taken = self
             .taken
-            .lock()
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if taken.contains(value) {
-            return Cow::Borrowed(value);
-        }
-        if taken.len() < MAX_VALUES {
+        // Taken meanwhile by another request, or new.
+        if !taken.contains(value) {
+            if taken.len() >= MAX_VALUES {
+                self.overflowed.inc();
+                return Cow::Borrowed(OVERFLOW);
+            }
             taken.insert(value.to_owned());
-            return Cow::Borrowed(value);
         }
-        self.overflowed.inc();
-        Cow::Borrowed(OVERFLOW)
+        Cow::Borrowed(value)
     }
 }
 

@@ -4,21 +4,17 @@
 //! own configuration check; and the compose file and the workflow that run it. The same
 //! configs run in a real Envoy in `in_envoy::shipped`.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use sluice_e2e::real_envoy::repo_root;
 use sluice_e2e::{filter_wasm, venv_python};
 use sluice_sim::{Simulation, Topology};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// Runs `scripts/check_envoy.py <args>` with the virtualenv's Python; its stdout, or a panic
 /// with its stderr.
 fn check_envoy(args: &[&str]) -> String {
     let output = Command::new(venv_python())
-        .arg(root().join("scripts/check_envoy.py"))
+        .arg(repo_root().join("scripts/check_envoy.py"))
         .args(args)
         .output()
         .expect("running scripts/check_envoy.py");
@@ -37,7 +33,7 @@ fn check_envoy(args: &[&str]) -> String {
 
 #[test]
 fn every_envoy_config_parses_into_a_bootstrap_with_its_typed_configs() {
-    let configs: Vec<String> = std::fs::read_dir(root().join("envoy"))
+    let configs: Vec<String> = std::fs::read_dir(repo_root().join("envoy"))
         .expect("envoy/")
         .map(|e| e.expect("an entry of envoy/").path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
@@ -56,7 +52,7 @@ fn every_envoy_config_parses_into_a_bootstrap_with_its_typed_configs() {
 fn a_misspelled_field_in_a_copy_of_the_config_is_caught() {
     let out = check_envoy(&[
         "misspelled",
-        &root().join("envoy/envoy.yaml").display().to_string(),
+        &repo_root().join("envoy/envoy.yaml").display().to_string(),
     ]);
     // Top level, in a cluster, and inside the wasm filter's typed config.
     for name in [
@@ -128,7 +124,7 @@ fn the_compose_file_and_the_workflow_are_valid_and_name_only_files_that_exist() 
 #[test]
 fn every_descriptor_the_native_rate_limit_config_sends_has_a_limit_in_envoy_ratelimit() {
     let out = check_envoy(&["rate-limit-descriptors"]);
-    let config = sluice_server::rls::config::load(&[root().join("envoy/ratelimit")])
+    let config = sluice_server::rls::config::load(&[repo_root().join("envoy/ratelimit")])
         .unwrap_or_else(|e| panic!("envoy/ratelimit does not load: {e}"));
     let mut checked = 0;
     for line in out.lines() {

@@ -42,20 +42,39 @@ pub fn filter_wasm() -> Vec<u8> {
     built_wasm("sluice_filter", "SLUICE_WASM")
 }
 
+/// Where [`filter_wasm`] reads the filter from, for a real Envoy to load.
+pub fn filter_wasm_path() -> PathBuf {
+    built_wasm_path("sluice_filter", "SLUICE_WASM")
+}
+
 /// A module `make wasm` builds, or the file the environment variable `override_var` names.
 pub fn built_wasm(name: &str, override_var: &str) -> Vec<u8> {
-    let path = std::env::var_os(override_var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join(format!("../target/wasm32-wasip1/wasm/{name}.wasm"))
-        });
+    let path = built_wasm_path(name, override_var);
     std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
             "{name} is not built at {} ({e}): run `make wasm` (make test does it)",
             path.display()
         )
     })
+}
+
+/// Where [`built_wasm`] finds the module `name` (which may not be built).
+pub fn built_wasm_path(name: &str, override_var: &str) -> PathBuf {
+    std::env::var_os(override_var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("../target/wasm32-wasip1/wasm/{name}.wasm"))
+        })
+}
+
+/// A runtime for servers that run beside a test.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
 }
 
 /// Redis, the server and the simulated Envoy(s), each started for one test.
@@ -86,11 +105,7 @@ impl Stack {
     /// Starts Redis and a replay-mode server, and loads the filter with `policy`.
     pub fn start(policy: &str) -> Stack {
         let redis = RedisServer::start().expect("redis-server must be installed");
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let runtime = runtime();
         let mut config = ServerConfig::standalone(redis.url());
         config.replay_time = true;
         let server = runtime

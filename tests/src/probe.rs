@@ -17,6 +17,11 @@ pub fn probe_wasm() -> Vec<u8> {
     crate::built_wasm("sluice_probe", "SLUICE_PROBE_WASM")
 }
 
+/// Where [`probe_wasm`] reads the probe from, for a real Envoy to load.
+pub fn probe_wasm_path() -> std::path::PathBuf {
+    crate::built_wasm_path("sluice_probe", "SLUICE_PROBE_WASM")
+}
+
 /// The worker label of the canary VM's log lines.
 pub const CANARY: usize = usize::MAX;
 

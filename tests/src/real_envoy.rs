@@ -16,20 +16,11 @@ use sluice_harness::{ACCESS_LOG, Envoy, ForwardingProxy, RedisServer, Upstream};
 use sluice_server::config::Args;
 use sluice_server::{RunningServer, ServerConfig};
 
+use crate::runtime;
+
 /// The repository's root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The .wasm `make wasm` built, by module name (`sluice_filter`, `sluice_probe`, ...).
-pub fn wasm_path(name: &str) -> PathBuf {
-    let path = repo_root().join(format!("target/wasm32-wasip1/wasm/{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is not built: run `make wasm` (make test does it)",
-        path.display()
-    );
-    path
 }
 
 /// `config` (Envoy YAML) with every socket address replaced by the one `addresses` gives for
@@ -91,15 +82,6 @@ fn rewrite(node: &mut Value, addresses: &[(&str, SocketAddr)], wasm: &[(&str, &P
 /// A loopback address on a port the kernel picks when Envoy binds it.
 pub fn any_port() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
-}
-
-/// A runtime for servers that run on real time beside a test.
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 /// Redis, sluice-server behind a forwarder, and an upstream, for Envoys to use.
@@ -205,7 +187,7 @@ impl Plugin {
     /// sluice's filter with `policy`, as `envoy/envoy.yaml` names it, failing closed.
     pub fn sluice(policy: &str) -> Plugin {
         Plugin {
-            wasm: wasm_path("sluice_filter"),
+            wasm: crate::filter_wasm_path(),
             names: ["sluice", "sluice", "sluice"].map(str::to_owned),
             configuration: policy.to_owned(),
             vm_configuration: None,
@@ -219,7 +201,7 @@ impl Plugin {
     /// simulator's probe tests name it (`tests/src/probe.rs`).
     pub fn probe(script: &str) -> Plugin {
         Plugin {
-            wasm: wasm_path("sluice_probe"),
+            wasm: crate::probe::probe_wasm_path(),
             names: ["probe-plugin", "probe-root", "probe"].map(str::to_owned),
             configuration: script.to_owned(),
             vm_configuration: Some(script.to_owned()),
@@ -418,16 +400,24 @@ impl EnvoyProbe {
         Ok(EnvoyProbe { envoy })
     }
 
-    /// The lines Envoy logged at `level` (`info`, `error`, ...), message only.
-    pub fn lines_at(&self, level: &str) -> Vec<String> {
+    /// Each line of Envoy's log in [`PROBE_LOG_FORMAT`]: thread, level, message.
+    fn log_lines(&self) -> Vec<(String, String, String)> {
         self.envoy
             .log()
             .lines()
             .filter_map(|line| {
-                let (_, rest) = line.split_once('|')?;
-                let (at, message) = rest.split_once('|')?;
-                (at == level).then(|| message.to_owned())
+                let (thread, rest) = line.split_once('|')?;
+                let (level, message) = rest.split_once('|')?;
+                Some((thread.to_owned(), level.to_owned(), message.to_owned()))
             })
+            .collect()
+    }
+
+    /// The lines Envoy logged at `level` (`info`, `error`, ...), message only.
+    pub fn lines_at(&self, level: &str) -> Vec<String> {
+        self.log_lines()
+            .into_iter()
+            .filter_map(|(_, at, message)| (at == level).then_some(message))
             .collect()
     }
 
@@ -436,22 +426,19 @@ impl EnvoyProbe {
     /// [`crate::probe::CANARY`], then workers 0, 1, ... in the order they first logged.
     pub fn events(&self) -> Vec<crate::probe::Event> {
         let mut threads: Vec<String> = Vec::new();
-        self.envoy
-            .log()
-            .lines()
-            .filter_map(|line| {
-                let (thread, rest) = line.split_once('|')?;
-                let (_level, message) = rest.split_once('|')?;
+        self.log_lines()
+            .into_iter()
+            .filter_map(|(thread, _, message)| {
                 // `wasm log <root id> <vm id>: {...}`, or `wasm log: {...}` outside any
                 // context (`_initialize`).
                 let rest = message.strip_prefix("wasm log")?;
                 let fields: serde_json::Value =
                     serde_json::from_str(&rest[rest.find('{')?..]).ok()?;
                 fields.get("event")?;
-                let index = match threads.iter().position(|t| t == thread) {
+                let index = match threads.iter().position(|t| *t == thread) {
                     Some(i) => i,
                     None => {
-                        threads.push(thread.to_owned());
+                        threads.push(thread);
                         threads.len() - 1
                     }
                 };

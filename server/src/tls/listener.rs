@@ -207,6 +207,14 @@ impl Bounded {
         self.rearm();
     }
 
+    /// `written`, after taking note of it: bytes out are an answer begun.
+    fn noted(&mut self, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            self.wrote_some();
+        }
+        written
+    }
+
     fn rearm(&mut self) {
         let idle_at = self.last_activity + self.idle;
         let at = match self.unanswered_since {
@@ -253,10 +261,7 @@ impl AsyncWrite for Bounded {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.connection).poll_write(cx, buf);
-        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            this.wrote_some();
-        }
-        written
+        this.noted(written)
     }
 
     fn poll_write_vectored(
@@ -266,10 +271,7 @@ impl AsyncWrite for Bounded {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.connection).poll_write_vectored(cx, bufs);
-        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            this.wrote_some();
-        }
-        written
+        this.noted(written)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sluice_e2e::misbehaving::{self, Misbehaviour};
-use sluice_e2e::probe::{CANARY, Event, Probe, Setup, callouts, completed};
+use sluice_e2e::probe::{CANARY, Event, Probe, Setup, callouts, completed, get as sim_get};
 use sluice_e2e::real_envoy::{Backends, EnvoyProbe, Plugin, eventually};
 use sluice_harness::{Envoy, UPSTREAM_BODY, http};
 use sluice_sim::connect::Endpoint;
@@ -153,26 +153,17 @@ impl Both {
     }
 }
 
-/// A GET as [`Both::send`] sends it to Envoy: over plain HTTP, for `shop.example`.
+/// A GET as [`Both::send`] sends it to Envoy: the simulator probe tests' request, over plain
+/// HTTP, its upstream answering the test upstream's body.
 fn simulated_get(path: &str, headers: &[(&str, &str)]) -> Request {
-    let mut all: Vec<(String, Vec<u8>)> = vec![
-        (":authority".to_owned(), b"shop.example".to_vec()),
-        (":path".to_owned(), path.as_bytes().to_vec()),
-        (":method".to_owned(), b"GET".to_vec()),
-        (":scheme".to_owned(), b"http".to_vec()),
-    ];
-    all.extend(
-        headers
-            .iter()
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_bytes().to_vec())),
-    );
-    Request {
-        id: 0,
-        headers: all,
-        peer: (IpAddr::from([203, 0, 113, 9]), 4711),
-        upstream_status: 200,
-        upstream_bytes: UPSTREAM_BODY.len() as u64,
+    let mut request = sim_get(path, headers);
+    for (name, value) in &mut request.headers {
+        if name == ":scheme" {
+            *value = b"http".to_vec();
+        }
     }
+    request.upstream_bytes = UPSTREAM_BODY.len() as u64;
+    request
 }
 
 /// The probe in both hosts, running `script`; each sent one GET of `path` with `headers`.
@@ -980,7 +971,7 @@ type Delivered = (Vec<u64>, Vec<Value>);
 
 /// Both hosts' callouts to a server that misbehaves as `misbehaviour` says.
 fn failed_callout(misbehaviour: Misbehaviour) -> (Delivered, Delivered) {
-    let runtime = sluice_e2e::real_envoy::runtime();
+    let runtime = sluice_e2e::runtime();
     let target = runtime.block_on(misbehaving::start(misbehaviour));
     callout_to(target)
 }

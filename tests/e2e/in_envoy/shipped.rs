@@ -4,9 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_e2e::real_envoy::{
-    Backends, any_port, burst, count_status, localize, repo_root, wasm_path,
-};
+use sluice_e2e::real_envoy::{Backends, any_port, burst, count_status, localize, repo_root};
 use sluice_harness::http;
 use sluice_harness::{Envoy, validate_envoy_config};
 
@@ -19,7 +17,7 @@ fn shipped(name: &str) -> String {
 
 /// A shipped config pointed at `backends`: the listener and admin on free loopback ports.
 fn pointed_at(name: &str, backends: &Backends) -> String {
-    let wasm = wasm_path("sluice_filter");
+    let wasm = sluice_e2e::filter_wasm_path();
     localize(
         &shipped(name),
         &[
