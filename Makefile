@@ -31,6 +31,7 @@ setup:
 # make bench measures the filter against.
 wasm: setup
 	$(CARGO) build -p sluice-filter -p sluice-probe -p sluice-noop-filter --target wasm32-wasip1 --profile wasm
+	@bash scripts/optimize-wasm.sh $(WASM) target/wasm32-wasip1/wasm/sluice_noop_filter.wasm
 
 build: wasm
 	$(CARGO) build --release -p sluice-sim -p sluice-server

@@ -14,6 +14,7 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
+command -v wasm-opt >/dev/null 2>&1 || need_apt+=(binaryen)
 if [ "${1:-}" = "--bench" ]; then
   command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
 fi

@@ -156,6 +156,32 @@ fn rules_match_on_path_method_host_and_headers() {
 }
 
 #[test]
+fn regexes_read_as_re2_reads_them() {
+    let matching = |pattern: &str, value: &[u8]| {
+        let p = policy(&rule(
+            "r",
+            &format!(r#","match":{{"headers":[{{"name":"x-v","regex":{pattern:?}}}]}}"#),
+        ))
+        .unwrap();
+        let mut r = request(&[(":path", "/")]);
+        r.headers.push(("x-v".into(), value.to_vec()));
+        !p.checks_for(&r).is_empty()
+    };
+    // As in RE2, Perl classes are ASCII: an Arabic-Indic digit is no `\d`.
+    assert!(matching(r"\d+", b"42"));
+    assert!(!matching(r"\d+", "\u{664}".as_bytes()));
+    // A value that is not UTF-8 still matches where its bad byte stands for one character.
+    assert!(matching("a.b", b"a\xffb"));
+    assert!(!matching("ab", b"a\xffb"));
+    // Unicode classes are refused when the policy loads, saying where.
+    let refused = policy(&rule("r", r#","match":{"path":{"regex":"\\p{Greek}"}}"#)).unwrap_err();
+    assert!(
+        refused.starts_with("rules[0].match.path.regex: invalid regex"),
+        "{refused}"
+    );
+}
+
+#[test]
 fn keys_are_built_from_parts_and_missing_parts_skip_the_rule() {
     let p = policy(
         &format!(
