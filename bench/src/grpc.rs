@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use sluice_harness::{RedisServer, free_port};
 
-use crate::load::{self, Measured};
+use crate::load::{self, CallerCounts, Measured};
 use crate::server::{LIMIT, ServerProcess, SluiceCpu, bodies, client_key, wait_ready};
 
 /// One API's run: its rate and latency, and the CPU it took.
@@ -95,7 +95,10 @@ async fn grpc_load(
     for caller in 0..in_flight {
         let mut client = clients[caller % connections].clone();
         tasks.push(tokio::spawn(async move {
-            let (mut ok, mut errors, mut latencies) = (0u64, 0u64, Vec::with_capacity(1 << 16));
+            let mut counts = CallerCounts {
+                latencies_us: Vec::with_capacity(1 << 16),
+                ..CallerCounts::default()
+            };
             let mut i = caller as u64;
             loop {
                 let sent = Instant::now();
@@ -104,18 +107,13 @@ async fn grpc_load(
                 }
                 let answered = client.should_rate_limit(request(client_key(i))).await;
                 if sent >= measure_from {
-                    match answered {
-                        Ok(r) if r.get_ref().overall_code == Code::Ok as i32 => {
-                            ok += 1;
-                            latencies
-                                .push(sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
-                        }
-                        _ => errors += 1,
-                    }
+                    let allowed =
+                        matches!(answered, Ok(r) if r.get_ref().overall_code == Code::Ok as i32);
+                    counts.count(allowed.then_some(200), sent.elapsed());
                 }
                 i += in_flight as u64;
             }
-            Ok((ok, errors, latencies))
+            Ok(counts)
         }));
     }
     Measured::gather(tasks, duration).await

@@ -20,16 +20,44 @@ use tokio::net::TcpStream;
 pub struct Measured {
     /// Requests answered 200 after the warm-up.
     pub requests: u64,
+    /// Requests answered 429 (rate limited) after the warm-up.
+    pub limited: u64,
     /// Requests answered otherwise.
     pub errors: u64,
     /// The measured span.
     pub elapsed: Duration,
-    /// Latencies in microseconds, sorted.
+    /// Latencies in microseconds of the answers 200 and 429, sorted.
     pub latencies_us: Vec<u32>,
 }
 
-/// What one closed-loop caller counted: answered, failed, and each answer's latency (µs).
-pub type CallerCounts = (u64, u64, Vec<u32>);
+/// What one closed-loop caller counted after the warm-up.
+#[derive(Debug, Default)]
+pub struct CallerCounts {
+    /// Answered 200.
+    pub ok: u64,
+    /// Answered 429.
+    pub limited: u64,
+    /// Failed, or answered otherwise.
+    pub errors: u64,
+    /// Each 200's and 429's latency, µs.
+    pub latencies_us: Vec<u32>,
+}
+
+impl CallerCounts {
+    /// Counts `status`, answered `latency` after it was sent.
+    pub fn count(&mut self, status: Option<u16>, latency: Duration) {
+        let latency_us = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
+        match status {
+            Some(200) => self.ok += 1,
+            Some(429) => self.limited += 1,
+            _ => {
+                self.errors += 1;
+                return;
+            }
+        }
+        self.latencies_us.push(latency_us);
+    }
+}
 
 impl Measured {
     /// The sum of every caller's counts over the measured `duration`.
@@ -39,23 +67,35 @@ impl Measured {
     ) -> anyhow::Result<Measured> {
         let mut measured = Measured {
             requests: 0,
+            limited: 0,
             errors: 0,
             elapsed: duration,
             latencies_us: Vec::new(),
         };
         for caller in callers {
-            let (ok, errors, latencies) = caller.await??;
-            measured.requests += ok;
-            measured.errors += errors;
-            measured.latencies_us.extend(latencies);
+            let counts = caller.await??;
+            measured.requests += counts.ok;
+            measured.limited += counts.limited;
+            measured.errors += counts.errors;
+            measured.latencies_us.extend(counts.latencies_us);
         }
         measured.latencies_us.sort_unstable();
         Ok(measured)
     }
 
-    /// Requests per second.
+    /// Requests answered 200 a second.
     pub fn rate(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Requests answered 200 or 429.
+    pub fn answered(&self) -> u64 {
+        self.requests + self.limited
+    }
+
+    /// Requests answered 200 or 429 a second.
+    pub fn answered_rate(&self) -> f64 {
+        self.answered() as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
     /// The `q` quantile of latency, in milliseconds.
@@ -78,10 +118,22 @@ pub async fn run(
     duration: Duration,
     bodies: &[Bytes],
 ) -> anyhow::Result<Measured> {
-    if bodies.is_empty() {
-        bail!("no request bodies to send");
-    }
     let requests: Arc<[Bytes]> = bodies.iter().map(|b| request(path, b)).collect();
+    run_requests(addr, requests, connections, warmup, duration).await
+}
+
+/// Sends `requests` (whole, head and body; in turn) over `connections` connections to `addr`
+/// for `warmup + duration`; only the part after the warm-up is measured.
+pub async fn run_requests(
+    addr: SocketAddr,
+    requests: Arc<[Bytes]>,
+    connections: usize,
+    warmup: Duration,
+    duration: Duration,
+) -> anyhow::Result<Measured> {
+    if requests.is_empty() {
+        bail!("no requests to send");
+    }
     let start = Instant::now();
     let measure_from = start + warmup;
     let stop = measure_from + duration;
@@ -92,7 +144,10 @@ pub async fn run(
             let mut stream = TcpStream::connect(addr).await?;
             stream.set_nodelay(true)?;
             let mut buffer = vec![0u8; 16 * 1024];
-            let (mut ok, mut errors, mut latencies) = (0u64, 0u64, Vec::with_capacity(1 << 16));
+            let mut counts = CallerCounts {
+                latencies_us: Vec::with_capacity(1 << 16),
+                ..CallerCounts::default()
+            };
             let mut i = connection;
             loop {
                 let sent = Instant::now();
@@ -102,17 +157,11 @@ pub async fn run(
                 stream.write_all(&requests[i % requests.len()]).await?;
                 let status = read_response(&mut stream, &mut buffer).await?;
                 if sent >= measure_from {
-                    if status == 200 {
-                        ok += 1;
-                        latencies
-                            .push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX));
-                    } else {
-                        errors += 1;
-                    }
+                    counts.count(Some(status), sent.elapsed());
                 }
                 i = i.wrapping_add(connections);
             }
-            Ok::<_, anyhow::Error>((ok, errors, latencies))
+            Ok::<_, anyhow::Error>(counts)
         }));
     }
     Measured::gather(tasks, duration).await

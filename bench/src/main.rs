@@ -1,6 +1,7 @@
 //! `sluice-bench`: what `make bench` runs. Each figure is measured beside its baseline in the
 //! same run, because these machines are noisy; `all` writes them to BENCHMARKS.md.
 
+mod envoy;
 mod filter;
 mod grpc;
 mod lease;
@@ -84,6 +85,22 @@ enum Command {
     Replay,
     /// Lease mode beside per-request decisions on a hot-key trace.
     Lease,
+    /// sluice inside a real Envoy beside no filter, a no-op filter and Envoy's native filters.
+    Envoy {
+        /// Rounds of every setup.
+        #[arg(long, default_value_t = ENVOY_ROUNDS)]
+        rounds: usize,
+        /// Seconds each setup is measured for.
+        #[arg(long, default_value_t = ENVOY_SECONDS)]
+        seconds: u64,
+        /// Only these setups (none, noop, local, sluice, threads, lease, grpc, denying),
+        /// comma-separated, e.g. to profile one.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Print the filter's and sluice clusters' stats after each run.
+        #[arg(long)]
+        stats: bool,
+    },
     /// Everything, written to a Markdown file.
     All {
         /// Where to write the results.
@@ -93,6 +110,34 @@ enum Command {
         #[arg(long, default_value_t = SERVER_SECONDS)]
         seconds: u64,
     },
+}
+
+/// Rounds of every setup in the real-Envoy section.
+const ENVOY_ROUNDS: usize = 3;
+/// Seconds each real-Envoy run is measured for.
+const ENVOY_SECONDS: u64 = 6;
+
+/// The real-Envoy section.
+fn envoy_section(options: &envoy::Options) -> anyhow::Result<String> {
+    let modules = Modules::built();
+    let results = envoy::run(&modules, options)?;
+    envoy::section(&results, &modules.sluice, &envoy_version()?)
+}
+
+/// `envoy --version`'s version number.
+fn envoy_version() -> anyhow::Result<String> {
+    let output = std::process::Command::new(sluice_harness::envoy_binary()?)
+        .arg("--version")
+        .output()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    // "<path>  version: <sha>/1.40.0/Clean/RELEASE/BoringSSL"
+    let after = text
+        .split_once("version: ")
+        .map_or(text.as_ref(), |(_, v)| v);
+    Ok(after
+        .split('/')
+        .nth(1)
+        .map_or_else(|| text.trim().to_owned(), str::to_owned))
 }
 
 /// Seconds each server run is measured for.
@@ -652,6 +697,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", deny_cache_section(&modules)?);
         }
         Command::Lease => print!("{}", lease_section(&Modules::built())?),
+        Command::Envoy {
+            rounds,
+            seconds,
+            only,
+            stats,
+        } => print!(
+            "{}",
+            envoy_section(&envoy::Options {
+                rounds,
+                seconds,
+                only,
+                show_stats: stats,
+            })?
+        ),
         Command::All { out, seconds } => {
             let mut doc = String::new();
             writeln!(doc, "# Benchmarks\n")?;
@@ -661,6 +720,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
                 commit(),
                 machine()
+            )?;
+            eprintln!("bench: sluice in a real Envoy ...");
+            writeln!(
+                doc,
+                "## In a real Envoy: what each filter costs\n\n{}",
+                envoy_section(&envoy::Options {
+                    rounds: ENVOY_ROUNDS,
+                    seconds: ENVOY_SECONDS,
+                    only: Vec::new(),
+                    show_stats: false,
+                })?
             )?;
             eprintln!("bench: sluice-server beside redis-benchmark ...");
             writeln!(

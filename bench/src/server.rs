@@ -61,7 +61,7 @@ pub struct RedisWork {
 
 impl RedisWork {
     /// Redis' counters now (`INFO`).
-    fn read(redis: &RedisServer) -> anyhow::Result<RedisWork> {
+    pub(crate) fn read(redis: &RedisServer) -> anyhow::Result<RedisWork> {
         let info = redis.cli(&["INFO", "ALL"])?;
         let cpu = |name: &str| -> anyhow::Result<f64> {
             info.lines()
@@ -380,6 +380,17 @@ impl ServerProcess {
     ) -> anyhow::Result<ServerProcess> {
         let flags = ["--log", "warn", "--threads", "1"].map(OsStr::new);
         ServerProcess::spawn("sluice-server", addr, redis, &[&flags, extra].concat())
+    }
+
+    /// The release `sluice-server` on `addr` over `redis`, logging warnings only, with
+    /// `flags`.
+    pub(crate) fn spawn_release(
+        addr: SocketAddr,
+        redis: &RedisServer,
+        flags: &[&OsStr],
+    ) -> anyhow::Result<ServerProcess> {
+        let quiet = ["--log", "warn"].map(OsStr::new);
+        ServerProcess::spawn("sluice-server", addr, redis, &[&quiet, flags].concat())
     }
 
     /// The floor (`bench/examples/floor.rs`, built beside this binary) on `addr` over `redis`,

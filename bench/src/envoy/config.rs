@@ -1,0 +1,224 @@
+//! The Envoy each setup runs: one listener whose HTTP filters are the setup's, routing to a
+//! second listener of the same Envoy that answers 200 itself, so that no upstream process
+//! shares the cores, and clusters for sluice-server's HTTP and gRPC APIs.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use super::Setup;
+
+/// Where a setup's Envoy sends what: its listeners' ports and sluice-server's addresses.
+pub struct Addresses {
+    /// The listener the load generator calls.
+    pub ingress: SocketAddr,
+    /// The listener that stands in for the upstream.
+    pub origin: SocketAddr,
+    /// sluice-server (HTTP and gRPC on one port) for the setups with one thread.
+    pub server: SocketAddr,
+    /// sluice-server with several threads, for [`Setup::SluiceThreads`].
+    pub threaded_server: SocketAddr,
+}
+
+/// The .wasm files the setups load.
+pub struct Wasm<'a> {
+    /// sluice's filter.
+    pub sluice: &'a Path,
+    /// The no-op filter.
+    pub noop: &'a Path,
+}
+
+/// A limit no bench traffic reaches.
+const OPEN_LIMIT: &str = r#"{"algorithm": "gcra", "rate": 1000000, "per": "1s", "burst": 1000000}"#;
+/// A limit that denies nearly every request of a hot key.
+pub const DENYING_LIMIT: &str = r#"{"algorithm": "gcra", "rate": 1, "per": "1s", "burst": 1}"#;
+/// The lease the lease setups take.
+pub const LEASE: &str = r#"{"horizon": "500ms"}"#;
+
+/// sluice's policy: one rule, keyed by the request's `x-api-key`, with `limit` and `lease`.
+pub fn sluice_policy(limit: &str, lease: Option<&str>) -> String {
+    let lease = lease
+        .map(|l| format!(r#", "lease": {l}"#))
+        .unwrap_or_default();
+    format!(
+        r#"{{"cluster": "sluice", "timeout": "100ms", "rules": [{{"name": "bench", "key": [{{"header": "x-api-key"}}], "limit": {limit}{lease}}}]}}"#
+    )
+}
+
+/// sluice-server's gRPC configuration (envoyproxy/ratelimit's format): each `api_key` value
+/// limited as the wasm setups limit it.
+pub const RLS_CONFIG: &str = "domain: bench
+descriptors:
+  - key: api_key
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000000
+      sluice: {algorithm: gcra, rate: 1000000, per: 1s, burst: 1000000}
+";
+
+/// The whole Envoy configuration of `setup`.
+pub fn envoy_yaml(setup: Setup, addresses: &Addresses, wasm: &Wasm<'_>) -> String {
+    let filters = http_filters(setup, wasm);
+    let rate_limits = if setup == Setup::NativeGrpc {
+        "
+                  rate_limits:
+                  - actions:
+                    - request_headers: {header_name: x-api-key, descriptor_key: api_key}"
+    } else {
+        ""
+    };
+    let server = match setup {
+        Setup::SluiceThreads => addresses.threaded_server,
+        _ => addresses.server,
+    };
+    let ingress = listener(
+        "ingress",
+        addresses.ingress,
+        &format!("route:\n                  cluster: upstream{rate_limits}"),
+        &filters,
+    );
+    let origin = listener(
+        "origin",
+        addresses.origin,
+        r#"direct_response: {status: 200, body: {inline_string: "ok\n"}}"#,
+        "",
+    );
+    let (origin_ip, origin_port) = (addresses.origin.ip(), addresses.origin.port());
+    let (server_ip, server_port) = (server.ip(), server.port());
+    format!(
+        r#"
+admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+static_resources:
+  listeners:{ingress}{origin}
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: {origin_ip}, port_value: {origin_port}}}}}}}
+  - name: sluice
+    type: STATIC
+    connect_timeout: 0.25s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: sluice
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: {server_ip}, port_value: {server_port}}}}}}}
+  - name: sluice_rls
+    type: STATIC
+    connect_timeout: 0.25s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: sluice_rls
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: {server_ip}, port_value: {server_port}}}}}}}
+"#
+    )
+}
+
+/// A listener on `address` whose one route (`/`) does `action`, through `filters` and the
+/// router; as a YAML list item.
+fn listener(name: &str, address: SocketAddr, action: &str, filters: &str) -> String {
+    let (ip, port) = (address.ip(), address.port());
+    format!(
+        r#"
+  - name: {name}
+    address: {{socket_address: {{address: {ip}, port_value: {port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: {name}
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                {action}
+          http_filters:{filters}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"#
+    )
+}
+
+/// The HTTP filters `setup` puts before the router, as YAML list items.
+fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
+    match setup {
+        Setup::NoFilter => String::new(),
+        Setup::Noop => wasm_filter("noop", wasm.noop, "{}"),
+        Setup::LocalRatelimit => "
+          - name: envoy.filters.http.local_ratelimit
+            typed_config:
+              \"@type\": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
+              stat_prefix: bench
+              token_bucket: {max_tokens: 1000000, tokens_per_fill: 1000000, fill_interval: 1s}
+              filter_enabled:
+                runtime_key: bench_enabled
+                default_value: {numerator: 100, denominator: HUNDRED}
+              filter_enforced:
+                runtime_key: bench_enforced
+                default_value: {numerator: 100, denominator: HUNDRED}"
+            .to_owned(),
+        Setup::Sluice | Setup::SluiceThreads => {
+            wasm_filter("sluice", wasm.sluice, &sluice_policy(OPEN_LIMIT, None))
+        }
+        Setup::SluiceLease => {
+            wasm_filter("sluice", wasm.sluice, &sluice_policy(OPEN_LIMIT, Some(LEASE)))
+        }
+        Setup::SluiceDenying => {
+            wasm_filter("sluice", wasm.sluice, &sluice_policy(DENYING_LIMIT, None))
+        }
+        Setup::SluiceLeaseLimited(limit) => {
+            wasm_filter("sluice", wasm.sluice, &sluice_policy(limit, Some(LEASE)))
+        }
+        Setup::NativeGrpc => "
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: bench
+              timeout: 0.1s
+              failure_mode_deny: false
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service:
+                  envoy_grpc: {cluster_name: sluice_rls}"
+            .to_owned(),
+    }
+}
+
+/// A proxy-wasm filter running `file` in V8 with `configuration`.
+fn wasm_filter(name: &str, file: &Path, configuration: &str) -> String {
+    let configuration = serde_json::Value::String(configuration.to_owned()).to_string();
+    let file = file.display();
+    format!(
+        r#"
+          - name: {name}
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: {name}
+                root_id: {name}
+                failure_policy: FAIL_CLOSED
+                vm_config:
+                  vm_id: {name}
+                  runtime: envoy.wasm.runtime.v8
+                  code: {{local: {{filename: "{file}"}}}}
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: {configuration}"#
+    )
+}

@@ -1,0 +1,429 @@
+//! What sluice costs inside a real Envoy, beside what Envoy costs with no filter, with a no-op
+//! wasm filter and with its own native filters, on the same traffic in the same rounds.
+//!
+//! One Envoy 1.40 (V8) with one worker per run, started afresh for each, its route's upstream
+//! a second listener of the same Envoy answering 200; the release sluice-server (sleeping when
+//! idle, as it runs by default) and Redis on the same machine; the bench's closed-loop load
+//! generator on one thread. Every figure is a median over rounds in which the setups take
+//! turns in a rotating order.
+
+mod config;
+mod report;
+
+use std::ffi::OsStr;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use sluice_harness::{Envoy, RedisServer, cpu, free_port};
+
+use crate::filter::Modules;
+use crate::load::{self, Measured};
+use crate::server::{RedisWork, ServerProcess};
+
+pub use report::section;
+
+/// Envoy's worker threads.
+pub const WORKERS: usize = 1;
+/// Keep-alive connections of the load generator.
+pub const CONNECTIONS: usize = 16;
+/// Seconds of load before each measured span.
+const WARMUP: Duration = Duration::from_secs(1);
+/// sluice-server's threads in [`Setup::SluiceThreads`].
+pub const SERVER_THREADS: usize = 2;
+
+/// What stands in Envoy's filter chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setup {
+    /// The router alone.
+    NoFilter,
+    /// A proxy-wasm filter that does nothing.
+    Noop,
+    /// Envoy's native `local_ratelimit`: a token bucket per Envoy, not global.
+    LocalRatelimit,
+    /// sluice's filter, one callout a request.
+    Sluice,
+    /// sluice's filter, one callout a request, to a server with [`SERVER_THREADS`] threads.
+    SluiceThreads,
+    /// sluice's filter in lease mode.
+    SluiceLease,
+    /// Envoy's native `ratelimit` filter asking sluice-server over gRPC.
+    NativeGrpc,
+    /// sluice's filter with a limit that denies nearly everything: the deny cache at work.
+    SluiceDenying,
+    /// sluice's filter in lease mode with this limit (JSON), which the traffic exceeds.
+    SluiceLeaseLimited(&'static str),
+}
+
+impl Setup {
+    /// The setups measured on every key spread, in the order of the table.
+    pub const COMPARED: [Setup; 7] = [
+        Setup::NoFilter,
+        Setup::Noop,
+        Setup::LocalRatelimit,
+        Setup::Sluice,
+        Setup::SluiceThreads,
+        Setup::SluiceLease,
+        Setup::NativeGrpc,
+    ];
+
+    /// Its short name, as `sluice-bench envoy --only` takes it.
+    pub fn id(self) -> &'static str {
+        match self {
+            Setup::NoFilter => "none",
+            Setup::Noop => "noop",
+            Setup::LocalRatelimit => "local",
+            Setup::Sluice => "sluice",
+            Setup::SluiceThreads => "threads",
+            Setup::SluiceLease => "lease",
+            Setup::NativeGrpc => "grpc",
+            Setup::SluiceDenying => "denying",
+            Setup::SluiceLeaseLimited(_) => "lease-limited",
+        }
+    }
+
+    /// Its row's name.
+    pub fn name(self) -> String {
+        match self {
+            Setup::NoFilter => "no filter".into(),
+            Setup::Noop => "no-op wasm filter".into(),
+            Setup::LocalRatelimit => "native `local_ratelimit` (per Envoy)".into(),
+            Setup::Sluice => "sluice wasm, per request".into(),
+            Setup::SluiceThreads => {
+                format!("sluice wasm, per request; server `--threads {SERVER_THREADS}`")
+            }
+            Setup::SluiceLease => format!("sluice wasm, lease `{}`", config::LEASE),
+            Setup::NativeGrpc => "native `ratelimit` -> sluice-server gRPC".into(),
+            Setup::SluiceDenying => "sluice wasm, per request, denying".into(),
+            Setup::SluiceLeaseLimited(_) => "sluice wasm, lease, limited".into(),
+        }
+    }
+}
+
+/// How many distinct `x-api-key` values the traffic cycles through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// 10 hot keys.
+    Hot,
+    /// 1,000 keys.
+    Many,
+}
+
+impl Keys {
+    /// Distinct keys.
+    pub fn count(self) -> usize {
+        match self {
+            Keys::Hot => 10,
+            Keys::Many => 1000,
+        }
+    }
+}
+
+/// One setup measured once.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// What the load generator saw.
+    pub measured: Measured,
+    /// CPU seconds over the measured span: Envoy, sluice-server (both), Redis.
+    pub cpu_s: [f64; 3],
+    /// Requests Envoy sent to sluice-server (HTTP and gRPC) over the measured span.
+    pub calls: u64,
+    /// From Envoy's start to its `/ready`.
+    pub start_up: Duration,
+}
+
+impl Run {
+    /// CPU microseconds a request answered: Envoy, sluice-server, Redis.
+    pub fn cpu_us_per_request(&self) -> [f64; 3] {
+        let answered = self.measured.answered().max(1) as f64;
+        self.cpu_s.map(|s| s * 1e6 / answered)
+    }
+
+    /// Calls to sluice-server per 1,000 requests answered.
+    pub fn calls_per_1000(&self) -> f64 {
+        self.calls as f64 * 1000.0 / self.measured.answered().max(1) as f64
+    }
+}
+
+/// What the rounds measured: for each key spread and setup, one run a round.
+pub struct Results {
+    /// Seconds each run was measured for.
+    pub seconds: u64,
+    /// `(keys, setup, runs)`.
+    pub runs: Vec<(Keys, Setup, Vec<Run>)>,
+    /// The lease's admissions against its limit.
+    pub lease_bound: LeaseBound,
+}
+
+/// The lease mode's admissions against the exact limit, on hot keys over their limit.
+#[derive(Debug, Clone)]
+pub struct LeaseBound {
+    /// The limit (JSON).
+    pub limit: &'static str,
+    /// Seconds of traffic.
+    pub seconds: f64,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Requests denied.
+    pub denied: u64,
+    /// What the algorithm alone admits at most: for every key, its burst and its rate over
+    /// the span.
+    pub exact: u64,
+    /// The bound lease mode states: `exact` plus `max_total_share` of each key's burst.
+    pub bound: u64,
+}
+
+/// The processes every run shares.
+struct Stack {
+    redis: RedisServer,
+    server: ServerProcess,
+    threaded_server: ServerProcess,
+    addresses: config::Addresses,
+    _rls_dir: tempfile::TempDir,
+}
+
+impl Stack {
+    fn start() -> anyhow::Result<Stack> {
+        let redis = RedisServer::start()?;
+        let rls_dir = tempfile::tempdir()?;
+        let rls = rls_dir.path().join("bench.yaml");
+        std::fs::write(&rls, config::RLS_CONFIG)?;
+        let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let addresses = config::Addresses {
+            ingress: local(free_port()?),
+            origin: local(free_port()?),
+            server: local(free_port()?),
+            threaded_server: local(free_port()?),
+        };
+        let threads = SERVER_THREADS.to_string();
+        let with_rls = |threads: &str| -> Vec<String> {
+            vec![
+                "--rls-config".into(),
+                rls.display().to_string(),
+                "--threads".into(),
+                threads.into(),
+            ]
+        };
+        let spawn = |addr, flags: Vec<String>| {
+            let flags: Vec<&OsStr> = flags.iter().map(OsStr::new).collect();
+            ServerProcess::spawn_release(addr, &redis, &flags)
+        };
+        let server = spawn(addresses.server, with_rls("1"))?;
+        let threaded_server = spawn(addresses.threaded_server, with_rls(&threads))?;
+        let runtime = load_runtime()?;
+        for addr in [addresses.server, addresses.threaded_server] {
+            runtime.block_on(crate::server::wait_ready(addr))?;
+        }
+        Ok(Stack {
+            redis,
+            server,
+            threaded_server,
+            addresses,
+            _rls_dir: rls_dir,
+        })
+    }
+
+    fn server_cpu_s(&self) -> anyhow::Result<f64> {
+        Ok(cpu::process(self.server.pid())? + cpu::process(self.threaded_server.pid())?)
+    }
+}
+
+/// The load generator's runtime: one thread, as in the other sections.
+fn load_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// `GET /` with `x-api-key` cycling through `keys`.
+fn requests(keys: Keys) -> Arc<[Bytes]> {
+    (0..keys.count())
+        .map(|k| {
+            Bytes::from(format!(
+                "GET / HTTP/1.1\r\nhost: bench\r\nx-api-key: key-{k}\r\n\r\n"
+            ))
+        })
+        .collect()
+}
+
+/// Starts Envoy for `setup`, loads it for `seconds` after the warm-up, and stops it.
+fn measure(
+    stack: &Stack,
+    wasm: &config::Wasm<'_>,
+    setup: Setup,
+    keys: Keys,
+    seconds: u64,
+    show_stats: bool,
+) -> anyhow::Result<Run> {
+    let yaml = config::envoy_yaml(setup, &stack.addresses, wasm);
+    let started = Instant::now();
+    let mut envoy = Envoy::start(&yaml, WORKERS).context("starting Envoy")?;
+    let start_up = started.elapsed();
+    let pid = envoy.pid().context("Envoy has no process")?;
+    let runtime = load_runtime()?;
+    let requests = requests(keys);
+    let ingress = stack.addresses.ingress;
+    runtime.block_on(load::run_requests(
+        ingress,
+        Arc::clone(&requests),
+        CONNECTIONS,
+        Duration::ZERO,
+        WARMUP,
+    ))?;
+    let calls = || -> anyhow::Result<u64> {
+        Ok(envoy.stat("cluster.sluice.upstream_rq_total")?
+            + envoy.stat("cluster.sluice_rls.upstream_rq_total")?)
+    };
+    let (calls_before, envoy_before, server_before) =
+        (calls()?, cpu::process(pid)?, stack.server_cpu_s()?);
+    let redis_before = RedisWork::read(&stack.redis)?;
+    let measured = runtime.block_on(load::run_requests(
+        ingress,
+        requests,
+        CONNECTIONS,
+        Duration::ZERO,
+        Duration::from_secs(seconds),
+    ))?;
+    let cpu_s = [
+        cpu::process(pid)? - envoy_before,
+        stack.server_cpu_s()? - server_before,
+        RedisWork::read(&stack.redis)?.cpu_s - redis_before.cpu_s,
+    ];
+    let calls = calls()? - calls_before;
+    if show_stats {
+        let stats = envoy.admin_get("/stats?filter=sluice")?;
+        eprintln!("{}", stats.trim_end());
+    }
+    envoy.stop();
+    if measured.errors > 0 {
+        bail!(
+            "{} of {} requests failed with {} on {keys:?} keys",
+            measured.errors,
+            measured.errors + measured.answered(),
+            setup.name()
+        );
+    }
+    Ok(Run {
+        measured,
+        cpu_s,
+        calls,
+        start_up,
+    })
+}
+
+/// What to run.
+pub struct Options {
+    /// Rounds of every setup.
+    pub rounds: usize,
+    /// Seconds each setup is measured for.
+    pub seconds: u64,
+    /// Only the setups with these ids ([`Setup::id`]); every one when empty.
+    pub only: Vec<String>,
+    /// Print the filter's and the clusters' stats after each run, to see what it did.
+    pub show_stats: bool,
+}
+
+/// `rounds` rounds of every setup on both key spreads (those `only` names, where it names
+/// any), `seconds` each, in an order that rotates each round (whichever runs later in a round
+/// tends to run faster here), then the lease's bound.
+pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
+    let Options {
+        rounds,
+        seconds,
+        ref only,
+        show_stats,
+    } = *options;
+    let stack = Stack::start()?;
+    let absolute = |path: &std::path::Path| {
+        path.canonicalize()
+            .with_context(|| format!("{}: build it (make wasm)", path.display()))
+    };
+    let (sluice, noop) = (absolute(&modules.sluice)?, absolute(&modules.noop)?);
+    let wasm = config::Wasm {
+        sluice: &sluice,
+        noop: &noop,
+    };
+    let mut order: Vec<(Keys, Setup)> = [Keys::Hot, Keys::Many]
+        .into_iter()
+        .flat_map(|keys| Setup::COMPARED.map(|setup| (keys, setup)))
+        .chain([(Keys::Hot, Setup::SluiceDenying)])
+        .filter(|(_, setup)| only.is_empty() || only.iter().any(|o| o == setup.id()))
+        .collect();
+    let mut runs: Vec<(Keys, Setup, Vec<Run>)> =
+        order.iter().map(|&(k, s)| (k, s, Vec::new())).collect();
+    for round in 0..rounds {
+        let step = if round == 0 { 0 } else { order.len() / rounds };
+        order.rotate_left(step);
+        for (i, &(keys, setup)) in order.iter().enumerate() {
+            eprintln!(
+                "envoy: round {}/{rounds}, {}/{}: {} on {} keys",
+                round + 1,
+                i + 1,
+                order.len(),
+                setup.name(),
+                keys.count()
+            );
+            let run = measure(&stack, &wasm, setup, keys, seconds, show_stats)?;
+            let slot = runs
+                .iter_mut()
+                .find(|(k, s, _)| (*k, *s) == (keys, setup))
+                .context("a setup with no slot")?;
+            slot.2.push(run);
+        }
+    }
+    eprintln!("envoy: lease mode over its limit");
+    let lease_bound = lease_bound(&stack, &wasm, seconds)?;
+    Ok(Results {
+        seconds,
+        runs,
+        lease_bound,
+    })
+}
+
+/// The limit the lease's bound is measured with: far below what the hot keys are offered.
+const LEASE_LIMIT: &str = r#"{"algorithm": "gcra", "rate": 200, "per": "1s", "burst": 100}"#;
+/// Its rate and burst.
+const LEASE_LIMIT_RATE: f64 = 200.0;
+const LEASE_LIMIT_BURST: f64 = 100.0;
+/// The lease's `max_total_share` (its default).
+const MAX_TOTAL_SHARE: f64 = 0.5;
+
+/// Lease mode on hot keys offered far more than [`LEASE_LIMIT`], from the first request on.
+fn lease_bound(stack: &Stack, wasm: &config::Wasm<'_>, seconds: u64) -> anyhow::Result<LeaseBound> {
+    let yaml = config::envoy_yaml(
+        Setup::SluiceLeaseLimited(LEASE_LIMIT),
+        &stack.addresses,
+        wasm,
+    );
+    let mut envoy = Envoy::start(&yaml, WORKERS)?;
+    let runtime = load_runtime()?;
+    let started = Instant::now();
+    let measured = runtime.block_on(load::run_requests(
+        stack.addresses.ingress,
+        requests(Keys::Hot),
+        CONNECTIONS,
+        Duration::ZERO,
+        Duration::from_secs(seconds),
+    ))?;
+    // The span from the first request sent to the last answered.
+    let span = started.elapsed().as_secs_f64();
+    envoy.stop();
+    if measured.errors > 0 {
+        bail!(
+            "{} requests failed in lease mode over its limit",
+            measured.errors
+        );
+    }
+    let keys = Keys::Hot.count() as f64;
+    let exact = keys * (LEASE_LIMIT_BURST + LEASE_LIMIT_RATE * span);
+    Ok(LeaseBound {
+        limit: LEASE_LIMIT,
+        seconds: span,
+        admitted: measured.requests,
+        denied: measured.limited,
+        exact: exact.floor() as u64,
+        bound: (exact + keys * MAX_TOTAL_SHARE * LEASE_LIMIT_BURST).floor() as u64,
+    })
+}

@@ -1,0 +1,289 @@
+//! The real-Envoy section of BENCHMARKS.md: a table per key spread, the start-up times, the
+//! lease's bound and the bars the issue set, each judged on every round.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use sluice_sim::report::charts;
+
+use super::{CONNECTIONS, Keys, Results, Run, SERVER_THREADS, Setup, WORKERS};
+
+/// Where the chart of Envoy's added CPU goes, beside BENCHMARKS.md.
+const CHART: &str = "bench/envoy-cpu.svg";
+/// The largest .wasm the filter may be.
+const MAX_WASM_BYTES: u64 = 400 * 1024;
+
+/// The median of `values` and their range.
+fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let median = values.get(values.len() / 2).copied().unwrap_or(f64::NAN);
+    let low = values.first().copied().unwrap_or(f64::NAN);
+    let high = values.last().copied().unwrap_or(f64::NAN);
+    (median, low, high)
+}
+
+/// Whether every round meets a bar: `met`, `not met`, or, where rounds differ, that the range
+/// straddles it.
+fn verdict(per_round: &[bool]) -> &'static str {
+    if per_round.iter().all(|&m| m) {
+        "**met** in every round"
+    } else if per_round.iter().any(|&m| m) {
+        "**not met**: the rounds straddle it"
+    } else {
+        "**not met** in any round"
+    }
+}
+
+impl Results {
+    fn runs(&self, keys: Keys, setup: Setup) -> &[Run] {
+        self.runs
+            .iter()
+            .find(|(k, s, _)| (*k, *s) == (keys, setup))
+            .map_or(&[], |(_, _, runs)| runs.as_slice())
+    }
+
+    /// Per round, `f` of `setup`'s run and the same round's run of `baseline`.
+    fn paired(
+        &self,
+        keys: Keys,
+        setup: Setup,
+        baseline: Setup,
+        f: impl Fn(&Run, &Run) -> f64,
+    ) -> Vec<f64> {
+        self.runs(keys, setup)
+            .iter()
+            .zip(self.runs(keys, baseline))
+            .map(|(run, base)| f(run, base))
+            .collect()
+    }
+
+    /// Envoy's CPU µs a request added by `setup` over no filter, per round.
+    fn envoy_added_us(&self, keys: Keys, setup: Setup) -> Vec<f64> {
+        self.paired(keys, setup, Setup::NoFilter, |run, base| {
+            run.cpu_us_per_request()[0] - base.cpu_us_per_request()[0]
+        })
+    }
+}
+
+/// The section, in Markdown.
+pub fn section(results: &Results, wasm: &Path, envoy_version: &str) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let rounds = results.runs.first().map_or(0, |(_, _, r)| r.len());
+    writeln!(
+        out,
+        "Envoy {envoy_version} (V8) with {WORKERS} worker, started afresh for every run; its route's upstream is a second listener of the same Envoy answering 200 itself. The load generator holds {CONNECTIONS} keep-alive HTTP/1.1 connections (closed loop, one thread), each request carrying `x-api-key` from 10 hot keys or 1,000 keys in turn. sluice-server is the release binary with one thread (sleeping when idle, its default), gRPC on the same port; Redis beside it; all on this machine's cores. Each limit is high enough that everything passes, except the denying row's. {rounds} rounds of every setup, {} s each after 1 s of warm-up, in an order rotated every round; each cell is the median over the rounds, ranges in brackets. CPU from `/proc` (Envoy's whole process, sluice-server's) and Redis' `INFO`, over the measured span, divided by the requests answered; *added* is Envoy's CPU a request over the same round's no-filter run. *Calls*: requests Envoy sent sluice-server (its clusters' `upstream_rq_total`).\n",
+        results.seconds,
+    )?;
+    for keys in [Keys::Hot, Keys::Many] {
+        table(&mut out, results, keys)?;
+    }
+    chart(results)?;
+    writeln!(out, "![Envoy CPU a request added]({CHART})\n")?;
+    start_up(&mut out, results)?;
+    lease_bound(&mut out, results)?;
+    bars(&mut out, results, wasm)?;
+    Ok(out)
+}
+
+fn table(out: &mut String, results: &Results, keys: Keys) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "**{} keys**\n\n| setup | requests/s | vs no filter | p50 ms | p99 ms | Envoy µs a request | Envoy µs added | sluice-server µs | Redis µs | calls per 1,000 requests |\n|---|---|---|---|---|---|---|---|---|---|",
+        keys.count()
+    )?;
+    for (k, setup, runs) in &results.runs {
+        if *k != keys {
+            continue;
+        }
+        let of = |f: &dyn Fn(&Run) -> f64| spread(runs.iter().map(f).collect());
+        let rate = of(&|r| r.measured.answered_rate());
+        let relative = spread(results.paired(keys, *setup, Setup::NoFilter, |run, base| {
+            run.measured.answered_rate() / base.measured.answered_rate()
+        }));
+        let added = spread(results.envoy_added_us(keys, *setup));
+        let cpu = |i: usize| of(&|r| r.cpu_us_per_request()[i]);
+        writeln!(
+            out,
+            "| {} | {:.0} | {:.2} [{:.2} .. {:.2}] | {:.3} | {:.3} | {:.1} | {:.1} [{:.1} .. {:.1}] | {:.1} | {:.1} | {:.0} |",
+            setup.name(),
+            rate.0,
+            relative.0,
+            relative.1,
+            relative.2,
+            of(&|r| r.measured.quantile_ms(0.5)).0,
+            of(&|r| r.measured.quantile_ms(0.99)).0,
+            cpu(0).0,
+            added.0,
+            added.1,
+            added.2,
+            cpu(1).0,
+            cpu(2).0,
+            of(&|r| r.calls_per_1000()).0,
+        )?;
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+fn chart(results: &Results) -> anyhow::Result<()> {
+    let setups: Vec<Setup> = Setup::COMPARED
+        .into_iter()
+        .filter(|s| *s != Setup::NoFilter)
+        .collect();
+    let categories: Vec<String> = setups.iter().map(|s| s.name().replace('`', "")).collect();
+    let stacks: Vec<charts::Stack> = [(Keys::Hot, "10 hot keys"), (Keys::Many, "1,000 keys")]
+        .into_iter()
+        .map(|(keys, label)| charts::Stack {
+            segments: vec![(
+                label,
+                setups
+                    .iter()
+                    .map(|s| spread(results.envoy_added_us(keys, *s)).0.max(0.0))
+                    .collect(),
+            )],
+        })
+        .collect();
+    let svg = charts::stacked_bars(
+        "Envoy CPU a request added over no filter",
+        "µs a request",
+        &categories,
+        &stacks,
+    );
+    std::fs::write(CHART, svg)?;
+    Ok(())
+}
+
+fn start_up(out: &mut String, results: &Results) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "From Envoy's start to its `/ready` (ms; median over every run of the setup, both key spreads; V8 compiles each .wasm on the main thread before Envoy is ready):\n\n| setup | start to ready ms |\n|---|---|"
+    )?;
+    for setup in [Setup::NoFilter, Setup::Noop, Setup::Sluice] {
+        writeln!(
+            out,
+            "| {} | {:.0} |",
+            setup.name(),
+            start_up_ms(results, setup)
+        )?;
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+fn start_up_ms(results: &Results, setup: Setup) -> f64 {
+    spread(
+        results
+            .runs
+            .iter()
+            .filter(|(_, s, _)| *s == setup)
+            .flat_map(|(_, _, runs)| runs.iter().map(|r| r.start_up.as_secs_f64() * 1e3))
+            .collect(),
+    )
+    .0
+}
+
+fn lease_bound(out: &mut String, results: &Results) -> anyhow::Result<()> {
+    let b = &results.lease_bound;
+    writeln!(
+        out,
+        "Lease mode over its limit: the 10 hot keys, each limited to `{}` with the lease above, offered as fast as the load generator goes for {:.1} s from Envoy's first request: {} admitted and {} denied. The algorithm alone admits at most {} (each key's burst and its rate over the span): lease mode admitted {:.3} of that; its stated bound, with `max_total_share` 0.5 of each key's burst on top, is {} — {}.\n",
+        b.limit,
+        b.seconds,
+        b.admitted,
+        b.denied,
+        b.exact,
+        b.admitted as f64 / b.exact as f64,
+        b.bound,
+        if b.admitted <= b.bound {
+            "**kept**"
+        } else {
+            "**exceeded**"
+        },
+    )?;
+    Ok(())
+}
+
+fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> {
+    writeln!(out, "The bars, judged on every round:\n")?;
+    for keys in [Keys::Hot, Keys::Many] {
+        let sluice = results.envoy_added_us(keys, Setup::Sluice);
+        let native = results.envoy_added_us(keys, Setup::NativeGrpc);
+        let met: Vec<bool> = sluice.iter().zip(&native).map(|(s, n)| s <= n).collect();
+        writeln!(
+            out,
+            "- {} keys: Envoy CPU added by sluice's filter at most the native `ratelimit` filter's: {:.1} µs against {:.1} — {}.",
+            keys.count(),
+            spread(sluice).0,
+            spread(native).0,
+            verdict(&met)
+        )?;
+    }
+    let relative = results.paired(
+        Keys::Hot,
+        Setup::SluiceLease,
+        Setup::NoFilter,
+        |run, base| run.measured.answered_rate() / base.measured.answered_rate(),
+    );
+    let met: Vec<bool> = relative.iter().map(|r| *r >= 0.9).collect();
+    writeln!(
+        out,
+        "- Lease mode on hot keys, at least 0.9 of no filter's requests a second: {:.2} — {}.",
+        spread(relative).0,
+        verdict(&met)
+    )?;
+    let lease = results.envoy_added_us(Keys::Hot, Setup::SluiceLease);
+    let noop = results.envoy_added_us(Keys::Hot, Setup::Noop);
+    let met: Vec<bool> = lease
+        .iter()
+        .zip(&noop)
+        .map(|(l, n)| *l <= 2.0 * n)
+        .collect();
+    writeln!(
+        out,
+        "- Lease mode on hot keys, Envoy CPU added at most twice the no-op filter's: {:.1} µs against {:.1} — {}.",
+        spread(lease).0,
+        spread(noop).0,
+        verdict(&met)
+    )?;
+    let calls: Vec<f64> = results
+        .runs(Keys::Many, Setup::SluiceLease)
+        .iter()
+        .map(Run::calls_per_1000)
+        .collect();
+    let met: Vec<bool> = calls.iter().map(|c| *c <= 50.0).collect();
+    writeln!(
+        out,
+        "- Lease mode on 1,000 keys, at most 50 calls per 1,000 requests: {:.0} — {}.",
+        spread(calls).0,
+        verdict(&met)
+    )?;
+    let ratio = results.paired(Keys::Many, Setup::SluiceThreads, Setup::Sluice, |t, one| {
+        t.cpu_us_per_request()[1] / one.cpu_us_per_request()[1]
+    });
+    let met: Vec<bool> = ratio.iter().map(|r| *r <= 1.3).collect();
+    let (median, low, high) = spread(ratio);
+    writeln!(
+        out,
+        "- sluice-server with {SERVER_THREADS} threads, at most 1.3 times its CPU a decision with 1, on 1,000 keys: {median:.2} [{low:.2} .. {high:.2}] — {}.",
+        verdict(&met)
+    )?;
+    let bytes = std::fs::metadata(wasm)?.len();
+    writeln!(
+        out,
+        "- The .wasm at most {} KB: {:.0} KB — {}.",
+        MAX_WASM_BYTES / 1024,
+        bytes as f64 / 1024.0,
+        verdict(&[bytes <= MAX_WASM_BYTES])
+    )?;
+    let (sluice, noop) = (
+        start_up_ms(results, Setup::Sluice),
+        start_up_ms(results, Setup::Noop),
+    );
+    writeln!(
+        out,
+        "- Envoy's start to ready with sluice's filter at most twice the no-op filter's: {sluice:.0} ms against {noop:.0} ({:.2} times) — {}.\n",
+        sluice / noop,
+        verdict(&[sluice <= 2.0 * noop])
+    )?;
+    Ok(())
+}
