@@ -284,16 +284,31 @@ impl Leases {
         let mut asks: Vec<LeaseAsk> = Vec::new();
         let mut sent: Vec<Sent> = Vec::new();
         let margin = self.margin_us();
-        let slots: Vec<String> = state
-            .touched
-            .iter()
-            .filter(|(slot, t)| t.look_at_us <= now_us || wanted.iter().any(|(w, _)| w == *slot))
-            .map(|(slot, _)| slot.clone())
-            .collect();
-        for slot in slots {
+        // The asks requests marked first, then the leases due a look: a call carries at most
+        // MAX_ASKS, and a marked ask left out is sent at the next tick, not forgotten (its
+        // key would go to the server request by request until the mark ran out, a ttl later).
+        let mut slots: Vec<String> = Vec::new();
+        for (slot, _) in &wanted {
+            if state.touched.contains_key(slot) && !slots.contains(slot) {
+                slots.push(slot.clone());
+            }
+        }
+        slots.extend(
+            state
+                .touched
+                .iter()
+                .filter(|(slot, t)| {
+                    t.look_at_us <= now_us && !wanted.iter().any(|(w, _)| w == *slot)
+                })
+                .map(|(slot, _)| slot.clone()),
+        );
+        let mut looked_at = 0;
+        for slot in &slots {
             if asks.len() >= MAX_ASKS {
                 break;
             }
+            looked_at += 1;
+            let slot = slot.clone();
             let Some(touched) = state.touched.get(&slot) else {
                 continue;
             };
@@ -427,14 +442,21 @@ impl Leases {
                 lease_until_us: orphan.lease_until_us,
             });
         }
+        let left_out = &slots[looked_at..];
+        state
+            .wanted
+            .extend(wanted.into_iter().filter(|(w, _)| left_out.contains(w)));
         let idle =
             state.touched.is_empty() && state.in_flight.is_empty() && state.orphans.is_empty();
-        drop(state);
-        self.ticker.set_leasing(if idle && asks.is_empty() {
+        let period = if !state.wanted.is_empty() {
+            Some(ASK_TICK)
+        } else if idle && asks.is_empty() {
             None
         } else {
             self.tick
-        });
+        };
+        drop(state);
+        self.ticker.set_leasing(period);
         if asks.is_empty() {
             return None;
         }

@@ -75,6 +75,51 @@ fn a_busy_key_is_decided_in_envoy_with_few_callouts() {
     assert_eq!(outcome(&done[1_999], "per-tenant")["local"], true);
 }
 
+/// Many moderately busy keys at once, more than one lease call carries: each is leased
+/// within a few ticks and decided in Envoy after, not sent to the server request by request
+/// until its unanswered ask runs out.
+#[test]
+fn many_keys_asking_at_once_are_all_leased() {
+    let stack = Stack::start(&format!(
+        r#"{{"cluster": "sluice", "rules": [{}]}}"#,
+        tenant_rule(
+            r#"{"algorithm": "gcra", "rate": 100000, "per": "1s", "burst": 100000}"#,
+            r#"{"horizon": "500ms"}"#
+        )
+    ));
+    // 300 tenants in step (a lease call carries at most 64 asks, and all 300 ask in the same
+    // tick), each at 20 a second for 3 seconds.
+    let (tenants, every_us, per_tenant) = (300, 50_000, 60);
+    let mut records: Vec<TraceRecord> = (0..tenants)
+        .flat_map(|t| tenant_requests(&format!("tenant-{t}"), T, every_us, per_tenant))
+        .collect();
+    records.sort_by_key(|r| r.time_us);
+    for (i, r) in records.iter_mut().enumerate() {
+        r.line = i;
+    }
+    let (done, run) = stack.run(&records, &workers(1));
+    assert!(done.iter().all(|d| d.status == 200), "all within the limit");
+    let callouts = stat(&run, "sluice.callouts") + stat(&run, "sluice.lease_calls");
+    let per_thousand = callouts as f64 * 1000.0 / records.len() as f64;
+    // Each key's first requests go to the server while its rate is learned and its ask is
+    // answered: about three of its 60.
+    assert!(
+        per_thousand <= 80.0,
+        "{callouts} callouts for {} requests: {per_thousand:.0} per 1,000",
+        records.len()
+    );
+    // In the last second every key is decided in Envoy.
+    let last_second_ns = (T as u64 + 2_000) * 1_000_000;
+    let late_remote = done
+        .iter()
+        .filter(|d| d.started_ns >= last_second_ns && outcome(d, "per-tenant")["local"] != true)
+        .count();
+    assert_eq!(
+        late_remote, 0,
+        "requests in the last second decided by the server"
+    );
+}
+
 /// Four workers spend one Envoy's allowances at once, and the key's limit (200 in the hour,
 /// no refill) is offered ten times over: every unit Redis gave out, by lease or per request,
 /// admits exactly one request, and nothing else is admitted.
