@@ -79,10 +79,14 @@ impl Stream {
     /// The parts of the request the policy reads: only the headers its rules name, when it
     /// can say which (a header map read whole costs an allocation per header).
     fn read_request<'p>(&self, policy: &'p Policy) -> HttpRequest<'p> {
-        let source_address = ffi::get_property(ffi::SOURCE_ADDRESS).map(|bytes| {
-            String::from_utf8(bytes)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-        });
+        let source_address = policy
+            .reads_source_address
+            .then(|| ffi::get_property(ffi::SOURCE_ADDRESS))
+            .flatten()
+            .map(|bytes| {
+                String::from_utf8(bytes)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+            });
         let headers = match &policy.headers_read {
             Some(names) => names
                 .iter()

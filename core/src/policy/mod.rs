@@ -197,6 +197,9 @@ pub struct Policy {
     /// The request headers the rules read, when the first value of each is all they read;
     /// `None` when they need every header (every `x-forwarded-for` line, with trusted hops).
     pub headers_read: Option<Vec<String>>,
+    /// Whether a rule keys on the client's address, so that the connection's peer must be
+    /// read (a host call on every request in Envoy).
+    pub reads_source_address: bool,
 }
 
 /// A check a request needs: the rule it comes from and the request's key for it.
@@ -295,6 +298,9 @@ impl Policy {
             .collect::<Result<Vec<_>, _>>()?;
         let trusted_hops = raw.trusted_hops.unwrap_or(0);
         let headers_read = headers_read(&rules, trusted_hops);
+        let reads_source_address = rules
+            .iter()
+            .any(|r| r.key.iter().any(|part| matches!(part, KeyPart::ClientIp)));
         Ok(Policy {
             service: Service {
                 cluster: raw.cluster.clone(),
@@ -308,6 +314,7 @@ impl Policy {
             response: ResponseConfig::from_raw(raw.response.as_ref())?,
             rules,
             headers_read,
+            reads_source_address,
         })
     }
 
