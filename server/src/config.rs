@@ -148,9 +148,12 @@ pub struct Args {
     #[arg(long, env = "SLUICE_LISTEN_BACKLOG", default_value_t = 4096)]
     pub listen_backlog: u32,
 
-    /// Threads serving requests; 0 for one per CPU. One thread sends the commands of requests
-    /// that arrive together to Redis in one write, which costs least where Redis and the
-    /// server share a few cores.
+    /// Threads serving requests; 0 for one per CPU. Each thread has its own event loop, its
+    /// own socket on the port (the kernel spreads connections over them by their addresses)
+    /// and its own Redis connection, so threads never wake one another: a connection's
+    /// requests are all served by one thread. One thread sends the commands of requests that
+    /// arrive together to Redis in one write, which costs least where Redis and the server
+    /// share a few cores.
     #[arg(long, env = "SLUICE_THREADS", default_value_t = 0)]
     pub threads: usize,
 

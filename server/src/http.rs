@@ -36,7 +36,7 @@ pub struct AppState {
     /// Envoy's gRPC rate limit service, when configured.
     pub rls: Option<Arc<RlsState>>,
     /// Warnings of failed requests, written at most once a second each.
-    pub failure_warnings: FailureWarnings,
+    pub failure_warnings: Arc<FailureWarnings>,
 }
 
 /// The HTTP service: `POST /v1/decide` straight to its handler, every other request through

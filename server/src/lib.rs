@@ -58,12 +58,37 @@ use crate::tls::{ConnectionLimits, Listening, TlsFor};
 /// A listener on `addr` whose kernel queue holds `backlog` connections not yet taken (capped
 /// by the kernel's net.core.somaxconn); must be called within a Tokio runtime.
 pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    bind_socket(addr, backlog, false)
+}
+
+/// `count` listening sockets on `addr` (port 0: one the first picks), one for each thread:
+/// the kernel spreads connections over them (`SO_REUSEPORT`), so no thread wakes for
+/// another's. Made in the calling runtime and handed back free of it, for each thread's own.
+pub fn bind_each(
+    addr: SocketAddr,
+    count: usize,
+    backlog: u32,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    let mut listeners = Vec::with_capacity(count);
+    let mut addr = addr;
+    for _ in 0..count.max(1) {
+        let listener = bind_socket(addr, backlog, count > 1)?;
+        addr = listener.local_addr()?;
+        listeners.push(listener.into_std()?);
+    }
+    Ok(listeners)
+}
+
+fn bind_socket(addr: SocketAddr, backlog: u32, shared: bool) -> std::io::Result<TcpListener> {
     let socket = match addr {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
         SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
     };
     // As std's and tokio's own bind: a restarted server takes its port at once.
     socket.set_reuseaddr(true)?;
+    if shared {
+        socket.set_reuseport(true)?;
+    }
     socket.bind(addr)?;
     socket.listen(backlog.max(1))
 }
@@ -85,6 +110,48 @@ pub async fn serve_on(
     grpc_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_thread(
+        config,
+        ServerThread::alone(),
+        listener,
+        grpc_listener,
+        shutdown,
+    )
+    .await
+}
+
+/// One of the server's threads: each serves on its own event loop, with its own listening
+/// sockets and Redis connection, and they share the metrics and the log's throttles.
+#[derive(Clone)]
+pub struct ServerThread {
+    /// The metrics every thread counts into.
+    pub metrics: Arc<Metrics>,
+    /// The throttles of the warnings of failed requests: once a second for the process.
+    pub failure_warnings: Arc<FailureWarnings>,
+    /// Whether this thread keeps the process-wide background work (reloading the rate limit
+    /// configuration and the TLS certificates): one thread does.
+    pub primary: bool,
+}
+
+impl ServerThread {
+    /// The one thread of a server that has one.
+    pub fn alone() -> ServerThread {
+        ServerThread {
+            metrics: Arc::new(Metrics::default()),
+            failure_warnings: Arc::default(),
+            primary: true,
+        }
+    }
+}
+
+/// As [`serve_on`], as one of several threads of the server (see [`ServerThread`]).
+pub async fn serve_thread(
+    config: ServerConfig,
+    thread: ServerThread,
+    listener: TcpListener,
+    grpc_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     if config
         .tls
         .as_ref()
@@ -96,14 +163,14 @@ pub async fn serve_on(
             "TLS for the gRPC listener alone, and no gRPC listener",
         ));
     }
-    let state = app_state(&config);
+    let state = app_state(&config, &thread);
     let mut app = router(Arc::clone(&state));
     let mut grpc_app = None;
     let mut background = Vec::new();
-    if let Some(rls) = &state.rls {
+    if let Some(rls) = state.rls.as_ref().filter(|_| thread.primary) {
         background.push(watch_rls_config(rls, &state.metrics));
     }
-    if let Some(tls) = &config.tls {
+    if let Some(tls) = config.tls.as_ref().filter(|_| thread.primary) {
         background.push(tls.keep_reloading());
     }
     if let Some(budget) = config.busy_poll {
@@ -214,8 +281,8 @@ fn watch_rls_config(rls: &Arc<RlsState>, metrics: &Arc<Metrics>) -> JoinHandle<(
 }
 
 /// The state every handler shares: the engine over a Redis connection, metrics, settings.
-fn app_state(config: &ServerConfig) -> Arc<AppState> {
-    let metrics = Arc::new(Metrics::default());
+fn app_state(config: &ServerConfig, thread: &ServerThread) -> Arc<AppState> {
+    let metrics = Arc::clone(&thread.metrics);
     let store = Store::connect_calling(
         config.topology.clone(),
         config.redis_timeout,
@@ -228,7 +295,7 @@ fn app_state(config: &ServerConfig) -> Arc<AppState> {
         token: config.token.clone(),
         replay_time: config.replay_time,
         rls: config.rls.clone(),
-        failure_warnings: FailureWarnings::default(),
+        failure_warnings: Arc::clone(&thread.failure_warnings),
     })
 }
 
@@ -257,7 +324,7 @@ pub async fn spawn(config: ServerConfig, listen: SocketAddr) -> std::io::Result<
 /// A server in this process that is reached by calling it (see [`memory`]); it must be
 /// created within a Tokio runtime, and lives as long as any clone of it.
 pub fn in_process(config: ServerConfig) -> memory::InProcessServer {
-    let state = app_state(&config);
+    let state = app_state(&config, &ServerThread::alone());
     memory::InProcessServer::new(Service::new(Arc::clone(&state), router(state)))
 }
 

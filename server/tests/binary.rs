@@ -174,6 +174,52 @@ async fn a_busy_polling_server_polls_under_load_and_sleeps_when_idle() {
     child.stop().await;
 }
 
+/// With several threads, each serves connections on its own socket of the one port, and the
+/// metrics count every thread's decisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_threads_share_the_port_the_load_and_the_metrics() {
+    let redis = RedisServer::start().unwrap();
+    let port = free_port().unwrap();
+    let child = ServerProcess::start(Command::new(BINARY).args([
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--redis",
+        &redis.url(),
+        "--threads",
+        "2",
+    ]));
+    assert_eq!(decide_once(port).await.status, 200);
+    let url = format!("http://127.0.0.1:{port}");
+    let limit = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
+    // Connections the kernel spreads over the two sockets by their ports.
+    let load = Load::start(&url, "spread", limit, 16, 100);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let answers = load.stop().await;
+    assert!(answers.iter().all(|a| a.status == 200));
+    let metrics = Http::http1().get(&format!("{url}/metrics")).await.body;
+    let counted: usize = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluice_decisions_total{") && l.contains("rule=\"spread\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<usize>().ok())
+        .sum();
+    assert_eq!(counted, answers.len(), "{metrics}");
+    let busy_threads = std::fs::read_dir(format!("/proc/{}/task", child.id()))
+        .unwrap()
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+            let (_, after) = stat.split_once(") ")?;
+            let name = stat.split_once('(')?.1.split_once(')')?.0.to_owned();
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            let ticks: u64 =
+                fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+            name.starts_with("sluice-server").then_some(ticks)
+        })
+        .filter(|ticks| *ticks > 0)
+        .count();
+    assert_eq!(busy_threads, 2, "both serving threads worked");
+    child.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_from_the_environment_it_serves_logs_json_and_exits_cleanly_on_sigterm() {
     let redis = RedisServer::start().unwrap();
