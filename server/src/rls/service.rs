@@ -94,17 +94,15 @@ impl RateLimitService for RlsService {
                 "this server has no rate limit configuration: start it with --rls-config",
             ));
         };
-        let headers = request.metadata().clone().into_headers();
+        let (metadata, _, request) = request.into_parts();
+        let headers = metadata.into_headers();
         authorize(state, &headers).map_err(Status::unauthenticated)?;
         let replay_us = replay_time(state, &headers).map_err(Status::invalid_argument)?;
-        let request = from_proto(request.into_inner());
+        let request = from_proto(request);
         let answer = rls
             .decide(&state.engine, &state.metrics, &request, replay_us)
             .await;
-        state
-            .metrics
-            .rls()
-            .call("ShouldRateLimit", started.elapsed());
+        state.metrics.rls().call(started.elapsed());
         match answer {
             Ok(answer) => Ok(Response::new(to_proto(answer))),
             Err(RlsError::Request(e)) => {

@@ -7,7 +7,8 @@
 //! exposed as metrics of unknown type: Prometheus stores them under exactly these names, and
 //! `rate()` works on them as on any counter.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::label_budget::LabelBudget;
@@ -75,6 +76,18 @@ pub struct RlsStats {
     /// Stats keys come from requests (a descriptor's value, with `detailed_metric` or an
     /// override): bounded.
     stats_keys: LabelBudget,
+    /// By label (a stats key, or the overflow key): its labels and counters.
+    by_label: RwLock<HashMap<String, Arc<KeyCounters>>>,
+    /// `ShouldRateLimit`'s request counter and histogram, once it has been called.
+    should_rate_limit: OnceLock<(ReferenceCounter, Histogram)>,
+}
+
+/// One stats key's labels and its counters in each by-key family, each made when first
+/// counted (the reference service shows a stat once it has counted something).
+#[derive(Debug)]
+struct KeyCounters {
+    labels: KeyLabels,
+    stats: [OnceLock<ReferenceCounter>; 6],
 }
 
 /// Why a call failed, as the reference names it (`err_type`).
@@ -164,39 +177,85 @@ impl RlsStats {
             config_load_success,
             config_load_error,
             stats_keys,
+            by_label: RwLock::default(),
+            should_rate_limit: OnceLock::new(),
         }
     }
 
     /// Counts one descriptor's hits under its stats key (`domain.key_value...`), or under
     /// the overflow key once the stats have [`crate::label_budget::MAX_VALUES`] keys.
     pub fn hits(&self, stats_key: &str, counts: &HitCounts) {
-        let labels = labels(&self.stats_keys.label(stats_key));
-        for (family, n) in [
-            (&self.total_hits, counts.total_hits),
-            (&self.over_limit, counts.over_limit),
-            (&self.near_limit, counts.near_limit),
-            (&self.within_limit, counts.within_limit),
-            (&self.shadow_mode, counts.shadow_mode),
-            (
-                &self.over_limit_with_local_cache,
-                counts.over_limit_with_local_cache,
-            ),
-        ] {
+        let label = self.stats_keys.label(stats_key);
+        let counters = self.counters_of(&label);
+        for (i, n) in [
+            counts.total_hits,
+            counts.over_limit,
+            counts.near_limit,
+            counts.within_limit,
+            counts.shadow_mode,
+            counts.over_limit_with_local_cache,
+        ]
+        .into_iter()
+        .enumerate()
+        {
             if n > 0 {
-                family.get_or_create(&labels).0.inc_by(n);
+                let family = self.by_key_families()[i];
+                counters.stats[i]
+                    .get_or_init(|| family.get_or_create(&counters.labels).clone())
+                    .0
+                    .inc_by(n);
             }
         }
     }
 
-    /// Counts one gRPC call and its time.
-    pub fn call(&self, method: &'static str, elapsed: Duration) {
-        let labels = MethodLabels {
-            grpc_method: method,
-        };
-        self.total_requests.get_or_create(&labels).0.inc();
-        self.response_time
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
+    fn by_key_families(&self) -> [&ByKey; 6] {
+        [
+            &self.total_hits,
+            &self.over_limit,
+            &self.near_limit,
+            &self.within_limit,
+            &self.shadow_mode,
+            &self.over_limit_with_local_cache,
+        ]
+    }
+
+    /// The counters of a stats key's labels: made once per key (at most the label budget's
+    /// keys and the overflow key), since the labels take a regex and three strings to make
+    /// and every `ShouldRateLimit` counts each of its descriptors.
+    fn counters_of(&self, label: &str) -> Arc<KeyCounters> {
+        if let Some(counters) = self
+            .by_label
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(label)
+        {
+            return Arc::clone(counters);
+        }
+        let counters = Arc::new(KeyCounters {
+            labels: labels(label),
+            stats: Default::default(),
+        });
+        self.by_label
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(label.to_owned())
+            .or_insert(counters)
+            .clone()
+    }
+
+    /// Counts one `ShouldRateLimit` call and its time.
+    pub fn call(&self, elapsed: Duration) {
+        let (requests, time) = self.should_rate_limit.get_or_init(|| {
+            let labels = MethodLabels {
+                grpc_method: "ShouldRateLimit",
+            };
+            (
+                self.total_requests.get_or_create(&labels).clone(),
+                self.response_time.get_or_create(&labels).clone(),
+            )
+        });
+        requests.0.inc();
+        time.observe(elapsed.as_secs_f64());
     }
 
     /// Counts a failed `ShouldRateLimit`.
