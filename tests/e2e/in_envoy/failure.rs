@@ -21,7 +21,7 @@ fn policy(failure_mode: &str) -> String {
     format!(
         r#"{{"cluster": "sluice", "timeout": "100ms", "failure_mode": "{failure_mode}", "deny_cache": false,
             "rules": [{{"name": "per-ip", "key": ["client_ip"],
-                        "limit": {{"algorithm": "fixed_window", "limit": 3, "window": "1m"}}}}]}}"#
+                        "limit": {{"algorithm": "gcra", "rate": 1, "per": "1h", "burst": 3}}}}]}}"#
     )
 }
 

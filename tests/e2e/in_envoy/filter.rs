@@ -5,12 +5,17 @@
 use std::time::{Duration, Instant};
 
 use sluice_e2e::real_envoy::{
-    Backends, MutualTls, Plugin, burst, count_status, eventually, get, plugin_config,
+    Backends, MutualTls, Plugin, burst, clear_of_a_minute_boundary, count_status, eventually, get,
+    plugin_config,
 };
 use sluice_harness::Envoy;
 
 /// Workers per Envoy: more than one, so that they really run side by side.
 pub const WORKERS: usize = 2;
+
+/// What a test on a fixed one-minute window needs of its minute: Envoy's start and its
+/// requests, with room to spare (one such test failed when its window turned over mid-test).
+const MINUTE_WINDOW_TEST: Duration = Duration::from_secs(15);
 
 /// Starts an Envoy with the filter on `policy` in front of `backends`.
 pub fn envoy_with(backends: &Backends, policy: &str, failure_policy: &str) -> Envoy {
@@ -56,6 +61,7 @@ fn connections_per_worker(envoy: &Envoy) -> Vec<u64> {
 
 #[test]
 fn a_limit_holds_across_two_workers_with_the_x_ratelimit_headers() {
+    clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
     let backends = Backends::start(&[]);
     let envoy = envoy_with(
         &backends,
@@ -93,6 +99,7 @@ fn a_limit_holds_across_two_workers_with_the_x_ratelimit_headers() {
 
 #[test]
 fn the_ietf_style_sends_ratelimit_policy_and_ratelimit_fields() {
+    clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
     let backends = Backends::start(&[]);
     let envoy = envoy_with(
         &backends,
@@ -131,6 +138,7 @@ fn the_ietf_style_sends_ratelimit_policy_and_ratelimit_fields() {
 
 #[test]
 fn several_rules_are_decided_in_one_callout_all_or_nothing() {
+    clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
     let backends = Backends::start(&[]);
     let envoy = envoy_with(
         &backends,
@@ -174,6 +182,7 @@ fn several_rules_are_decided_in_one_callout_all_or_nothing() {
 
 #[test]
 fn the_deny_cache_is_shared_by_the_workers() {
+    clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
     let backends = Backends::start(&[]);
     let envoy = envoy_with(
         &backends,
@@ -329,6 +338,7 @@ fn a_shadow_rule_decides_and_counts_in_envoy_but_never_denies() {
 
 #[test]
 fn the_filter_reaches_sluice_server_over_tls_with_a_client_certificate() {
+    clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
     let tls = MutualTls::new();
     let server_args = tls.server_args();
     let args: Vec<&str> = server_args.iter().map(String::as_str).collect();
@@ -356,6 +366,7 @@ fn the_filter_reaches_sluice_server_over_tls_with_a_client_certificate() {
 
 #[test]
 fn a_forwarded_address_in_any_form_a_proxy_writes_is_limited_and_garbage_falls_back_to_the_peer() {
+    clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
     let backends = Backends::start(&[]);
     // Envoy appends the peer (use_remote_address), so the load balancer's entry is 2 hops in.
     let envoy = envoy_with(
