@@ -158,7 +158,7 @@ pub struct Args {
     pub threads: usize,
 
     /// Keep polling the sockets for up to this many microseconds after each Redis call starts
-    /// or ends, instead of sleeping (0: off; with --threads 1). Under load the server is then
+    /// or ends, instead of sleeping (0: off; each thread polls its own). Under load the server is then
     /// awake when Redis' answers and callers' requests come, which raises its rate and lowers
     /// its latency, for CPU spent polling (sluice_busy_poll_seconds_total); idle, it sleeps.
     #[arg(long, env = "SLUICE_BUSY_POLL_US", default_value_t = 0)]
@@ -277,7 +277,7 @@ pub struct ServerConfig {
     /// TLS on the listeners.
     pub tls: Option<ListenerTls>,
     /// How long the server polls after each Redis call instead of sleeping, if it does
-    /// ([`crate::busy_poll`]); on a one-thread runtime only.
+    /// ([`crate::busy_poll`]); each of the binary's threads polls its own event loop.
     pub busy_poll: Option<Duration>,
     /// How long a connection may pass nothing before it is closed.
     pub idle_timeout: Duration,
@@ -370,12 +370,6 @@ impl TryFrom<&Args> for ServerConfig {
             && (token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()))
         {
             return Err("--token: must be printable ASCII without spaces".to_owned());
-        }
-        if args.busy_poll_us > 0 && args.threads != 1 {
-            return Err(format!(
-                "--busy-poll-us: polls one thread's event loop; give --threads 1 (not {})",
-                args.threads
-            ));
         }
         Ok(ServerConfig {
             topology,

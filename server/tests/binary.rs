@@ -124,10 +124,6 @@ fn a_bad_setting_stops_the_server_with_a_message_naming_it() {
         &["--redis", "htp://user:hunter2@redis:6379"],
         "--redis: `htp://user:***@redis:6379` is not a Redis URL",
     );
-    assert_refused(
-        &["--busy-poll-us", "50", "--threads", "2"],
-        "--busy-poll-us: polls one thread's event loop; give --threads 1 (not 2)",
-    );
 }
 
 /// With `--busy-poll-us` the server polls instead of sleeping while decisions come (and says
@@ -135,6 +131,16 @@ fn a_bad_setting_stops_the_server_with_a_message_naming_it() {
 /// poller that never stopped would spend the whole second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_polling_server_polls_under_load_and_sleeps_when_idle() {
+    busy_polling_polls_under_load_and_sleeps_when_idle("1").await;
+}
+
+/// As above, with two threads, each polling its own event loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_thread_of_a_busy_polling_server_sleeps_when_idle() {
+    busy_polling_polls_under_load_and_sleeps_when_idle("2").await;
+}
+
+async fn busy_polling_polls_under_load_and_sleeps_when_idle(threads: &str) {
     let redis = RedisServer::start().unwrap();
     let port = free_port().unwrap();
     let child = ServerProcess::start(Command::new(BINARY).args([
@@ -143,7 +149,7 @@ async fn a_busy_polling_server_polls_under_load_and_sleeps_when_idle() {
         "--redis",
         &redis.url(),
         "--threads",
-        "1",
+        threads,
         "--busy-poll-us",
         "200",
     ]));
