@@ -83,7 +83,10 @@ pub fn envoy_yaml(setup: Setup, addresses: &Addresses, wasm: &Wasm<'_>) -> Strin
         "",
     );
     let (origin_ip, origin_port) = (addresses.origin.ip(), addresses.origin.port());
-    let (server_ip, server_port) = (server.ip(), server.port());
+    let (sluice, sluice_rls) = (
+        http2_cluster("sluice", server),
+        http2_cluster("sluice_rls", server),
+    );
     format!(
         r#"
 admin:
@@ -98,32 +101,29 @@ static_resources:
       cluster_name: upstream
       endpoints:
       - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: {origin_ip}, port_value: {origin_port}}}}}}}
-  - name: sluice
-    type: STATIC
-    connect_timeout: 0.25s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: sluice
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: {server_ip}, port_value: {server_port}}}}}}}
-  - name: sluice_rls
-    type: STATIC
-    connect_timeout: 0.25s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: sluice_rls
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: {server_ip}, port_value: {server_port}}}}}}}
+        - endpoint: {{address: {{socket_address: {{address: {origin_ip}, port_value: {origin_port}}}}}}}{sluice}{sluice_rls}
 "#
+    )
+}
+
+/// A cluster of the one endpoint `address`, spoken to over cleartext HTTP/2 (the filter's
+/// callouts and the native filter's gRPC alike); as a YAML list item.
+fn http2_cluster(name: &str, address: SocketAddr) -> String {
+    let (ip, port) = (address.ip(), address.port());
+    format!(
+        r#"
+  - name: {name}
+    type: STATIC
+    connect_timeout: 0.25s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: {ip}, port_value: {port}}}}}}}"#
     )
 }
 
@@ -182,9 +182,11 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
         Setup::SluiceDenying => {
             wasm_filter("sluice", wasm.sluice, &sluice_policy(DENYING_LIMIT, None))
         }
-        Setup::SluiceLeaseLimited(limit) => {
-            wasm_filter("sluice", wasm.sluice, &sluice_policy(limit, Some(LEASE)))
-        }
+        Setup::SluiceLeaseLimited => wasm_filter(
+            "sluice",
+            wasm.sluice,
+            &sluice_policy(&super::lease_limit(), Some(LEASE)),
+        ),
         Setup::NativeGrpc => "
           - name: envoy.filters.http.ratelimit
             typed_config:

@@ -53,8 +53,8 @@ pub enum Setup {
     NativeGrpc,
     /// sluice's filter with a limit that denies nearly everything: the deny cache at work.
     SluiceDenying,
-    /// sluice's filter in lease mode with this limit (JSON), which the traffic exceeds.
-    SluiceLeaseLimited(&'static str),
+    /// sluice's filter in lease mode with the limit the lease's bound is measured with.
+    SluiceLeaseLimited,
 }
 
 impl Setup {
@@ -80,7 +80,7 @@ impl Setup {
             Setup::SluiceLease => "lease",
             Setup::NativeGrpc => "grpc",
             Setup::SluiceDenying => "denying",
-            Setup::SluiceLeaseLimited(_) => "lease-limited",
+            Setup::SluiceLeaseLimited => "lease-limited",
         }
     }
 
@@ -97,7 +97,7 @@ impl Setup {
             Setup::SluiceLease => format!("sluice wasm, lease `{}`", config::LEASE),
             Setup::NativeGrpc => "native `ratelimit` -> sluice-server gRPC".into(),
             Setup::SluiceDenying => "sluice wasm, per request, denying".into(),
-            Setup::SluiceLeaseLimited(_) => "sluice wasm, lease, limited".into(),
+            Setup::SluiceLeaseLimited => "sluice wasm, lease, limited".into(),
         }
     }
 }
@@ -161,7 +161,7 @@ pub struct Results {
 #[derive(Debug, Clone)]
 pub struct LeaseBound {
     /// The limit (JSON).
-    pub limit: &'static str,
+    pub limit: String,
     /// Seconds of traffic.
     pub seconds: f64,
     /// Requests admitted.
@@ -382,21 +382,23 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
     })
 }
 
-/// The limit the lease's bound is measured with: far below what the hot keys are offered.
-const LEASE_LIMIT: &str = r#"{"algorithm": "gcra", "rate": 200, "per": "1s", "burst": 100}"#;
-/// Its rate and burst.
-const LEASE_LIMIT_RATE: f64 = 200.0;
-const LEASE_LIMIT_BURST: f64 = 100.0;
+/// The rate (a second) and burst of the limit the lease's bound is measured with: far below
+/// what the hot keys are offered.
+const LEASE_LIMIT_RATE: u32 = 200;
+const LEASE_LIMIT_BURST: u32 = 100;
+
+/// That limit, as a rule's `limit`.
+fn lease_limit() -> String {
+    format!(
+        r#"{{"algorithm": "gcra", "rate": {LEASE_LIMIT_RATE}, "per": "1s", "burst": {LEASE_LIMIT_BURST}}}"#
+    )
+}
 /// The lease's `max_total_share` (its default).
 const MAX_TOTAL_SHARE: f64 = 0.5;
 
 /// Lease mode on hot keys offered far more than [`LEASE_LIMIT`], from the first request on.
 fn lease_bound(stack: &Stack, wasm: &config::Wasm<'_>, seconds: u64) -> anyhow::Result<LeaseBound> {
-    let yaml = config::envoy_yaml(
-        Setup::SluiceLeaseLimited(LEASE_LIMIT),
-        &stack.addresses,
-        wasm,
-    );
+    let yaml = config::envoy_yaml(Setup::SluiceLeaseLimited, &stack.addresses, wasm);
     let mut envoy = Envoy::start(&yaml, WORKERS)?;
     let runtime = load_runtime()?;
     let started = Instant::now();
@@ -417,13 +419,14 @@ fn lease_bound(stack: &Stack, wasm: &config::Wasm<'_>, seconds: u64) -> anyhow::
         );
     }
     let keys = Keys::Hot.count() as f64;
-    let exact = keys * (LEASE_LIMIT_BURST + LEASE_LIMIT_RATE * span);
+    let (rate, burst) = (f64::from(LEASE_LIMIT_RATE), f64::from(LEASE_LIMIT_BURST));
+    let exact = keys * (burst + rate * span);
     Ok(LeaseBound {
-        limit: LEASE_LIMIT,
+        limit: lease_limit(),
         seconds: span,
         admitted: measured.requests,
         denied: measured.limited,
         exact: exact.floor() as u64,
-        bound: (exact + keys * MAX_TOTAL_SHARE * LEASE_LIMIT_BURST).floor() as u64,
+        bound: (exact + keys * MAX_TOTAL_SHARE * burst).floor() as u64,
     })
 }
