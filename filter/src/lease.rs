@@ -1,9 +1,10 @@
 //! Leases in the filter: each rule and key's [`Allowance`] in shared data, spent by every
 //! worker with compare-and-swap; asks sent from the root context's tick; answers applied.
 //!
-//! A request's stream takes units out of the allowance when it can ([`Leases::take`]) and,
-//! when the allowance runs low, marks it as asked for (in the same compare-and-swap, so one
-//! worker asks at a time). The root context's tick then sends one `POST /v1/lease` with every
+//! A request's stream takes units out of the allowance when it can ([`Leases::take`]), with a
+//! few more for the worker's [`Purse`], from which the next requests take theirs with no host
+//! call; when the allowance runs low, it marks it as asked for (in the same compare-and-swap,
+//! so one worker asks at a time). The root context's tick then sends one `POST /v1/lease` with every
 //! ask this worker marked, renews the leases about to end of keys still in use, and gives back
 //! the units of those that went quiet. Asks go out from the root context, not from a stream, because the
 //! SDK drops the answer to a callout whose stream has ended, and a stream decided from a lease
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use sluice_core::deny_cache::{SlotKeys, entry_id};
 use sluice_core::key::{LimitKey, RuleName};
-use sluice_core::lease::{Allowance, Ending, LEASE_SLOTS, LeaseConfig, Take};
+use sluice_core::lease::{Allowance, Ending, LEASE_SLOTS, LeaseConfig, Purse, Take};
 use sluice_core::policy::Rule;
 use sluice_core::wire::{LeaseAsk, LeaseGrant, LeaseRequest, MAX_ASKS};
 
@@ -34,6 +35,8 @@ pub struct Reservation {
     slot: String,
     id: String,
     cost: u64,
+    /// The lease of the purse the units came from; `None`: from the shared allowance.
+    purse_lease_until_us: Option<u64>,
 }
 
 /// What an allowance says about one request.
@@ -126,6 +129,17 @@ struct WorkerState {
     /// By callout token.
     in_flight: HashMap<u32, Vec<Sent>>,
     orphans: Vec<Orphan>,
+    /// By allowance id: this worker's purses.
+    purses: HashMap<String, Pursed>,
+}
+
+/// A worker's purse and where its units came from.
+struct Pursed {
+    /// The allowance's slot.
+    slot: String,
+    /// The rule's index.
+    rule: usize,
+    purse: Purse,
 }
 
 /// The leases of one configuration, seen from one worker's VM.
@@ -195,18 +209,41 @@ impl Leases {
         now_us: u64,
     ) -> Local {
         let id = entry_id(&rule.name, key);
+        let cost = rule.cost;
+        let mut state = self.state.borrow_mut();
+        if let Some(Pursed { slot, purse, .. }) = state.purses.get_mut(&id)
+            && purse.take(cost, now_us)
+        {
+            return Local::Taken {
+                reservation: Reservation {
+                    slot: slot.clone(),
+                    id,
+                    cost,
+                    purse_lease_until_us: Some(purse.lease_until_us),
+                },
+                limit: purse.limit,
+                remaining: purse.remaining,
+            };
+        }
+        let emptied = state.purses.remove(&id).map(|p| p.purse);
+        drop(state);
         let slot = self.slot(&id);
         let ttl = config.terms.ttl.as_micros().unsigned_abs();
-        let cost = rule.cost;
         let mut asked = false;
         let mut look_at_us = 0;
+        let mut filled = None;
+        let mut written = false;
         let local = update(&slot, |current| {
             asked = false;
+            filled = None;
             let mut a = match current {
                 Some(a) if a.id == id => a,
                 Some(a) if !a.is_free(now_us, ttl) => return (None, Local::NotHeld),
                 _ => Allowance::new(&id),
             };
+            if let Some(purse) = &emptied {
+                a.absorb(purse, now_us, config.horizon);
+            }
             a.observe(cost, now_us, config.horizon);
             let limit = a.limit.max(rule.limit.capacity());
             let denied = |wait_us: u64| Local::Denied {
@@ -215,15 +252,19 @@ impl Leases {
             };
             // Units held are spent first: an empty answer only says there are no more.
             let local = match a.take(cost, now_us) {
-                Take::Taken => Local::Taken {
-                    reservation: Reservation {
-                        slot: slot.clone(),
-                        id: id.clone(),
-                        cost,
-                    },
-                    limit,
-                    remaining: a.remaining,
-                },
+                Take::Taken => {
+                    filled = Some(a.fill(now_us));
+                    Local::Taken {
+                        reservation: Reservation {
+                            slot: slot.clone(),
+                            id: id.clone(),
+                            cost,
+                            purse_lease_until_us: None,
+                        },
+                        limit,
+                        remaining: a.remaining,
+                    }
+                }
                 Take::Paced { wait_us } => denied(wait_us),
                 Take::Short if now_us < a.next_ask_us => denied(a.next_ask_us - now_us),
                 Take::Short => Local::NotHeld,
@@ -233,11 +274,23 @@ impl Leases {
                 asked = true;
             }
             look_at_us = self.look_at(&a, ttl, now_us);
+            written = true;
             (Some(a), local)
         });
         let mut state = self.state.borrow_mut();
         if asked {
             state.wanted.push((slot.clone(), now_us));
+        }
+        // Unless the allowance took it back, the emptied purse's units (fewer than a request
+        // costs) are still this worker's to spend.
+        let purse = if written { filled } else { emptied };
+        if let Some(purse) = purse.filter(|p| p.units > 0) {
+            let pursed = Pursed {
+                slot: slot.clone(),
+                rule: rule_index,
+                purse,
+            };
+            state.purses.insert(id.clone(), pursed);
         }
         if local.is_some() {
             state
@@ -264,6 +317,15 @@ impl Leases {
 
     /// Puts back units taken for a request that another rule denied.
     pub fn give_back(&self, reservation: &Reservation, now_us: u64) {
+        if let Some(lease_until_us) = reservation.purse_lease_until_us {
+            // Into the purse they came from, under the same lease, or they are lost.
+            if let Some(pursed) = self.state.borrow_mut().purses.get_mut(&reservation.id) {
+                pursed
+                    .purse
+                    .give_back(reservation.cost, lease_until_us, now_us);
+            }
+            return;
+        }
         update(&reservation.slot, |current| match current {
             Some(mut a) if a.id == reservation.id => {
                 // Only while the lease lives: after it, the units are no longer the holder's
@@ -279,6 +341,7 @@ impl Leases {
     /// (idle allowances, leases about to end, orphans), as one lease request; `None` when
     /// there is nothing to say. Stops the tick when nothing needs it any more.
     pub fn on_tick(&self, rules: &[Rule], now_us: u64) -> Option<(LeaseRequest, SentAsks)> {
+        self.return_purses(rules, now_us);
         let mut state = self.state.borrow_mut();
         let wanted = std::mem::take(&mut state.wanted);
         let mut asks: Vec<LeaseAsk> = Vec::new();
@@ -446,8 +509,10 @@ impl Leases {
         state
             .wanted
             .extend(wanted.into_iter().filter(|(w, _)| left_out.contains(w)));
-        let idle =
-            state.touched.is_empty() && state.in_flight.is_empty() && state.orphans.is_empty();
+        let idle = state.touched.is_empty()
+            && state.in_flight.is_empty()
+            && state.orphans.is_empty()
+            && state.purses.is_empty();
         let period = if !state.wanted.is_empty() {
             Some(ASK_TICK)
         } else if idle && asks.is_empty() {
@@ -465,6 +530,41 @@ impl Leases {
             asks,
         };
         Some((request, SentAsks(sent)))
+    }
+
+    /// Puts the purses unused for a tick, or whose lease is about to end, back in their
+    /// allowances, so that the look the tick then takes knows what the key holds and when it
+    /// was last used.
+    fn return_purses(&self, rules: &[Rule], now_us: u64) {
+        let idle_us = self.tick.map_or(0, |t| t.as_micros() as u64);
+        let margin = self.margin_us();
+        let mut state = self.state.borrow_mut();
+        let due: Vec<String> = state
+            .purses
+            .iter()
+            .filter(|(_, p)| p.purse.due_back(now_us, idle_us, margin))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            let Some(pursed) = state.purses.remove(&id) else {
+                continue;
+            };
+            let Some(config) = rules.get(pursed.rule).and_then(|r| r.lease.as_ref()) else {
+                continue;
+            };
+            let returned = update(&pursed.slot, |current| match current {
+                Some(mut a) if a.id == id => {
+                    a.absorb(&pursed.purse, now_us, config.horizon);
+                    (Some(a), ())
+                }
+                // The slot went to another key: the units are lost, as its own were.
+                _ => (None, ()),
+            });
+            // Every attempt lost the race: the next tick tries again.
+            if returned.is_none() && pursed.purse.lease_until_us > now_us {
+                state.purses.insert(id, pursed);
+            }
+        }
     }
 
     /// Remembers the asks of a lease callout sent with `token`.

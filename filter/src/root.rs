@@ -173,9 +173,9 @@ impl Context for Root {
             };
             calls.swap_remove(at).1
         };
-        let answer = answer::read(self, num_headers, body_size).and_then(|body| {
+        let answer = answer::read(self, num_headers, body_size, |body| {
             request
-                .parse_response(&body)
+                .parse_response(body)
                 .map(|r| r.grants)
                 .map_err(|e| e.to_string())
         });

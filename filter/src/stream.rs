@@ -107,15 +107,19 @@ impl Stream {
         }
     }
 
-    /// A live cached denial for any enforced check, as a local reply.
+    /// A live cached denial for any enforced check not decided here, as a local reply. A
+    /// check decided from a lease needs none: the server admitted the units it holds, and
+    /// a lookup is a host call.
     fn cached_denial(&self, shared: &Shared, now: u64) -> Option<(usize, Denial)> {
         if !shared.cache.enabled() {
             return None;
         }
         self.planned
             .iter()
+            .zip(&self.local)
             .enumerate()
-            .filter(|(_, p)| !rule(shared, p).shadow)
+            .filter(|(_, (p, local))| local.is_none() && !rule(shared, p).shadow)
+            .map(|(i, (p, _))| (i, p))
             .find_map(|(i, p)| {
                 let rule = rule(shared, p);
                 let entry = shared.cache.lookup(EntryId::new(&rule.name, &p.key), now)?;
@@ -219,21 +223,22 @@ impl Stream {
         num_headers: usize,
         body_size: usize,
     ) -> Result<Vec<Verdict>, String> {
-        let body = answer::read(self, num_headers, body_size)?;
         let asked = self.asked.ok_or("an answer to no callout")?;
-        let remote = read_decide_response(&body, asked).map_err(|e| e.to_string())?;
-        let asked_limits = self
-            .planned
-            .iter()
-            .zip(&self.local)
-            .filter(|(_, local)| local.is_none())
-            .map(|(p, _)| &rule(shared, p).limit);
-        for (i, (verdict, limit)) in remote.iter().zip(asked_limits).enumerate() {
-            verdict
-                .check_against(limit)
-                .map_err(|e| format!("response body: results[{i}].{e}"))?;
-        }
-        Ok(remote)
+        answer::read(self, num_headers, body_size, |body| {
+            let remote = read_decide_response(body, asked).map_err(|e| e.to_string())?;
+            let asked_limits = self
+                .planned
+                .iter()
+                .zip(&self.local)
+                .filter(|(_, local)| local.is_none())
+                .map(|(p, _)| &rule(shared, p).limit);
+            for (i, (verdict, limit)) in remote.iter().zip(asked_limits).enumerate() {
+                verdict
+                    .check_against(limit)
+                    .map_err(|e| format!("response body: results[{i}].{e}"))?;
+            }
+            Ok(remote)
+        })
     }
 
     /// Every check's verdict: those decided here, then the server's for the others, in
@@ -331,6 +336,9 @@ impl Stream {
 
     /// The request is denied: the units it took from allowances go back.
     fn give_back(&mut self, shared: &Shared) {
+        if self.reservations.is_empty() {
+            return;
+        }
         let now = now_us(self);
         for reservation in self.reservations.drain(..) {
             shared.leases.give_back(&reservation, now);
@@ -470,7 +478,10 @@ impl HttpContext for Stream {
         // One clock read for the whole callback: each is a host call.
         let now_us = now_us(self);
         let now = now_us / 1000;
+        self.asked_at_ms = now;
+        self.decide_from_leases(&shared, now_us);
         if let Some((hit, denial)) = self.cached_denial(&shared, now) {
+            self.give_back(&shared);
             let records: Vec<RuleRecord<&RuleName, &str>> = self
                 .planned
                 .iter()
@@ -494,8 +505,6 @@ impl HttpContext for Stream {
             ffi::set_filter_state(DECISION_PROPERTY, &record::encode(&records));
             return self.act_on_headers(Act::Reply(denial), &shared);
         }
-        self.asked_at_ms = now;
-        self.decide_from_leases(&shared, now_us);
         let all_here = self.local.iter().all(Option::is_some);
         if all_here || self.denied_here(&shared) {
             let verdicts = self.local.clone();

@@ -269,3 +269,40 @@ fn a_request_denied_by_a_per_request_rule_gives_back_its_leased_unit() {
     assert_eq!(stat(&run, "sluice.rule.per-tenant.denied"), 0);
     assert_eq!(stat(&run, "sluice.rule.per-client.denied"), 540);
 }
+
+/// A worker that goes quiet holding units in its purse puts them back in the Envoy's
+/// allowance at its next tick, where the worker still busy spends them: the key's whole limit
+/// (200 in the hour, no refill) is admitted, none of it stranded with the quiet worker.
+#[test]
+fn units_left_with_a_quiet_worker_are_spent_by_a_busy_one() {
+    let stack = Stack::start(&format!(
+        r#"{{"cluster": "sluice", "rules": [{}]}}"#,
+        tenant_rule(
+            r#"{"algorithm": "fixed_window", "limit": 200, "window": "1h"}"#,
+            r#"{"horizon": "100ms", "max_share": 1, "max_total_share": 1}"#
+        )
+    ));
+    // Both workers busy for 200 ms, then a single client (one connection, one worker) for
+    // 800 ms more, offering twice what is left.
+    let mut records = tenant_requests("acme", T, 2_000, 100);
+    let quiet_from_us = records.last().unwrap().time_us + 100_000;
+    records.extend(
+        tenant_requests("acme", 0, 2_000, 400)
+            .into_iter()
+            .map(|r| TraceRecord {
+                time_us: quiet_from_us + r.time_us,
+                client: "10.9.9.9".to_owned(),
+                ..r
+            }),
+    );
+    for (i, r) in records.iter_mut().enumerate() {
+        r.line = i;
+    }
+    let (done, run) = stack.run(&records, &workers(2));
+    let admitted = done.iter().filter(|d| d.status == 200).count();
+    assert!(
+        stat(&run, "sluice.rule.per-tenant.local") > 150,
+        "decided in Envoy from leases"
+    );
+    assert_eq!(admitted, 200, "the whole limit, and no more");
+}
