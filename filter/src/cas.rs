@@ -1,22 +1,22 @@
-//! Read-modify-write of one proxy-wasm shared-data key with compare-and-swap: every worker's
-//! VM writes the same keys (deny cache, lease allowances), and a write that lost the race to
-//! another worker is decided again on what that worker wrote.
+//! Read-modify-write of one shared-data key with compare-and-swap: every worker's VM writes
+//! the same keys (deny cache, lease allowances), and a write that lost the race to another
+//! worker is decided again on what that worker wrote.
 
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::Status;
+use crate::shared_data::{SharedData, WriteError};
 
 /// The CAS of a write to a key that was absent. Envoy accepts any CAS for an absent key but
 /// refuses one that does not match a key that exists, so a write with this CAS creates the key
 /// only if no other worker did in between: with CAS 0, two workers that both found it absent
 /// would both write, and the first one's update would be lost. (CAS values count up from 1
 /// across the process; a key holds this one only from the write at which the counter wraps.)
-const CREATE_ONLY: u32 = u32::MAX;
+pub const CREATE_ONLY: u32 = u32::MAX;
 
 /// Reads `key`, lets `f` decide from its current value (`None`: empty or unreadable) what to
 /// write (`None`: nothing) and what to return, and writes with compare-and-swap, deciding
 /// again when another worker wrote in between. `None` when every attempt lost the race or
 /// the host refused the write.
 pub fn update<T, R>(
+    data: &dyn SharedData,
     key: &str,
     attempts: usize,
     decode: fn(&[u8]) -> Option<T>,
@@ -24,19 +24,78 @@ pub fn update<T, R>(
     mut f: impl FnMut(Option<T>) -> (Option<T>, R),
 ) -> Option<R> {
     for _ in 0..attempts {
-        let (current, cas) = match hostcalls::get_shared_data(key) {
-            Ok((bytes, cas)) => (bytes.as_deref().and_then(decode), cas),
-            Err(_) => (None, None),
+        let (current, cas) = match data.read(key) {
+            Some((bytes, cas)) => (decode(&bytes), cas),
+            None => (None, CREATE_ONLY),
         };
         let (next, result) = f(current);
         let Some(next) = next else {
             return Some(result);
         };
-        match hostcalls::set_shared_data(key, Some(&encode(&next)), cas.or(Some(CREATE_ONLY))) {
+        match data.write(key, &encode(&next), cas) {
             Ok(()) => return Some(result),
-            Err(Status::CasMismatch) => continue,
-            Err(_) => return None,
+            Err(WriteError::CasMismatch) => continue,
+            Err(WriteError::Refused) => return None,
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared_data::MemorySharedData;
+
+    fn number(bytes: &[u8]) -> Option<u64> {
+        std::str::from_utf8(bytes).ok()?.parse().ok()
+    }
+
+    fn text(n: &u64) -> Vec<u8> {
+        n.to_string().into_bytes()
+    }
+
+    fn add(data: &MemorySharedData, by: u64, attempts: usize) -> Option<u64> {
+        update(data, "k", attempts, number, text, |n| {
+            let n = n.unwrap_or(0) + by;
+            (Some(n), n)
+        })
+    }
+
+    #[test]
+    fn a_write_that_lost_the_race_is_decided_again_on_the_winner() {
+        let data = MemorySharedData::default();
+        assert_eq!(add(&data, 1, 4), Some(1));
+        let raced = std::rc::Rc::new(std::cell::Cell::new(false));
+        let once = raced.clone();
+        data.interfere(move |data, key| {
+            if !once.replace(true) {
+                data.put(key, b"10");
+            }
+        });
+        assert_eq!(add(&data, 1, 4), Some(11), "the other worker's 10, plus 1");
+        assert!(raced.get());
+    }
+
+    #[test]
+    fn two_workers_creating_a_key_at_once_lose_neither_update() {
+        let data = MemorySharedData::default();
+        let raced = std::rc::Rc::new(std::cell::Cell::new(false));
+        let once = raced.clone();
+        // The other worker creates the key after this one found it absent.
+        data.interfere(move |data, key| {
+            if !once.replace(true) {
+                data.put(key, b"5");
+            }
+        });
+        assert_eq!(add(&data, 1, 4), Some(6));
+    }
+
+    #[test]
+    fn a_key_contended_on_every_attempt_gives_up() {
+        let data = MemorySharedData::default();
+        data.put("k", b"0");
+        data.interfere(|data, key| data.put(key, b"7"));
+        assert_eq!(add(&data, 1, 4), None);
+        assert_eq!(data.writes.get(), 0);
+    }
 }

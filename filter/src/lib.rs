@@ -23,6 +23,8 @@ mod ffi;
 mod held;
 mod lease;
 pub mod root;
+mod shared;
+mod shared_data;
 mod stats;
 pub mod stream;
 mod ticker;

@@ -18,32 +18,20 @@ use crate::callout;
 use crate::cas;
 use crate::held::{Held, SharedHeld};
 use crate::lease::Leases;
+use crate::shared::{Shared, now_us};
+use crate::shared_data::{HostSharedData, SharedData};
 use crate::stats::Stats;
 use crate::stream::Stream;
 use crate::ticker::Ticker;
 use crate::warnings::{Warning, Warnings};
-
-/// What every stream of a configured root context shares.
-pub struct Shared {
-    /// The validated configuration.
-    pub policy: Policy,
-    /// The counters.
-    pub stats: Stats,
-    /// The deny cache.
-    pub cache: DenyCache,
-    /// Streams held for shaping.
-    pub held: SharedHeld,
-    /// The leased rules' allowances.
-    pub leases: Leases,
-    /// Warnings that would repeat with every request, throttled.
-    pub warnings: Warnings,
-}
 
 /// The plugin's root context.
 pub struct Root {
     shared: Option<Rc<Shared>>,
     held: SharedHeld,
     ticker: Rc<Ticker>,
+    /// The host's shared data, for every configuration.
+    data: Rc<dyn SharedData>,
     /// Lease callouts in flight: their requests, to read the answers against.
     lease_calls: RefCell<Vec<(u32, LeaseRequest)>>,
 }
@@ -62,6 +50,7 @@ impl Root {
             shared: None,
             held: Rc::new(RefCell::new(Held::new(Rc::clone(&ticker)))),
             ticker,
+            data: Rc::new(HostSharedData),
             lease_calls: RefCell::new(Vec::new()),
         }
     }
@@ -98,20 +87,12 @@ impl Root {
     }
 }
 
-/// Host time in microseconds since the epoch.
-pub fn now_us(context: &dyn Context) -> u64 {
-    context
-        .get_current_time()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 /// This Envoy's name as a lease holder, the same for all its workers: Envoy's node id (or
 /// `envoy`) and the time the first of its VMs took it, kept in shared data under `key`.
 fn holder(context: &dyn Context, key: &str) -> String {
     // The first name written stays, whichever VM configures first.
     cas::update(
+        &HostSharedData,
         key,
         2,
         |bytes| Some(String::from_utf8_lossy(bytes).into_owned()),
@@ -209,10 +190,19 @@ impl RootContext for Root {
                 let fingerprint = fingerprint(&configuration);
                 let stats = Stats::define(policy.rules.iter().map(|r| r.name.as_str()));
                 self.ticker.set_counting(true);
-                let cache = DenyCache::new(fingerprint.clone(), policy.deny_cache_slots);
+                let cache = DenyCache::new(
+                    Rc::clone(&self.data),
+                    fingerprint.clone(),
+                    policy.deny_cache_slots,
+                );
                 let holder = holder(self, &format!("sluice.{fingerprint}.holder"));
-                let leases =
-                    Leases::new(fingerprint, holder, &policy.rules, Rc::clone(&self.ticker));
+                let leases = Leases::new(
+                    Rc::clone(&self.data),
+                    fingerprint,
+                    holder,
+                    &policy.rules,
+                    Rc::clone(&self.ticker),
+                );
                 self.shared = Some(Rc::new(Shared {
                     policy,
                     stats,

@@ -12,16 +12,46 @@ use crate::stats::FLUSH_EVERY;
 /// How often held requests are looked at: the precision of shaping.
 pub const SHAPING_TICK: Duration = Duration::from_millis(5);
 
+/// Sets the root context's tick period (zero: none); false when refused.
+pub type SetPeriod = Box<dyn Fn(Duration) -> bool>;
+
 /// The tick's users in one VM.
-#[derive(Default)]
 pub struct Ticker {
     holding: Cell<bool>,
     leasing: Cell<Option<Duration>>,
     counting: Cell<bool>,
     current: Cell<Duration>,
+    set_period: SetPeriod,
+}
+
+impl Default for Ticker {
+    /// The host's tick.
+    fn default() -> Ticker {
+        // The tick belongs to the root context whatever the calling context.
+        Ticker::new(Box::new(|period| {
+            hostcalls::set_tick_period(period).is_ok()
+        }))
+    }
 }
 
 impl Ticker {
+    /// A ticker that sets the period with `set_period`.
+    pub fn new(set_period: SetPeriod) -> Ticker {
+        Ticker {
+            holding: Cell::new(false),
+            leasing: Cell::new(None),
+            counting: Cell::new(false),
+            current: Cell::new(Duration::ZERO),
+            set_period,
+        }
+    }
+
+    /// The period in force.
+    #[cfg(test)]
+    pub fn period(&self) -> Duration {
+        self.current.get()
+    }
+
     /// Whether requests are held.
     pub fn set_holding(&self, holding: bool) {
         self.holding.set(holding);
@@ -50,11 +80,8 @@ impl Ticker {
         .flatten()
         .min()
         .unwrap_or(Duration::ZERO);
-        if wanted != self.current.get() {
-            // The tick belongs to the root context whatever the calling context.
-            if hostcalls::set_tick_period(wanted).is_ok() {
-                self.current.set(wanted);
-            }
+        if wanted != self.current.get() && (self.set_period)(wanted) {
+            self.current.set(wanted);
         }
     }
 }

@@ -1,0 +1,352 @@
+//! Leases in the filter: each rule and key's [`Allowance`] in shared data, spent by every
+//! worker with compare-and-swap; asks sent from the root context's tick; answers applied.
+//!
+//! A request's stream takes units out of the allowance when it can ([`Leases::take`]), with a
+//! few more for the worker's [`Purse`], from which the next requests take theirs with no host
+//! call; when the allowance runs low, it marks it as asked for (in the same compare-and-swap,
+//! so one worker asks at a time). The root context's tick then sends one `POST /v1/lease` with every
+//! ask this worker marked, renews the leases about to end of keys still in use, and gives back
+//! the units of those that went quiet. Asks go out from the root context, not from a stream, because the
+//! SDK drops the answer to a callout whose stream has ended, and a stream decided from a lease
+//! ends long before the answer comes.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::cas;
+use crate::shared_data::SharedData;
+use crate::ticker::Ticker;
+use sluice_core::deny_cache::{SlotKeys, entry_id};
+use sluice_core::key::{LimitKey, RuleName};
+use sluice_core::lease::{Allowance, LEASE_SLOTS, LeaseConfig, Purse, Take};
+use sluice_core::policy::Rule;
+
+#[cfg(test)]
+mod tests;
+mod tick;
+
+/// How often a write is retried after another worker changed the slot under it.
+const CAS_ATTEMPTS: usize = 8;
+/// How soon the tick sends an ask a request marked: requests meanwhile go to the server.
+const ASK_TICK: Duration = Duration::from_millis(5);
+
+/// Units taken from an allowance for one request, to give back if the request is denied.
+#[derive(Debug)]
+pub struct Reservation {
+    slot: String,
+    id: String,
+    cost: u64,
+    /// The lease of the purse the units came from; `None`: from the shared allowance.
+    purse_lease_until_us: Option<u64>,
+}
+
+/// What an allowance says about one request.
+pub enum Local {
+    /// The units were taken: admitted; what the server said at the last grant.
+    Taken {
+        /// To give back if another rule denies the request.
+        reservation: Reservation,
+        /// The limit's capacity.
+        limit: u64,
+        /// What the server had left at the last grant.
+        remaining: u64,
+    },
+    /// Denied here: the server has nothing to lease for the key for a while, or the key is
+    /// contended and its units are spent at the pace they arrive.
+    Denied {
+        /// Milliseconds until a request could pass.
+        retry_after_ms: u64,
+        /// The limit's capacity.
+        limit: u64,
+    },
+    /// No units here: decide it per request.
+    NotHeld,
+}
+
+/// An ask on its way, to apply its answer.
+struct Sent {
+    /// The allowance's slot; empty for units given back that have none.
+    slot: String,
+    id: String,
+    rule: usize,
+    name: RuleName,
+    key: LimitKey,
+    asked_at_us: u64,
+    returning: u64,
+    lease_until_us: u64,
+}
+
+impl Sent {
+    /// The units it gave back, to give back again (while their lease lasts).
+    fn orphan(&self) -> Orphan {
+        Orphan {
+            rule: self.rule,
+            name: self.name.clone(),
+            key: self.key.clone(),
+            units: self.returning,
+            lease_until_us: self.lease_until_us,
+        }
+    }
+}
+
+/// A worker's record of an allowance it has used.
+struct Touched {
+    rule: usize,
+    name: RuleName,
+    key: LimitKey,
+    id: String,
+    /// When the tick must next look at it (its lease about to end, or long unused): until
+    /// then the tick leaves its slot alone, unless it was asked for.
+    look_at_us: u64,
+}
+
+/// Units granted or given back that have no allowance to go to: given back at the next tick.
+struct Orphan {
+    rule: usize,
+    name: RuleName,
+    key: LimitKey,
+    units: u64,
+    lease_until_us: u64,
+}
+
+#[derive(Default)]
+struct WorkerState {
+    /// By slot key: the allowances this worker used, which its tick looks after.
+    touched: BTreeMap<String, Touched>,
+    /// Slot keys this worker marked as asked for, with the mark's time, to ask at the next
+    /// tick if the mark is still the one in force.
+    wanted: Vec<(String, u64)>,
+    /// By callout token.
+    in_flight: HashMap<u32, Vec<Sent>>,
+    orphans: Vec<Orphan>,
+    /// By allowance id: this worker's purses.
+    purses: HashMap<String, Pursed>,
+}
+
+/// A worker's purse and where its units came from.
+struct Pursed {
+    /// The allowance's slot.
+    slot: String,
+    /// The rule's index.
+    rule: usize,
+    purse: Purse,
+}
+
+/// The leases of one configuration, seen from one worker's VM.
+pub struct Leases {
+    /// Where the allowances are, shared by every worker.
+    data: Rc<dyn SharedData>,
+    /// The lease slots' keys, under the configuration's fingerprint.
+    slot_keys: SlotKeys,
+    holder: String,
+    /// The shortest tick any leased rule wants; `None` when no rule leases.
+    tick: Option<Duration>,
+    ticker: Rc<Ticker>,
+    state: RefCell<WorkerState>,
+}
+
+impl Leases {
+    /// Leases for the rules of a configuration with `fingerprint`, held by `holder`, their
+    /// allowances in `data`.
+    pub fn new(
+        data: Rc<dyn SharedData>,
+        fingerprint: String,
+        holder: String,
+        rules: &[Rule],
+        ticker: Rc<Ticker>,
+    ) -> Leases {
+        let tick = rules
+            .iter()
+            .filter_map(|r| r.lease.as_ref().map(LeaseConfig::tick_ms))
+            .min()
+            .map(Duration::from_millis);
+        Leases {
+            data,
+            slot_keys: SlotKeys::new(&format!("{fingerprint}.lease"), LEASE_SLOTS),
+            holder,
+            tick,
+            ticker,
+            state: RefCell::default(),
+        }
+    }
+
+    /// Reads allowance slot `key` and writes what `f` makes of it (see [`cas::update`]).
+    fn update<R>(
+        &self,
+        key: &str,
+        f: impl FnMut(Option<Allowance>) -> (Option<Allowance>, R),
+    ) -> Option<R> {
+        cas::update(
+            self.data.as_ref(),
+            key,
+            CAS_ATTEMPTS,
+            Allowance::decode,
+            Allowance::encode,
+            f,
+        )
+    }
+
+    fn slot(&self, id: &str) -> String {
+        self.slot_keys.key(id)
+    }
+
+    /// How long before a lease ends the tick renews it or gives its units back: two ticks.
+    fn margin_us(&self) -> u64 {
+        self.tick.map_or(0, |t| 2 * t.as_micros() as u64)
+    }
+
+    /// When the tick must next look at allowance `a`: as its lease is about to end (while it
+    /// holds units), or once it has been unused for a whole `ttl_us` (to forget it).
+    fn look_at(&self, a: &Allowance, ttl_us: u64, now_us: u64) -> u64 {
+        let unused = a.last_seen_us.saturating_add(ttl_us);
+        if a.units > 0 && a.leased(now_us) {
+            a.lease_until_us
+                .saturating_sub(self.margin_us())
+                .min(unused)
+        } else {
+            unused
+        }
+    }
+
+    /// Tries to decide `rule`'s request for `key` (costing `cost`) from its allowance at
+    /// `now_us`, counting it towards the key's rate, and marks the allowance as asked for
+    /// when it runs low.
+    pub fn take(
+        &self,
+        rule_index: usize,
+        rule: &Rule,
+        config: &LeaseConfig,
+        key: &LimitKey,
+        now_us: u64,
+    ) -> Local {
+        let id = entry_id(&rule.name, key);
+        let cost = rule.cost;
+        let mut state = self.state.borrow_mut();
+        if let Some(Pursed { slot, purse, .. }) = state.purses.get_mut(&id)
+            && purse.take(cost, now_us)
+        {
+            return Local::Taken {
+                reservation: Reservation {
+                    slot: slot.clone(),
+                    id,
+                    cost,
+                    purse_lease_until_us: Some(purse.lease_until_us),
+                },
+                limit: purse.limit,
+                remaining: purse.remaining,
+            };
+        }
+        let emptied = state.purses.remove(&id).map(|p| p.purse);
+        drop(state);
+        let slot = self.slot(&id);
+        let ttl = config.terms.ttl.as_micros().unsigned_abs();
+        let mut asked = false;
+        let mut look_at_us = 0;
+        let mut filled = None;
+        let mut written = false;
+        let local = self.update(&slot, |current| {
+            asked = false;
+            filled = None;
+            let mut a = match current {
+                Some(a) if a.id == id => a,
+                Some(a) if !a.is_free(now_us, ttl) => return (None, Local::NotHeld),
+                _ => Allowance::new(&id),
+            };
+            if let Some(purse) = &emptied {
+                a.absorb(purse, now_us, config.horizon);
+            }
+            a.observe(cost, now_us, config.horizon);
+            let limit = a.limit.max(rule.limit.capacity());
+            let denied = |wait_us: u64| Local::Denied {
+                retry_after_ms: wait_us.div_ceil(1000),
+                limit,
+            };
+            // Units held are spent first: an empty answer only says there are no more.
+            let local = match a.take(cost, now_us) {
+                Take::Taken => {
+                    filled = Some(a.fill(now_us));
+                    Local::Taken {
+                        reservation: Reservation {
+                            slot: slot.clone(),
+                            id: id.clone(),
+                            cost,
+                            purse_lease_until_us: None,
+                        },
+                        limit,
+                        remaining: a.remaining,
+                    }
+                }
+                Take::Paced { wait_us } => denied(wait_us),
+                Take::Short if now_us < a.next_ask_us => denied(a.next_ask_us - now_us),
+                Take::Short => Local::NotHeld,
+            };
+            if a.want(now_us, config).is_some() {
+                a.asking_since_us = now_us;
+                asked = true;
+            }
+            look_at_us = self.look_at(&a, ttl, now_us);
+            written = true;
+            (Some(a), local)
+        });
+        let mut state = self.state.borrow_mut();
+        if asked {
+            state.wanted.push((slot.clone(), now_us));
+        }
+        // Unless the allowance took it back, the emptied purse's units (fewer than a request
+        // costs) are still this worker's to spend.
+        let purse = if written { filled } else { emptied };
+        if let Some(purse) = purse.filter(|p| p.units > 0) {
+            let pursed = Pursed {
+                slot: slot.clone(),
+                rule: rule_index,
+                purse,
+            };
+            state.purses.insert(id.clone(), pursed);
+        }
+        if local.is_some() {
+            state
+                .touched
+                .entry(slot)
+                .and_modify(|t| t.look_at_us = look_at_us)
+                .or_insert_with(|| Touched {
+                    rule: rule_index,
+                    name: rule.name.clone(),
+                    key: key.clone(),
+                    id,
+                    look_at_us,
+                });
+        }
+        let period = if state.wanted.is_empty() {
+            self.tick
+        } else {
+            Some(ASK_TICK)
+        };
+        drop(state);
+        self.ticker.set_leasing(period);
+        local.unwrap_or(Local::NotHeld)
+    }
+
+    /// Puts back units taken for a request that another rule denied.
+    pub fn give_back(&self, reservation: &Reservation, now_us: u64) {
+        if let Some(lease_until_us) = reservation.purse_lease_until_us {
+            // Into the purse they came from, under the same lease, or they are lost.
+            if let Some(pursed) = self.state.borrow_mut().purses.get_mut(&reservation.id) {
+                pursed
+                    .purse
+                    .give_back(reservation.cost, lease_until_us, now_us);
+            }
+            return;
+        }
+        self.update(&reservation.slot, |current| match current {
+            Some(mut a) if a.id == reservation.id => {
+                // Only while the lease lives: after it, the units are no longer the holder's
+                // to spend, and the unit is lost, which only costs an admission.
+                let given = a.give_back(reservation.cost, now_us);
+                (given.then_some(a), ())
+            }
+            _ => (None, ()),
+        });
+    }
+}

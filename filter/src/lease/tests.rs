@@ -1,0 +1,256 @@
+//! Leases over in-memory shared data with Envoy's CAS semantics: workers (one `Leases` each,
+//! as each worker's VM has) spending one Envoy's allowances, racing, and the tick's asks,
+//! give-backs and orphans. Times are microseconds; nothing reads a clock.
+
+use std::borrow::Cow;
+use std::cell::Cell;
+
+use sluice_core::key::LimitKey;
+use sluice_core::lease::{Allowance, PURSE_UNITS};
+use sluice_core::policy::{HttpRequest, Policy};
+use sluice_core::wire::LeaseGrant;
+
+use super::*;
+use crate::shared_data::MemorySharedData;
+
+const MS: u64 = 1000;
+
+/// One Envoy: its shared data, its policy (one leased rule on `x-tenant`), and the key of
+/// tenant `acme`.
+struct Envoy {
+    data: Rc<MemorySharedData>,
+    policy: Policy,
+    key: LimitKey,
+}
+
+impl Envoy {
+    fn new() -> Envoy {
+        let policy = Policy::from_json(
+            br#"{"cluster": "sluice", "rules": [{"name": "per-tenant", "key": [{"header": "x-tenant"}],
+                 "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000},
+                 "lease": {"horizon": "100ms"}}]}"#,
+        )
+        .unwrap();
+        let request = HttpRequest {
+            headers: vec![(Cow::Borrowed("x-tenant"), b"acme".to_vec())],
+            source_address: None,
+        };
+        let key = policy.plan(&request).checks.remove(0).key;
+        Envoy {
+            data: Rc::new(MemorySharedData::default()),
+            policy,
+            key,
+        }
+    }
+
+    /// A worker's view of the leases.
+    fn worker(&self) -> Leases {
+        let data: Rc<dyn SharedData> = self.data.clone();
+        let ticker = Rc::new(Ticker::new(Box::new(|_| true)));
+        Leases::new(
+            data,
+            "fp".to_owned(),
+            "envoy:1".to_owned(),
+            &self.policy.rules,
+            ticker,
+        )
+    }
+
+    fn take(&self, worker: &Leases, now_us: u64) -> Local {
+        let rule = &self.policy.rules[0];
+        worker.take(0, rule, rule.lease.as_ref().unwrap(), &self.key, now_us)
+    }
+
+    /// The allowance of `acme` as shared data holds it.
+    fn allowance(&self, worker: &Leases) -> Allowance {
+        let id = entry_id(&self.policy.rules[0].name, &self.key);
+        let (bytes, _) = self.data.read(&worker.slot(&id)).unwrap();
+        Allowance::decode(&bytes).unwrap()
+    }
+
+    /// Takes requests every ms from `from_us` until the worker marks an ask, then sends its
+    /// tick's call and answers it with `granted` units for 1 s; the time after.
+    fn lease(&self, worker: &Leases, granted: u64, from_us: u64) -> u64 {
+        let mut now = from_us;
+        let (request, sent) = loop {
+            self.take(worker, now);
+            now += MS;
+            if let Some(call) = worker.on_tick(&self.policy.rules, now) {
+                break call;
+            }
+        };
+        assert_eq!(request.asks.len(), 1);
+        assert!(request.asks[0].want > 0, "{:?}", request.asks[0]);
+        worker.sent(7, sent);
+        worker.answered(7, Ok(vec![grant(granted)]), |_, _| {});
+        now
+    }
+}
+
+fn grant(granted: u64) -> LeaseGrant {
+    LeaseGrant {
+        granted,
+        lease_ms: 1000,
+        more_in_ms: 0,
+        limit: 1000,
+        remaining: 500,
+        pace_us: 0,
+        kept: None,
+    }
+}
+
+fn taken(local: &Local) -> bool {
+    matches!(local, Local::Taken { .. })
+}
+
+fn purse_units(worker: &Leases) -> u64 {
+    worker
+        .state
+        .borrow()
+        .purses
+        .values()
+        .map(|p| p.purse.units)
+        .sum()
+}
+
+#[test]
+fn a_busy_key_is_asked_for_then_decided_from_its_allowance_and_the_purse() {
+    let envoy = Envoy::new();
+    let worker = envoy.worker();
+    assert!(
+        matches!(envoy.take(&worker, 0), Local::NotHeld),
+        "nothing leased yet"
+    );
+    let now = envoy.lease(&worker, 100, MS);
+    assert_eq!(envoy.allowance(&worker).units, 100);
+    assert!(taken(&envoy.take(&worker, now)));
+    let in_purse = purse_units(&worker);
+    assert_eq!(in_purse, (99 / 4).min(PURSE_UNITS));
+    assert_eq!(envoy.allowance(&worker).units, 99 - in_purse);
+    // The purse's units are spent with no write to shared data.
+    let writes = envoy.data.writes.get();
+    for i in 0..in_purse {
+        assert!(taken(&envoy.take(&worker, now + i)));
+    }
+    assert_eq!(envoy.data.writes.get(), writes);
+    assert_eq!(purse_units(&worker), 0);
+}
+
+#[test]
+fn workers_racing_for_one_allowance_never_spend_a_unit_twice() {
+    let envoy = Envoy::new();
+    let (a, b) = (Rc::new(envoy.worker()), Rc::new(envoy.worker()));
+    let now = envoy.lease(&a, 40, 0);
+    // Worker b takes a unit between each of a's reads and its write, once in two writes.
+    let (b_in_hook, env_key, raced) = (Rc::clone(&b), envoy.key.clone(), Rc::new(Cell::new(0)));
+    let policy = envoy.policy.clone();
+    let races = Rc::clone(&raced);
+    let b_taken = Rc::new(Cell::new(0u64));
+    let b_count = Rc::clone(&b_taken);
+    envoy.data.interfere(move |_, _| {
+        races.set(races.get() + 1);
+        if races.get() % 2 == 1 {
+            let rule = &policy.rules[0];
+            let local = b_in_hook.take(0, rule, rule.lease.as_ref().unwrap(), &env_key, now);
+            if taken(&local) {
+                b_count.set(b_count.get() + 1);
+            }
+        }
+    });
+    let mut a_taken = 0;
+    for i in 0..60 {
+        if taken(&envoy.take(&a, now + i)) {
+            a_taken += 1;
+        }
+    }
+    assert!(raced.get() > 0);
+    let left = envoy.allowance(&a).units + purse_units(&a) + purse_units(&b);
+    assert_eq!(a_taken + b_taken.get() + left, 40, "every unit once");
+    assert!(b_taken.get() > 0 && a_taken > 0);
+}
+
+#[test]
+fn a_key_contended_on_every_attempt_is_not_decided_here() {
+    let envoy = Envoy::new();
+    let worker = envoy.worker();
+    let now = envoy.lease(&worker, 40, 0);
+    let before = envoy.allowance(&worker);
+    let encoded = before.encode();
+    // Another worker rewrites the allowance (unchanged) before every write of this one.
+    envoy
+        .data
+        .interfere(move |data, key| data.put(key, &encoded));
+    assert!(matches!(envoy.take(&worker, now), Local::NotHeld));
+    assert_eq!(
+        envoy.allowance(&worker).units,
+        before.units,
+        "nothing taken"
+    );
+}
+
+#[test]
+fn units_of_a_request_denied_by_another_rule_go_back_where_they_came_from() {
+    let envoy = Envoy::new();
+    let worker = envoy.worker();
+    let now = envoy.lease(&worker, 100, 0);
+    let Local::Taken { reservation, .. } = envoy.take(&worker, now) else {
+        panic!("taken from the allowance");
+    };
+    assert_eq!(reservation.purse_lease_until_us, None);
+    let held = envoy.allowance(&worker).units;
+    worker.give_back(&reservation, now + MS);
+    assert_eq!(envoy.allowance(&worker).units, held + 1);
+    let Local::Taken { reservation, .. } = envoy.take(&worker, now + 2 * MS) else {
+        panic!("taken from the purse");
+    };
+    assert!(reservation.purse_lease_until_us.is_some());
+    let in_purse = purse_units(&worker);
+    worker.give_back(&reservation, now + 3 * MS);
+    assert_eq!(purse_units(&worker), in_purse + 1);
+}
+
+#[test]
+fn units_granted_to_a_slot_another_key_took_are_given_back_at_the_next_tick() {
+    let envoy = Envoy::new();
+    let worker = envoy.worker();
+    let mut now = 0;
+    let (_, sent) = loop {
+        envoy.take(&worker, now);
+        now += MS;
+        if let Some(call) = worker.on_tick(&envoy.policy.rules, now) {
+            break call;
+        }
+    };
+    worker.sent(3, sent);
+    // The slot goes to another key before the answer comes.
+    let slot = worker.slot(&entry_id(&envoy.policy.rules[0].name, &envoy.key));
+    envoy
+        .data
+        .put(&slot, &Allowance::new("per-tenant:other").encode());
+    worker.answered(3, Ok(vec![grant(25)]), |_, _| {});
+    let (request, _) = worker
+        .on_tick(&envoy.policy.rules, now + MS)
+        .expect("the orphaned units given back");
+    let ask = &request.asks[0];
+    assert_eq!((ask.want, ask.returning), (0, 25));
+    assert_eq!(ask.key, envoy.key);
+}
+
+#[test]
+fn an_idle_purse_goes_back_to_the_allowance_with_the_requests_it_decided() {
+    let envoy = Envoy::new();
+    let worker = envoy.worker();
+    let now = envoy.lease(&worker, 100, 0);
+    assert!(taken(&envoy.take(&worker, now)));
+    assert!(taken(&envoy.take(&worker, now + MS)));
+    let seen = envoy.allowance(&worker).seen;
+    let in_purse = purse_units(&worker);
+    let held = envoy.allowance(&worker).units;
+    // A tick (25 ms here) later, unused: back in the allowance.
+    worker.on_tick(&envoy.policy.rules, now + 30 * MS);
+    assert_eq!(purse_units(&worker), 0);
+    let a = envoy.allowance(&worker);
+    assert_eq!(a.units, held + in_purse);
+    assert_eq!(a.seen, seen + 1, "the request the purse decided counts");
+    assert_eq!(a.last_seen_us, now + MS);
+}

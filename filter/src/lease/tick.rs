@@ -1,0 +1,412 @@
+//! The root context's tick for leases: the asks requests marked, renewals of leases about to
+//! end, units given back (idle allowances, orphans, purses), sent as one lease call; and the
+//! answers to those calls applied to the allowances.
+
+use sluice_core::deny_cache::entry_id;
+use sluice_core::lease::{Allowance, Ending, LeaseConfig};
+use sluice_core::policy::Rule;
+use sluice_core::wire::{LeaseAsk, LeaseGrant, LeaseRequest, MAX_ASKS};
+
+use super::{ASK_TICK, Leases, Orphan, Sent, WorkerState};
+
+/// The asks of one lease callout, kept by the root context until its answer.
+pub struct SentAsks(pub(super) Vec<Sent>);
+
+/// What an ask says of one allowance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AskTerms {
+    /// Units asked for.
+    want: u64,
+    /// Units the holder still holds under a live lease.
+    held: u64,
+    /// Units given back.
+    returning: u64,
+    /// The key's local demand, in units a second.
+    demand: u64,
+    /// When the lease in force ends.
+    lease_until_us: u64,
+}
+
+/// What the tick makes of one allowance: an ask to send, or nothing, with the allowance as it
+/// now stands (`None`: the slot went to another key).
+enum TickStep {
+    Ask(AskTerms),
+    Idle(Option<Allowance>),
+}
+
+/// One lease call being put together.
+#[derive(Default)]
+struct Call {
+    asks: Vec<LeaseAsk>,
+    sent: Vec<Sent>,
+}
+
+impl Call {
+    fn full(&self) -> bool {
+        self.asks.len() >= MAX_ASKS
+    }
+}
+
+/// The slots the tick looks at: those requests marked as asked for (in the order marked),
+/// then the leases due a look.
+fn slots_to_look_at(state: &WorkerState, wanted: &[(String, u64)], now_us: u64) -> Vec<String> {
+    let mut slots: Vec<String> = Vec::new();
+    for (slot, _) in wanted {
+        if state.touched.contains_key(slot) && !slots.contains(slot) {
+            slots.push(slot.clone());
+        }
+    }
+    slots.extend(
+        state
+            .touched
+            .iter()
+            .filter(|(slot, t)| t.look_at_us <= now_us && !wanted.iter().any(|(w, _)| w == *slot))
+            .map(|(slot, _)| slot.clone()),
+    );
+    slots
+}
+
+/// What the tick at `now_us` does with allowance `a` of slot `slot`: ask for the mark in
+/// force if this worker made it (a mark that waited a whole ttl counts as lost, and another
+/// worker may have marked since), renew a lease about to end on a key in use, give back the
+/// units of one gone quiet. Returns the allowance to write, if changed.
+fn step(
+    mut a: Allowance,
+    slot: &str,
+    config: &LeaseConfig,
+    wanted: &[(String, u64)],
+    margin_us: u64,
+    now_us: u64,
+) -> (Option<Allowance>, TickStep) {
+    let ttl = config.terms.ttl.as_micros().unsigned_abs();
+    let held = a.held(now_us);
+    let ask = |want: u64, held: u64, returning: u64, demand: u64| {
+        TickStep::Ask(AskTerms {
+            want,
+            held,
+            returning,
+            demand,
+            lease_until_us: a.lease_until_us,
+        })
+    };
+    let demand = a.demand_per_second(config.horizon);
+    if wanted
+        .iter()
+        .any(|(w, at)| w == slot && *at == a.asking_since_us)
+    {
+        let want = a.target(config).saturating_sub(held);
+        return (None, ask(want, held, 0, demand));
+    }
+    match a.lease_ending(now_us, ttl, margin_us) {
+        Some(Ending::Renew) => {
+            let step = ask(a.target(config).saturating_sub(held), held, 0, demand);
+            a.asking_since_us = now_us;
+            (Some(a), step)
+        }
+        Some(Ending::GiveBack) => {
+            let until = a.lease_until_us;
+            let returning = if a.leased(now_us) { a.take_all() } else { 0 };
+            a.units = 0;
+            if returning == 0 {
+                return (Some(a.clone()), TickStep::Idle(Some(a)));
+            }
+            a.asking_since_us = now_us;
+            let step = TickStep::Ask(AskTerms {
+                want: 0,
+                held: 0,
+                returning,
+                demand: 0,
+                lease_until_us: until,
+            });
+            (Some(a), step)
+        }
+        None => (None, TickStep::Idle(Some(a))),
+    }
+}
+
+impl Leases {
+    /// What the tick sends at `now_us`: the asks this worker marked, the units it gives back
+    /// (idle allowances, leases about to end, orphans), as one lease request; `None` when
+    /// there is nothing to say. Stops the tick when nothing needs it any more.
+    pub fn on_tick(&self, rules: &[Rule], now_us: u64) -> Option<(LeaseRequest, SentAsks)> {
+        self.return_purses(rules, now_us);
+        let mut state = self.state.borrow_mut();
+        let wanted = std::mem::take(&mut state.wanted);
+        // A call carries at most MAX_ASKS, and a marked ask left out is sent at the next tick,
+        // not forgotten (its key would go to the server request by request until the mark ran
+        // out, a ttl later).
+        let slots = slots_to_look_at(&state, &wanted, now_us);
+        let mut call = Call::default();
+        let mut looked_at = 0;
+        for slot in &slots {
+            if call.full() {
+                break;
+            }
+            looked_at += 1;
+            self.look(&mut state, rules, slot, &wanted, now_us, &mut call);
+        }
+        self.ask_for_orphans(&mut state, rules, now_us, &mut call);
+        let left_out = &slots[looked_at..];
+        state
+            .wanted
+            .extend(wanted.into_iter().filter(|(w, _)| left_out.contains(w)));
+        let idle = state.touched.is_empty()
+            && state.in_flight.is_empty()
+            && state.orphans.is_empty()
+            && state.purses.is_empty();
+        let period = if !state.wanted.is_empty() {
+            Some(ASK_TICK)
+        } else if idle && call.asks.is_empty() {
+            None
+        } else {
+            self.tick
+        };
+        drop(state);
+        self.ticker.set_leasing(period);
+        if call.asks.is_empty() {
+            return None;
+        }
+        let request = LeaseRequest {
+            holder: self.holder.clone(),
+            asks: call.asks,
+        };
+        Some((request, SentAsks(call.sent)))
+    }
+
+    /// Looks at the allowance in `slot`: adds its ask to `call`, or notes when to look again
+    /// (or forgets it: it went to another key, or stayed idle a whole ttl).
+    fn look(
+        &self,
+        state: &mut WorkerState,
+        rules: &[Rule],
+        slot: &str,
+        wanted: &[(String, u64)],
+        now_us: u64,
+        call: &mut Call,
+    ) {
+        let Some(touched) = state.touched.get(slot) else {
+            return;
+        };
+        let Some((rule, config)) = rules
+            .get(touched.rule)
+            .and_then(|r| Some((r, r.lease.as_ref()?)))
+        else {
+            return;
+        };
+        let ttl = config.terms.ttl.as_micros().unsigned_abs();
+        let margin = self.margin_us();
+        let id = touched.id.clone();
+        let outcome = self.update(slot, |current| match current.filter(|a| a.id == id) {
+            Some(a) => step(a, slot, config, wanted, margin, now_us),
+            None => (None, TickStep::Idle(None)),
+        });
+        match outcome {
+            Some(TickStep::Ask(terms)) => {
+                let touched = &state.touched[slot];
+                call.asks.push(LeaseAsk {
+                    rule: touched.name.clone(),
+                    key: touched.key.clone(),
+                    limit: rule.limit,
+                    terms: config.terms,
+                    want: terms.want,
+                    held: terms.held,
+                    returning: terms.returning,
+                    demand: terms.demand,
+                });
+                call.sent.push(Sent {
+                    slot: slot.to_owned(),
+                    id: touched.id.clone(),
+                    rule: touched.rule,
+                    name: touched.name.clone(),
+                    key: touched.key.clone(),
+                    asked_at_us: now_us,
+                    returning: terms.returning,
+                    lease_until_us: terms.lease_until_us,
+                });
+            }
+            Some(TickStep::Idle(current)) => {
+                match current.filter(|a| now_us.saturating_sub(a.last_seen_us) < ttl) {
+                    Some(a) => {
+                        let look_at = self.look_at(&a, ttl, now_us).max(now_us + margin / 2);
+                        if let Some(t) = state.touched.get_mut(slot) {
+                            t.look_at_us = look_at;
+                        }
+                    }
+                    None => {
+                        state.touched.remove(slot);
+                    }
+                }
+            }
+            // Every attempt lost the race to other workers: the next tick looks again.
+            None => {}
+        }
+    }
+
+    /// Gives back the units that have no allowance to go to, while their lease lasts (after
+    /// it, the server no longer counts them: they are simply gone).
+    fn ask_for_orphans(
+        &self,
+        state: &mut WorkerState,
+        rules: &[Rule],
+        now_us: u64,
+        call: &mut Call,
+    ) {
+        for orphan in std::mem::take(&mut state.orphans) {
+            if orphan.lease_until_us <= now_us {
+                continue;
+            }
+            let Some((rule, config)) = rules
+                .get(orphan.rule)
+                .and_then(|r| Some((r, r.lease.as_ref()?)))
+            else {
+                continue;
+            };
+            let already_asked = call
+                .asks
+                .iter()
+                .any(|a| a.rule == orphan.name && a.key == orphan.key);
+            if call.full() || already_asked {
+                state.orphans.push(orphan);
+                continue;
+            }
+            let returning = orphan.units.min(config.terms.max_units);
+            call.asks.push(LeaseAsk {
+                rule: orphan.name.clone(),
+                key: orphan.key.clone(),
+                limit: rule.limit,
+                terms: config.terms,
+                want: 0,
+                held: 0,
+                returning,
+                demand: 0,
+            });
+            call.sent.push(Sent {
+                slot: String::new(),
+                id: entry_id(&orphan.name, &orphan.key),
+                rule: orphan.rule,
+                name: orphan.name,
+                key: orphan.key,
+                asked_at_us: now_us,
+                returning,
+                lease_until_us: orphan.lease_until_us,
+            });
+        }
+    }
+
+    /// Puts the purses unused for a tick, or whose lease is about to end, back in their
+    /// allowances, so that the look the tick then takes knows what the key holds and when it
+    /// was last used.
+    fn return_purses(&self, rules: &[Rule], now_us: u64) {
+        let idle_us = self.tick.map_or(0, |t| t.as_micros() as u64);
+        let margin = self.margin_us();
+        let mut state = self.state.borrow_mut();
+        let due: Vec<String> = state
+            .purses
+            .iter()
+            .filter(|(_, p)| p.purse.due_back(now_us, idle_us, margin))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            let Some(pursed) = state.purses.remove(&id) else {
+                continue;
+            };
+            let Some(config) = rules.get(pursed.rule).and_then(|r| r.lease.as_ref()) else {
+                continue;
+            };
+            let returned = self.update(&pursed.slot, |current| match current {
+                Some(mut a) if a.id == id => {
+                    a.absorb(&pursed.purse, now_us, config.horizon);
+                    (Some(a), ())
+                }
+                // The slot went to another key: the units are lost, as its own were.
+                _ => (None, ()),
+            });
+            // Every attempt lost the race: the next tick tries again.
+            if returned.is_none() && pursed.purse.lease_until_us > now_us {
+                state.purses.insert(id, pursed);
+            }
+        }
+    }
+
+    /// Remembers the asks of a lease callout sent with `token`.
+    pub fn sent(&self, token: u32, sent: SentAsks) {
+        self.state.borrow_mut().in_flight.insert(token, sent.0);
+    }
+
+    /// The asks of a lease callout that could not even be sent: asked again at the next tick.
+    pub fn not_sent(&self, sent: SentAsks) {
+        self.failed_asks(sent.0);
+    }
+
+    /// Applies the answer to the lease callout `token`; `Err` when it brought no usable
+    /// answer. Calls `count` with each ask's rule and grant.
+    pub fn answered(
+        &self,
+        token: u32,
+        answer: Result<Vec<LeaseGrant>, String>,
+        mut count: impl FnMut(usize, Option<&LeaseGrant>),
+    ) {
+        let Some(sent) = self.state.borrow_mut().in_flight.remove(&token) else {
+            return;
+        };
+        let grants = match answer {
+            Ok(grants) if grants.len() == sent.len() => grants,
+            _ => {
+                for s in &sent {
+                    count(s.rule, None);
+                }
+                self.failed_asks(sent);
+                return;
+            }
+        };
+        for (s, grant) in sent.iter().zip(&grants) {
+            count(s.rule, Some(grant));
+            let mut look_at = None;
+            let applied = !s.slot.is_empty()
+                && self
+                    .update(&s.slot, |current| match current {
+                        Some(mut a) if a.id == s.id => {
+                            a.grant(s.asked_at_us, grant);
+                            look_at = Some(a.lease_until_us.saturating_sub(self.margin_us()));
+                            (Some(a), true)
+                        }
+                        _ => (None, false),
+                    })
+                    .unwrap_or(false);
+            if let (Some(look_at), Some(t)) =
+                (look_at, self.state.borrow_mut().touched.get_mut(&s.slot))
+            {
+                t.look_at_us = look_at;
+            }
+            if !applied && grant.granted > 0 {
+                // The slot went to another key meanwhile: give these back at the next tick.
+                self.state.borrow_mut().orphans.push(Orphan {
+                    units: grant.granted,
+                    lease_until_us: s
+                        .asked_at_us
+                        .saturating_add(grant.lease_ms.saturating_mul(1000)),
+                    ..s.orphan()
+                });
+            }
+        }
+    }
+
+    /// Asks that got no answer: their allowances may ask again; units they gave back are
+    /// given back again at the next tick, while their lease lasts.
+    fn failed_asks(&self, sent: Vec<Sent>) {
+        for s in sent {
+            if !s.slot.is_empty() {
+                self.update(&s.slot, |current| match current {
+                    Some(mut a) if a.id == s.id => {
+                        a.asking_since_us = 0;
+                        (Some(a), ())
+                    }
+                    _ => (None, ()),
+                });
+            }
+            if s.returning > 0 {
+                self.state.borrow_mut().orphans.push(s.orphan());
+            }
+        }
+    }
+}
