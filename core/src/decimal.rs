@@ -41,6 +41,19 @@ pub fn parse(bytes: &[u8]) -> Option<u64> {
     }
 }
 
+/// `bytes` as a signed whole number, as Lua's `%d` writes one: an optional minus sign, then a
+/// number as [`parse`] reads it; `None` if it is not one or an `i64` cannot hold it. (The
+/// server reads script replies with it: `str::parse` and its UTF-8 check cost twice as much.)
+pub fn parse_signed(bytes: &[u8]) -> Option<i64> {
+    match bytes {
+        [b'-', digits @ ..] => {
+            let magnitude = parse(digits)?;
+            0i64.checked_sub_unsigned(magnitude)
+        }
+        digits => i64::try_from(parse(digits)?).ok(),
+    }
+}
+
 /// `numbers`, then `text`, separated by `|`: how a shared-data slot holds a record (the text
 /// last, since it may hold any printable character).
 pub fn write_record(numbers: &[u64], text: &str) -> Vec<u8> {
@@ -66,6 +79,27 @@ pub fn read_record<const N: usize>(bytes: &[u8]) -> Option<([u64; N], &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signed_numbers_read_as_lua_writes_them() {
+        assert_eq!(parse_signed(b"42"), Some(42));
+        assert_eq!(parse_signed(b"-7"), Some(-7));
+        assert_eq!(parse_signed(b"0"), Some(0));
+        assert_eq!(parse_signed(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_signed(b"9223372036854775807"), Some(i64::MAX));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+            b"1.5",
+            b"+1",
+            b" 1",
+            b"07",
+        ] {
+            assert_eq!(parse_signed(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn every_written_number_reads_back_and_nothing_else_does() {

@@ -313,6 +313,12 @@ pub fn redis_key(prefix: &str, rule: &RuleName, key: &LimitKey, limit: &Limit) -
     out
 }
 
+/// The Redis key of the ledger of a key's leases, beside its state ([`redis_key`]), in the
+/// same hash tag.
+pub fn ledger_key(state_key: &str) -> String {
+    format!("{state_key}:lease")
+}
+
 /// Redis Cluster's hash slots.
 pub const CLUSTER_SLOTS: u16 = 16384;
 

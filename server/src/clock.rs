@@ -1,7 +1,7 @@
 //! Redis' clock, read by the server once a second rather than by every script call.
 //!
 //! Every replica must decide on one clock, and Redis' is the one they share (on a Cluster, one
-//! node's: [`Store::time_us`]). A script that
+//! node's: [`Store::time_us`](crate::store::Store::time_us)). A script that
 //! reads `TIME` itself spends a command on it in every decision; instead the server reads
 //! `TIME` every [`READ_EVERY`] and carries it forward on its own monotonic clock between reads,
 //! passing the time to each script ([`ScriptTime::Carried`]). When no read has succeeded for
@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::scripts::ScriptTime;
-use crate::store::Store;
 
 /// How often the server reads Redis' `TIME`.
 pub const READ_EVERY: Duration = Duration::from_secs(1);
@@ -79,19 +78,14 @@ impl Default for RedisClock {
     }
 }
 
-/// Redis' clock by `TIME`, in microseconds since the epoch.
-pub async fn read_time_us<C>(connection: &mut C) -> redis::RedisResult<i64>
-where
-    C: redis::aio::ConnectionLike + Send,
-{
-    let reply: redis::Value = redis::cmd("TIME").query_async(connection).await?;
-    time_us_of(&reply)
-}
+/// Where the clock reads Redis' time: the [`Store`](crate::store::Store), or a stand-in in
+/// tests.
+pub trait TimeSource: Send + Sync + 'static {
+    /// Why a read failed.
+    type Error: std::fmt::Display;
 
-/// `TIME`'s reply (seconds and microseconds), in microseconds since the epoch.
-pub fn time_us_of(reply: &redis::Value) -> redis::RedisResult<i64> {
-    let (seconds, micros): (i64, i64) = redis::from_redis_value_ref(reply)?;
-    Ok(seconds * 1_000_000 + micros)
+    /// Redis' clock, in microseconds since the epoch.
+    fn time_us(self: &Arc<Self>) -> impl Future<Output = Result<i64, Self::Error>> + Send;
 }
 
 impl RedisClock {
@@ -148,27 +142,27 @@ impl RedisClock {
     }
 
     /// Reads Redis' `TIME` once and records it.
-    pub async fn read(&self, store: &Arc<Store>) {
+    pub async fn read<S: TimeSource>(&self, source: &Arc<S>) {
         let sent = Instant::now();
-        match store.time_us().await {
+        match source.time_us().await {
             Ok(redis_us) => self.record(redis_us, sent, Instant::now()),
             // Not yet connected, or Redis away: calls fail on their own and say so.
             Err(e) => tracing::debug!(error = %e, "reading redis TIME failed"),
         }
     }
 
-    /// Reads `TIME` every [`READ_EVERY`] until the store is dropped.
-    pub fn keep_reading(self: &Arc<Self>, store: Weak<Store>) {
+    /// Reads `TIME` every [`READ_EVERY`] until the source is dropped.
+    pub fn keep_reading<S: TimeSource>(self: &Arc<Self>, source: Weak<S>) {
         let clock = Arc::clone(self);
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(READ_EVERY);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
-                let Some(store) = store.upgrade() else {
+                let Some(source) = source.upgrade() else {
                     return;
                 };
-                clock.read(&store).await;
+                clock.read(&source).await;
             }
         });
     }
@@ -250,5 +244,26 @@ mod tests {
             clock.now_us(at + TRUST_FOR + Duration::from_micros(1)),
             None
         );
+    }
+
+    /// Redis' time in these tests, or a failure.
+    struct FixedTime(Result<i64, &'static str>);
+
+    impl TimeSource for FixedTime {
+        type Error = &'static str;
+
+        async fn time_us(self: &Arc<Self>) -> Result<i64, &'static str> {
+            self.0
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_from_the_source_sets_the_clock_and_a_failed_one_does_not() {
+        let clock = RedisClock::default();
+        clock.read(&Arc::new(FixedTime(Err("redis away")))).await;
+        assert_eq!(clock.now_us(Instant::now()), None);
+        clock.read(&Arc::new(FixedTime(Ok(7_000_000)))).await;
+        let now = clock.now_us(Instant::now()).expect("read");
+        assert!((7_000_000..7_100_000).contains(&now), "{now}");
     }
 }

@@ -15,7 +15,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 use sluice_core::algorithm::exact::Ticks;
+use sluice_core::decimal;
 use sluice_core::duration::Millis;
+use sluice_core::key::ledger_key;
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::{LeaseAsk, LeaseGrant};
@@ -447,11 +449,6 @@ pub struct LeaseCall {
     pub held: Vec<u64>,
 }
 
-/// The ledger of a key's leases, beside its state (one hash tag).
-pub fn ledger_key(state_key: &str) -> String {
-    format!("{state_key}:lease")
-}
-
 impl LeaseCall {
     /// The call for `asks` (each with its state key) of `holder`, at `time`.
     pub fn new<'a>(
@@ -554,33 +551,13 @@ fn reply_numbers(reply: &redis::Value, entries: usize, width: usize) -> Result<V
     let mut numbers = Vec::with_capacity(width * entries);
     if !bytes.is_empty() {
         for word in bytes.split(|&b| b == b' ') {
-            numbers.push(integer(word).ok_or_else(|| BadReply::of(reply))?);
+            numbers.push(decimal::parse_signed(word).ok_or_else(|| BadReply::of(reply))?);
         }
     }
     if numbers.len() != width * entries {
         return Err(BadReply::of(reply));
     }
     Ok(numbers)
-}
-
-/// A decimal integer as Lua's `%d` writes it: an optional minus sign and digits. With
-/// `str::parse` and its UTF-8 check, reading a reply cost 1.1k instructions against 0.6k.
-fn integer(word: &[u8]) -> Option<i64> {
-    let (negative, digits) = match word {
-        [b'-', digits @ ..] => (true, digits),
-        digits => (false, digits),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut n: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
-    }
-    Some(if negative { -n } else { n })
 }
 
 /// Turns a single check's reply into its verdict.

@@ -10,8 +10,9 @@ use common::{Http, one_check, server};
 use sluice_harness::{
     ForwardingProxy, MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, free_port,
 };
-use sluice_server::clock::{RedisClock, read_time_us};
+use sluice_server::clock::RedisClock;
 use sluice_server::scripts::SCRIPTS;
+use sluice_server::store::read_time_us;
 use sluice_server::store::{ScriptCalls, Store, Topology};
 
 const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;

@@ -37,11 +37,10 @@
 //! assert_eq!(a.take(3, 600_000), Take::Short, "the lease ended at 500 ms");
 //! ```
 
-use serde::{Deserialize, Serialize};
-
 use crate::decimal;
 use crate::duration::Millis;
 use crate::wire::LeaseGrant;
+pub use crate::wire::{LeaseTerms, MAX_LEASE_TTL_MS};
 
 mod purse;
 
@@ -53,23 +52,6 @@ pub use purse::{PURSE_UNITS, Purse};
 /// of their requests went to the server, `make bench`, 2026-11-26); in 65,536, about one in
 /// 130. A slot is a shared-data entry only once a key has used it (about 200 bytes).
 pub const LEASE_SLOTS: u32 = 65536;
-/// The longest lease.
-pub const MAX_LEASE_TTL_MS: u64 = 60_000;
-
-/// What the server enforces for one key's leases; sent with every ask (the server keeps no
-/// configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LeaseTerms {
-    /// The most units one holder may hold for the key.
-    pub max_units: u64,
-    /// The most units all holders together (and the pool of units given back) may hold for
-    /// the key: what the bound adds to the algorithm's.
-    pub max_outstanding: u64,
-    /// How long a lease lasts after the holder's last call.
-    pub ttl: Millis,
-}
-
 /// One rule's lease settings, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseConfig {

@@ -49,8 +49,8 @@ pub use compact::{
     write_decide_request, write_decide_response, write_json_string,
 };
 
+use crate::duration::Millis;
 use crate::key::{LimitKey, RuleName};
-use crate::lease::{LeaseTerms, MAX_LEASE_TTL_MS};
 use crate::limit::{LeakMode, Limit, MAX_AMOUNT};
 use crate::verdict::Verdict;
 
@@ -173,6 +173,23 @@ impl DecideRequest {
             results: read_decide_response(body, self.checks.len())?,
         })
     }
+}
+
+/// The longest lease.
+pub const MAX_LEASE_TTL_MS: u64 = 60_000;
+
+/// What the server enforces for one key's leases; sent with every ask (the server keeps no
+/// configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseTerms {
+    /// The most units one holder may hold for the key.
+    pub max_units: u64,
+    /// The most units all holders together (and the pool of units given back) may hold for
+    /// the key: what the bound adds to the algorithm's.
+    pub max_outstanding: u64,
+    /// How long a lease lasts after the holder's last call.
+    pub ttl: Millis,
 }
 
 /// Every lease ask of one holder.

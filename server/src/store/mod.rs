@@ -17,6 +17,7 @@
 //! `redis::Script` knows that dance, and only it.
 
 mod silence;
+mod time;
 mod topology;
 
 use std::sync::Arc;
@@ -27,7 +28,6 @@ use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::SentinelClient;
 use sluice_core::key::{CLUSTER_SLOTS, cluster_slot};
 use sluice_core::verdict::Verdict;
@@ -35,12 +35,12 @@ use sluice_core::wire::LeaseGrant;
 use tokio::sync::{Mutex, RwLock};
 
 use crate::busy_poll::Activity;
-use crate::clock::{read_time_us, time_us_of};
 use crate::log_throttle::LogThrottle;
 use crate::scripts::{
     BadReply, BatchCall, LeaseCall, LimitScript, SCRIPTS, ScriptCall, decode_reply,
 };
 use silence::SilenceWatch;
+pub use time::{read_time_us, time_us_of};
 use topology::sentinel_client;
 pub use topology::{Credentials, Topology, redacted, tcp_settings};
 
@@ -500,27 +500,6 @@ impl Store {
     /// Whether scripts are called as functions (until Redis shows it will not run them).
     pub fn calls_functions(&self) -> bool {
         !self.eval_only.load(Ordering::Relaxed)
-    }
-
-    /// Redis' clock, by `TIME`, in microseconds since the epoch. On a Cluster, the clock of
-    /// the primary that serves slot 0: every node has its own clock, and servers that each
-    /// read whichever node the client picked would carry clocks apart by the nodes' skew.
-    pub async fn time_us(self: &Arc<Self>) -> Result<i64, StoreError> {
-        let backend = self.backend().await?;
-        self.within_timeout(None, async {
-            match backend {
-                Backend::Single(mut c) => read_time_us(&mut c).await,
-                Backend::Cluster(mut c) => {
-                    let slot_zero =
-                        SingleNodeRoutingInfo::SpecificNode(Route::new(0, SlotAddr::Master));
-                    let reply = c
-                        .route_command(redis::cmd("TIME"), RoutingInfo::SingleNode(slot_zero))
-                        .await?;
-                    time_us_of(&reply)
-                }
-            }
-        })
-        .await
     }
 
     /// `call` bounded by the timeout; `key`, the call's first key if it has one, tells the

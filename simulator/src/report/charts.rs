@@ -35,7 +35,7 @@ fn svg(draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), Stri
         Ok(()) => out,
         Err(e) => format!(
             "<p class=\"note\">chart not drawn: {}</p>",
-            super::html::escape(&e)
+            super::markup::escape(&e)
         ),
     }
 }

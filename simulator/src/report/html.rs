@@ -3,24 +3,9 @@
 
 use std::fmt::Write as _;
 
+pub use super::markup::escape;
 use super::text::{period, thousands};
 use super::{Report, Series, charts};
-
-/// `text` safe inside HTML.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:960px;color:#222}\
 table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{padding:0.25em 0.7em;text-align:right;border-bottom:1px solid #ddd}\

@@ -10,6 +10,7 @@
 
 pub mod charts;
 pub mod html;
+mod markup;
 mod recorder;
 pub mod text;
 
