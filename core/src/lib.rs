@@ -42,6 +42,7 @@ pub mod limit;
 pub mod policy;
 pub mod record;
 pub mod rls;
+pub mod stat_names;
 pub mod throttle;
 pub mod verdict;
 pub mod wire;

@@ -1,14 +1,6 @@
 //! Envoy stats through the proxy-wasm metrics ABI: per rule, and for the callouts.
 //!
-//! Envoy prefixes the names with `wasmcustom.`: `wasmcustom.sluice.rule.per-ip.denied`.
-//! Per rule: `allowed`, `denied`, `shadow_denied`, `failures`, `cache_hits`, `shaped`,
-//! `callouts` (requests whose check for the rule went to sluice-server), and for
-//! leased rules `local` (decided here from a lease, also counted as allowed or denied),
-//! `lease_asks` (asks answered), `lease_units` (units granted), `lease_empty` (answers with
-//! nothing to lease), `lease_failures` (asks that got no answer). Globally: `callouts`,
-//! `callout_failures`, `lease_calls`, `lease_call_failures`, and `client_ip_fallbacks`
-//! (requests keyed by the peer's address because the trusted `x-forwarded-for` entry was not
-//! an address).
+//! The names, and what each counts, are [`sluice_core::stat_names`]'s.
 //!
 //! Increments are kept here and handed to Envoy on the root context's tick, at most
 //! [`FLUSH_EVERY`] apart, and when the counters are dropped or the VM is done: a host call per
@@ -21,6 +13,7 @@ use std::time::Duration;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use sluice_core::record::RuleOutcome;
+use sluice_core::stat_names::{self, RuleStat, rule_stat};
 use sluice_core::wire::LeaseGrant;
 
 /// How long increments may wait before Envoy sees them.
@@ -113,30 +106,30 @@ impl Stats {
         let rules = rule_names
             .into_iter()
             .map(|rule| {
-                let name = |stat: &str| Counter::define(&format!("sluice.rule.{rule}.{stat}"));
+                let name = |stat: RuleStat| Counter::define(&rule_stat(rule, stat));
                 RuleStats {
-                    allowed: name("allowed"),
-                    denied: name("denied"),
-                    shadow_denied: name("shadow_denied"),
-                    failures: name("failures"),
-                    cache_hits: name("cache_hits"),
-                    shaped: name("shaped"),
-                    callouts: name("callouts"),
-                    local: name("local"),
-                    lease_asks: name("lease_asks"),
-                    lease_units: name("lease_units"),
-                    lease_empty: name("lease_empty"),
-                    lease_failures: name("lease_failures"),
+                    allowed: name(RuleStat::Allowed),
+                    denied: name(RuleStat::Denied),
+                    shadow_denied: name(RuleStat::ShadowDenied),
+                    failures: name(RuleStat::Failures),
+                    cache_hits: name(RuleStat::CacheHits),
+                    shaped: name(RuleStat::Shaped),
+                    callouts: name(RuleStat::Callouts),
+                    local: name(RuleStat::Local),
+                    lease_asks: name(RuleStat::LeaseAsks),
+                    lease_units: name(RuleStat::LeaseUnits),
+                    lease_empty: name(RuleStat::LeaseEmpty),
+                    lease_failures: name(RuleStat::LeaseFailures),
                 }
             })
             .collect();
         Stats {
             rules,
-            callouts: Counter::define("sluice.callouts"),
-            callout_failures: Counter::define("sluice.callout_failures"),
-            lease_calls: Counter::define("sluice.lease_calls"),
-            lease_call_failures: Counter::define("sluice.lease_call_failures"),
-            client_ip_fallbacks: Counter::define("sluice.client_ip_fallbacks"),
+            callouts: Counter::define(stat_names::CALLOUTS),
+            callout_failures: Counter::define(stat_names::CALLOUT_FAILURES),
+            lease_calls: Counter::define(stat_names::LEASE_CALLS),
+            lease_call_failures: Counter::define(stat_names::LEASE_CALL_FAILURES),
+            client_ip_fallbacks: Counter::define(stat_names::CLIENT_IP_FALLBACKS),
         }
     }
 

@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use sluice_core::policy::Policy;
+use sluice_core::stat_names;
 
 use std::collections::BTreeMap;
 
@@ -129,7 +130,7 @@ pub fn run(
         },
         callouts: run.stats.callouts,
         lease_calls: stats
-            .get("sluice.lease_calls")
+            .get(stat_names::LEASE_CALLS)
             .and_then(|n| u64::try_from(*n).ok())
             .unwrap_or(0),
         open_at_end: run.stats.open_at_end,

@@ -21,6 +21,7 @@ use serde::Serialize;
 use sluice_core::limit::Limit;
 use sluice_core::policy::Policy;
 use sluice_core::record::RuleOutcome;
+use sluice_core::stat_names::{RuleStat, rule_stat};
 use sluice_server::config::DEFAULT_KEY_PREFIX;
 
 pub use self::recorder::Recorder;
@@ -373,8 +374,8 @@ impl Report {
                     .collect()
             })
             .unwrap_or_default();
-        let stat = |rule: &str, name: &str| -> Option<u64> {
-            let value = inputs.stats.get(&format!("sluice.rule.{rule}.{name}"))?;
+        let stat = |rule: &str, stat: RuleStat| -> Option<u64> {
+            let value = inputs.stats.get(&rule_stat(rule, stat))?;
             u64::try_from(*value).ok()
         };
         // Each key's decisions, in time order.
@@ -439,15 +440,15 @@ impl Report {
                     .and_then(|p| p.rules.iter().find(|r| r.name.as_str() == name))
                     .and_then(|r| r.lease);
                 let lease = leased.map(|config| LeaseReport {
-                    asks: stat(name, "lease_asks").unwrap_or(0)
-                        + stat(name, "lease_failures").unwrap_or(0),
-                    units: stat(name, "lease_units").unwrap_or(0),
-                    empty: stat(name, "lease_empty").unwrap_or(0),
-                    failures: stat(name, "lease_failures").unwrap_or(0),
+                    asks: stat(name, RuleStat::LeaseAsks).unwrap_or(0)
+                        + stat(name, RuleStat::LeaseFailures).unwrap_or(0),
+                    units: stat(name, RuleStat::LeaseUnits).unwrap_or(0),
+                    empty: stat(name, RuleStat::LeaseEmpty).unwrap_or(0),
+                    failures: stat(name, RuleStat::LeaseFailures).unwrap_or(0),
                     max_outstanding: config.terms.max_outstanding,
                 });
-                let callouts =
-                    stat(name, "callouts").map(|c| c + lease.as_ref().map_or(0, |l| l.asks));
+                let callouts = stat(name, RuleStat::Callouts)
+                    .map(|c| c + lease.as_ref().map_or(0, |l| l.asks));
                 RuleReport {
                     rule: name.clone(),
                     limit: known.map(|(l, _)| l.limit),

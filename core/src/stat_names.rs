@@ -1,0 +1,81 @@
+//! The names of the filter's stats in Envoy (which shows them prefixed `wasmcustom.`): the
+//! filter defines them, and the simulator's reports and tests read them by these names.
+
+/// Callouts sent to `/v1/decide`.
+pub const CALLOUTS: &str = "sluice.callouts";
+/// Callouts that brought no usable answer.
+pub const CALLOUT_FAILURES: &str = "sluice.callout_failures";
+/// Lease callouts sent.
+pub const LEASE_CALLS: &str = "sluice.lease_calls";
+/// Lease callouts the host refused.
+pub const LEASE_CALL_FAILURES: &str = "sluice.lease_call_failures";
+/// Requests keyed by the peer's address for an unreadable `x-forwarded-for` entry.
+pub const CLIENT_IP_FALLBACKS: &str = "sluice.client_ip_fallbacks";
+
+/// One rule's stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleStat {
+    /// Requests the rule allowed.
+    Allowed,
+    /// Requests the rule denied.
+    Denied,
+    /// Requests the rule would have denied, in shadow mode.
+    ShadowDenied,
+    /// Requests the rule's failure mode decided.
+    Failures,
+    /// Requests the deny cache denied for the rule.
+    CacheHits,
+    /// Requests held for shaping.
+    Shaped,
+    /// Requests whose check for the rule went to sluice-server.
+    Callouts,
+    /// Requests decided in Envoy from a lease (also counted as allowed or denied).
+    Local,
+    /// Lease asks answered.
+    LeaseAsks,
+    /// Units granted.
+    LeaseUnits,
+    /// Answers with nothing to lease.
+    LeaseEmpty,
+    /// Lease asks that got no answer.
+    LeaseFailures,
+}
+
+impl RuleStat {
+    /// The stat's last segment.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            RuleStat::Allowed => "allowed",
+            RuleStat::Denied => "denied",
+            RuleStat::ShadowDenied => "shadow_denied",
+            RuleStat::Failures => "failures",
+            RuleStat::CacheHits => "cache_hits",
+            RuleStat::Shaped => "shaped",
+            RuleStat::Callouts => "callouts",
+            RuleStat::Local => "local",
+            RuleStat::LeaseAsks => "lease_asks",
+            RuleStat::LeaseUnits => "lease_units",
+            RuleStat::LeaseEmpty => "lease_empty",
+            RuleStat::LeaseFailures => "lease_failures",
+        }
+    }
+}
+
+/// The name of `stat` of rule `rule`: `sluice.rule.<rule>.<stat>`.
+pub fn rule_stat(rule: &str, stat: RuleStat) -> String {
+    format!("sluice.rule.{rule}.{}", stat.suffix())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_documented_ones() {
+        assert_eq!(
+            rule_stat("per-ip", RuleStat::ShadowDenied),
+            "sluice.rule.per-ip.shadow_denied"
+        );
+        assert_eq!(CALLOUTS, "sluice.callouts");
+    }
+}
