@@ -30,6 +30,7 @@ const UNITS: [(&str, u64); 5] = [
 
 /// Why a duration string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DurationError {
     /// The text is not a number followed by one of the units.
     #[error(

@@ -60,6 +60,7 @@ pub struct RuleName(String);
 
 /// Why a rule name or a key was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NameError {
     /// Empty, too long, or with a character outside the allowed set.
     #[error("`{0}` is not a rule name: use 1 to 64 of A-Z a-z 0-9 _ . -")]

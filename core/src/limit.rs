@@ -387,6 +387,7 @@ pub struct RawLimit {
 
 /// Why a limit was refused; each message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LimitError {
     /// `algorithm` is not one of the six.
     #[error(

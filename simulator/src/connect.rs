@@ -45,6 +45,7 @@ impl Endpoint {
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SendError {
     /// The cluster has no host to send to.
     #[error("no healthy upstream")]

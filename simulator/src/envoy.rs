@@ -123,6 +123,7 @@ impl EnvoyConfig {
 
 /// Why an Envoy did not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     /// The plugin refused its configuration; the module's log says why.
     #[error("the plugin rejected its configuration{}", .log.iter().map(|l| format!("\n  {l}")).collect::<String>())]

@@ -52,6 +52,7 @@ pub struct RlsState {
 
 /// Why a call got no answer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RlsError {
     /// The request cannot be decided.
     #[error("{0}")]

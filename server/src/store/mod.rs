@@ -58,6 +58,7 @@ pub enum ScriptCalls {
 
 /// A failed Redis call.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// No connection has been made yet.
     #[error("redis: not connected yet ({0})")]

@@ -33,6 +33,7 @@ use self::shared_data::SharedData;
 
 /// Why a module was refused at load.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// Not a module wasmtime can compile.
     #[error("Failed to load Wasm module: {0}")]
