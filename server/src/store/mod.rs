@@ -16,29 +16,25 @@
 //! [`ScriptCalls::Eval`] says so, scripts are sent by `EVALSHA` and loaded again on `NOSCRIPT`:
 //! `redis::Script` knows that dance, and only it.
 
+mod connection;
+mod invoke;
 mod silence;
 mod time;
 mod topology;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use redis::IntoConnectionInfo;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use sluice_core::key::{CLUSTER_SLOTS, cluster_slot};
-use sluice_core::verdict::Verdict;
-use sluice_core::wire::LeaseGrant;
 use tokio::sync::{Mutex, RwLock};
 
 use crate::busy_poll::Activity;
 use crate::log_throttle::LogThrottle;
-use crate::scripts::{
-    BadReply, BatchCall, LeaseCall, LimitScript, SCRIPTS, ScriptCall, decode_reply,
-};
+use crate::scripts::{BadReply, SCRIPTS};
 use silence::SilenceWatch;
 pub use time::{read_time_us, time_us_of};
 use topology::sentinel_client;
@@ -219,191 +215,12 @@ impl Store {
         store
     }
 
-    async fn keep_connecting(&self) {
-        let mut delay = Duration::from_millis(50);
-        loop {
-            match tokio::time::timeout(self.open_timeout(), self.open()).await {
-                Ok(Ok(backend)) => {
-                    // Loaded now, the library spares the first calls a miss; a failure that
-                    // may pass is tried again when a call misses it.
-                    if !self.eval_only.load(Ordering::Relaxed) {
-                        let loaded =
-                            tokio::time::timeout(self.timeout, load_library(backend.clone())).await;
-                        match loaded {
-                            Ok(Ok(())) => tracing::info!(
-                                library = %SCRIPTS.library().name,
-                                "scripts are called as Redis Functions"
-                            ),
-                            Ok(Err(e)) => self.functions_failed(&e),
-                            Err(_) => tracing::warn!(
-                                "loading the functions library timed out; trying again on the first call"
-                            ),
-                        }
-                    }
-                    // Said once calls may go: until the line above, they fail as not
-                    // connected yet.
-                    *self.backend.write().await = Some(backend);
-                    tracing::info!(topology = ?self.topology, "connected to redis");
-                    return;
-                }
-                Ok(Err(e)) => *self.last_error.write().await = e.to_string(),
-                Err(_) => *self.last_error.write().await = "connection timed out".to_owned(),
-            }
-            let error = self.last_error.read().await.clone();
-            tracing::warn!(%error, "redis not usable; retrying");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(2));
-        }
-    }
-
     /// How long calls may go without an answer before the server takes their connection for
     /// dead and opens another: ten timeouts, and at least 3 s. To one Redis, that is any call
     /// (Redis' clock is read every second, so even an idle server's connection answers about
     /// that often); on a Cluster, the calls of a run of slots, which one primary serves.
     pub fn silent_after(timeout: Duration) -> Duration {
         (timeout * 10).max(SILENT_AT_LEAST)
-    }
-
-    /// How long opening a backend may take, with what it asks on the way (the sentinels, a
-    /// Cluster's slots): the call's timeout, but not under 1 s.
-    fn open_timeout(&self) -> Duration {
-        self.timeout.max(Duration::from_secs(1))
-    }
-
-    /// How long opening a connection may take: the call's timeout, but not under 250 ms.
-    fn connect_timeout(&self) -> Duration {
-        self.timeout.max(Duration::from_millis(250))
-    }
-
-    /// The pause before the Redis client tries again, to reconnect or after a Cluster node
-    /// refused a call for the moment (`TRYAGAIN` mid-reshard, `CLUSTERDOWN` until a replica
-    /// takes over): a twentieth of a call's timeout, so that another try fits in it. The
-    /// client's own pauses, 100 ms before reconnecting and 1.28 s on a Cluster, were as long
-    /// as the default timeout or longer: calls waited it out instead of failing on a refused
-    /// connection (a filter failing open then held its request that long) or succeeding on a
-    /// second try.
-    fn retry_pause(&self) -> Duration {
-        self.timeout / 20
-    }
-
-    fn manager_config(&self) -> ConnectionManagerConfig {
-        ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout()))
-            // `within_timeout` bounds every call already. A second timer a call made tokio
-            // write to its own eventfd for most calls (a timer due before the event loop's
-            // next planned wake-up does), 1.5 writes a decision against 0.6 with one.
-            .set_response_timeout(None)
-            .set_number_of_retries(1)
-            .set_min_delay(self.retry_pause())
-            .set_max_delay(Duration::from_millis(500))
-    }
-
-    async fn open(&self) -> Result<Backend, StoreError> {
-        match &self.topology {
-            Topology::Standalone(url) => {
-                let info = self
-                    .credentials
-                    .log_in(url.as_str().into_connection_info()?)
-                    .set_tcp_settings(tcp_settings());
-                let client = match &self.credentials.tls {
-                    Some(tls) => redis::Client::build_with_tls(info, tls.clone())?,
-                    None => redis::Client::open(info)?,
-                };
-                let mut manager = client
-                    .get_connection_manager_with_config(self.manager_config())
-                    .await?;
-                refuse_unfit_server(&mut manager, url).await?;
-                Ok(Backend::Single(manager))
-            }
-            Topology::Cluster(urls) => {
-                // The client counts its waits in whole milliseconds: the n-th is drawn from one
-                // pause to `pause × 2^n`, and stays under a quarter of the timeout. It also
-                // bounds a call and all its tries together by the timeout.
-                let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-                let pause_ms = ms(self.retry_pause()).max(1);
-                let mut builder = ClusterClient::builder(urls.clone())
-                    .connection_timeout(self.connect_timeout())
-                    .response_timeout(self.timeout)
-                    .retries(CLUSTER_RETRIES)
-                    .min_retry_wait(pause_ms)
-                    .max_retry_wait(ms(self.timeout / 4).max(5))
-                    .retry_wait_formula(pause_ms, 2)
-                    .tcp_settings(tcp_settings());
-                if let Some(username) = &self.credentials.username {
-                    builder = builder.username(username);
-                }
-                if let Some(password) = &self.credentials.password {
-                    builder = builder.password(password);
-                }
-                if let Some(tls) = &self.credentials.tls {
-                    builder = builder.certs(tls.clone());
-                }
-                let client = builder.build()?;
-                Ok(Backend::Cluster(client.get_async_connection().await?))
-            }
-            Topology::Sentinel { .. } => {
-                let sentinel = self
-                    .sentinel
-                    .as_ref()
-                    .ok_or_else(|| StoreError::NotConnected("bad sentinel configuration".into()))?;
-                let client = sentinel.client.lock().await.async_get_client().await?;
-                let primary = client.get_connection_info().addr().to_string();
-                let manager = client
-                    .get_connection_manager_with_config(self.manager_config())
-                    .await?;
-                *sentinel.primary.lock().await = primary;
-                Ok(Backend::Single(manager))
-            }
-        }
-    }
-
-    /// After a failed call behind Sentinel: ask where the primary is, and follow it if it
-    /// moved. Runs in the background, at most every [`SENTINEL_REFRESH_INTERVAL`].
-    fn follow_failover(self: &Arc<Self>) {
-        let Some(sentinel) = &self.sentinel else {
-            return;
-        };
-        if sentinel.refreshing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let store = Arc::clone(self);
-        tokio::spawn(async move {
-            let Some(sentinel) = &store.sentinel else {
-                return;
-            };
-            let mut last = sentinel.last_refresh.lock().await;
-            if let Some(at) = *last
-                && at.elapsed() < SENTINEL_REFRESH_INTERVAL
-            {
-                tokio::time::sleep(SENTINEL_REFRESH_INTERVAL - at.elapsed()).await;
-            }
-            *last = Some(Instant::now());
-            drop(last);
-            let found = async {
-                let client = sentinel.client.lock().await.async_get_client().await?;
-                let primary = client.get_connection_info().addr().to_string();
-                if *sentinel.primary.lock().await == primary {
-                    return Ok::<_, redis::RedisError>(None);
-                }
-                let manager = client
-                    .get_connection_manager_with_config(store.manager_config())
-                    .await?;
-                Ok(Some((primary, manager)))
-            };
-            match tokio::time::timeout(store.open_timeout(), found).await {
-                Ok(Ok(Some((primary, manager)))) => {
-                    tracing::info!(%primary, "following the primary Sentinel names");
-                    *sentinel.primary.lock().await = primary;
-                    *store.backend.write().await = Some(Backend::Single(manager));
-                }
-                Ok(Ok(None)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "asking the sentinels for the primary failed")
-                }
-                Err(_) => tracing::warn!("the sentinels did not answer in time"),
-            }
-            sentinel.refreshing.store(false, Ordering::Release);
-        });
     }
 
     async fn backend(&self) -> Result<Backend, StoreError> {
@@ -418,89 +235,6 @@ impl Store {
     /// Every call starting and ending (see [`crate::busy_poll`]).
     pub fn activity(&self) -> &Arc<Activity> {
         &self.activity
-    }
-
-    /// Whether every key of a request may go to one script call: true but on a Cluster, where
-    /// a request's keys live on different nodes.
-    pub fn runs_batches(&self) -> bool {
-        !matches!(self.topology, Topology::Cluster(_))
-    }
-
-    /// Runs one script call, loading the script if Redis does not have it.
-    pub async fn run(self: &Arc<Self>, call: &ScriptCall) -> Result<Verdict, StoreError> {
-        let reply = self
-            .invoke(call.script(), std::slice::from_ref(&call.key), &call.args())
-            .await?;
-        Ok(decode_reply(&reply)?)
-    }
-
-    /// Runs lease asks in one call of the lease script.
-    pub async fn run_lease(
-        self: &Arc<Self>,
-        call: &LeaseCall,
-    ) -> Result<Vec<LeaseGrant>, StoreError> {
-        let reply = self.invoke(call.script(), &call.keys, &call.args).await?;
-        Ok(call.decode(&reply)?)
-    }
-
-    /// Runs several checks in one call of the batch script.
-    pub async fn run_batch(self: &Arc<Self>, call: &BatchCall) -> Result<Vec<Verdict>, StoreError> {
-        let reply = self.invoke(call.script(), &call.keys, &call.args).await?;
-        Ok(call.decode(&reply)?)
-    }
-
-    /// `FCALL`, and on a missing function `FUNCTION LOAD` and again; or `EVALSHA`, and on
-    /// `NOSCRIPT` `SCRIPT LOAD` and again (redis::Script knows that dance).
-    async fn invoke(
-        self: &Arc<Self>,
-        script: &LimitScript,
-        keys: &[String],
-        args: &[impl redis::ToRedisArgs + Sync],
-    ) -> Result<redis::Value, StoreError> {
-        let backend = self.backend().await?;
-        let key = keys.first().map(String::as_bytes);
-        self.within_timeout(key, async {
-            if !self.eval_only.load(Ordering::Relaxed) {
-                let fcall = script.fcall(keys, args);
-                match query(backend.clone(), &fcall).await {
-                    Err(e) if is_function_missing(&e) => {
-                        match load_library(backend.clone()).await {
-                            Ok(()) => return query(backend, &fcall).await,
-                            Err(e) => self.functions_failed(&e),
-                        }
-                    }
-                    Err(e) if refuses_functions(&e) => self.functions_failed(&e),
-                    answered => return answered,
-                }
-            }
-            let invocation = script.evalsha(keys, args);
-            match backend {
-                Backend::Single(mut c) => invocation.invoke_async(&mut c).await,
-                Backend::Cluster(mut c) => invocation.invoke_async(&mut c).await,
-            }
-        })
-        .await
-    }
-
-    /// After `FUNCTION LOAD` or `FCALL` failed with `error`: for good, by `EVALSHA` from now on,
-    /// if Redis has no Functions or refuses them; else this call alone.
-    fn functions_failed(&self, error: &redis::RedisError) {
-        if refuses_functions(error) {
-            if !self.eval_only.swap(true, Ordering::Relaxed) {
-                tracing::warn!(%error, "Redis will not run sluice's functions library; scripts are called by EVALSHA");
-            }
-        } else {
-            // Every call that misses the library meets this while it lasts (a Cluster primary
-            // down, say): say so once in a while, not once a call.
-            if let Some(left_out) = self.load_warning.due(Instant::now()) {
-                tracing::warn!(%error, left_out, "loading the functions library failed; calls that miss it go by EVALSHA until it loads");
-            }
-        }
-    }
-
-    /// Whether scripts are called as functions (until Redis shows it will not run them).
-    pub fn calls_functions(&self) -> bool {
-        !self.eval_only.load(Ordering::Relaxed)
     }
 
     /// `call` bounded by the timeout; `key`, the call's first key if it has one, tells the
@@ -622,59 +356,9 @@ async fn query<T: redis::FromRedisValue>(
     }
 }
 
-/// Refuses one server given that cannot hold the limits, though it answers: a node of a
-/// Cluster, which answers `MOVED` for the keys of the other nodes' slots, or a replica, which
-/// refuses the scripts' writes. Either way most decisions would fail while the server said it
-/// was ready. Checked until a first connection passes, so a replica promoted meanwhile is
-/// taken then.
-async fn refuse_unfit_server(manager: &mut ConnectionManager, url: &str) -> Result<(), StoreError> {
-    // `INFO` with no section names has both these, on every version of Redis.
-    let info: redis::RedisResult<String> = redis::cmd("INFO").query_async(manager).await;
-    let info = match info {
-        Ok(info) => info,
-        // Where an ACL refuses `INFO`, the decisions' errors will tell.
-        Err(e) if e.code() == Some("NOPERM") => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
-    };
-    if field("cluster_enabled") == Some("1") {
-        return Err(StoreError::ClusterNode(redacted(url)));
-    }
-    if matches!(field("role"), Some("slave" | "replica")) {
-        let primary = format!(
-            "{}:{}",
-            field("master_host").unwrap_or("?"),
-            field("master_port").unwrap_or("?")
-        );
-        return Err(StoreError::Replica {
-            url: redacted(url),
-            primary,
-        });
-    }
-    Ok(())
-}
-
 /// `FUNCTION LOAD REPLACE` of sluice's library (on a Cluster, on every primary).
 async fn load_library(backend: Backend) -> redis::RedisResult<()> {
     query::<redis::Value>(backend, &SCRIPTS.library().load_command())
         .await
         .map(drop)
-}
-
-/// Redis' answer to `FCALL` of a function it does not have.
-fn is_function_missing(error: &redis::RedisError) -> bool {
-    error.code() == Some("ERR") && error.detail() == Some("Function not found")
-}
-
-/// Redis without Functions (before 7.0: `FUNCTION` and `FCALL` are unknown commands), or an ACL
-/// that forbids them.
-fn refuses_functions(error: &redis::RedisError) -> bool {
-    error.code() == Some("NOPERM")
-        || (error.code() == Some("ERR")
-            && error
-                .detail()
-                .is_some_and(|d| d.starts_with("unknown command")))
 }
