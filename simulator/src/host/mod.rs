@@ -8,14 +8,19 @@
 pub mod abi;
 pub mod buffers;
 pub mod control;
+pub mod header_map;
 pub mod headers;
 pub mod http_call;
 pub mod log;
+pub mod log_sink;
 pub mod memory;
+pub mod metric_registry;
 pub mod metrics;
 pub mod properties;
 pub mod shared_data;
+pub mod shared_store;
 pub mod state;
+pub mod stream_properties;
 mod vm;
 pub mod wasi;
 

@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use wasmtime::{Memory, TypedFunc};
 
-use super::headers::HeaderMap;
-use super::log::LogSink;
-use super::metrics::{MetricRegistry, VmMetrics};
-use super::properties::StreamProperties;
-use super::shared_data::SharedData;
+use super::header_map::HeaderMap;
+use super::log_sink::LogSink;
+use super::metric_registry::{MetricRegistry, VmMetrics};
+use super::shared_store::SharedData;
+use super::stream_properties::StreamProperties;
 
 /// What names this VM and its plugin.
 #[derive(Debug, Clone)]
