@@ -125,6 +125,19 @@ struct WorkerState {
     purses: HashMap<String, Pursed>,
 }
 
+/// What one take's compare-and-swap did, whichever attempt won.
+#[derive(Default)]
+struct TakeStep {
+    /// It marked the allowance as asked for.
+    asked: bool,
+    /// It wrote the allowance (else another key holds the slot, or every attempt lost).
+    written: bool,
+    /// The purse it filled.
+    filled: Option<Purse>,
+    /// When the tick must next look at the allowance.
+    look_at_us: u64,
+}
+
 /// A worker's purse and where its units came from.
 struct Pursed {
     /// The allowance's slot.
@@ -210,9 +223,9 @@ impl Leases {
         }
     }
 
-    /// Tries to decide `rule`'s request for `key` (costing `cost`) from its allowance at
-    /// `now_us`, counting it towards the key's rate, and marks the allowance as asked for
-    /// when it runs low.
+    /// Tries to decide `rule`'s request for `key` (costing `cost`) from the worker's purse or
+    /// the allowance at `now_us`, counting it towards the key's rate, and marks the allowance
+    /// as asked for when it runs low.
     pub fn take(
         &self,
         rule_index: usize,
@@ -222,33 +235,15 @@ impl Leases {
         now_us: u64,
     ) -> Local {
         let id = entry_id(&rule.name, key);
-        let cost = rule.cost;
-        let mut state = self.state.borrow_mut();
-        if let Some(Pursed { slot, purse, .. }) = state.purses.get_mut(&id)
-            && purse.take(cost, now_us)
-        {
-            return Local::Taken {
-                reservation: Reservation {
-                    slot: slot.clone(),
-                    id,
-                    cost,
-                    purse_lease_until_us: Some(purse.lease_until_us),
-                },
-                limit: purse.limit,
-                remaining: purse.remaining,
-            };
+        if let Some(local) = self.take_from_purse(&id, rule.cost, now_us) {
+            return local;
         }
-        let emptied = state.purses.remove(&id).map(|p| p.purse);
-        drop(state);
+        let emptied = self.state.borrow_mut().purses.remove(&id).map(|p| p.purse);
         let slot = self.slot(&id);
         let ttl = config.terms.ttl.as_micros().unsigned_abs();
-        let mut asked = false;
-        let mut look_at_us = 0;
-        let mut filled = None;
-        let mut written = false;
+        let mut step = TakeStep::default();
         let local = self.update(&slot, |current| {
-            asked = false;
-            filled = None;
+            step = TakeStep::default();
             let mut a = match current {
                 Some(a) if a.id == id => a,
                 Some(a) if !a.is_free(now_us, ttl) => return (None, Local::NotHeld),
@@ -257,21 +252,21 @@ impl Leases {
             if let Some(purse) = &emptied {
                 a.absorb(purse, now_us, config.horizon);
             }
-            a.observe(cost, now_us, config.horizon);
+            a.observe(rule.cost, now_us, config.horizon);
             let limit = a.limit.max(rule.limit.capacity());
             let denied = |wait_us: u64| Local::Denied {
                 retry_after_ms: wait_us.div_ceil(1000),
                 limit,
             };
             // Units held are spent first: an empty answer only says there are no more.
-            let local = match a.take(cost, now_us) {
+            let local = match a.take(rule.cost, now_us) {
                 Take::Taken => {
-                    filled = Some(a.fill(now_us));
+                    step.filled = Some(a.fill(now_us));
                     Local::Taken {
                         reservation: Reservation {
                             slot: slot.clone(),
                             id: id.clone(),
-                            cost,
+                            cost: rule.cost,
                             purse_lease_until_us: None,
                         },
                         limit,
@@ -284,39 +279,67 @@ impl Leases {
             };
             if a.want(now_us, config).is_some() {
                 a.asking_since_us = now_us;
-                asked = true;
+                step.asked = true;
             }
-            look_at_us = self.look_at(&a, ttl, now_us);
-            written = true;
+            step.look_at_us = self.look_at(&a, ttl, now_us);
+            step.written = true;
             (Some(a), local)
         });
-        let mut state = self.state.borrow_mut();
-        if asked {
-            state.wanted.push((slot.clone(), now_us));
-        }
         // Unless the allowance took it back, the emptied purse's units (fewer than a request
         // costs) are still this worker's to spend.
-        let purse = if written { filled } else { emptied };
+        let purse = if step.written { step.filled } else { emptied };
         if let Some(purse) = purse.filter(|p| p.units > 0) {
             let pursed = Pursed {
                 slot: slot.clone(),
                 rule: rule_index,
                 purse,
             };
-            state.purses.insert(id.clone(), pursed);
+            self.state.borrow_mut().purses.insert(id.clone(), pursed);
         }
-        if local.is_some() {
+        let touched = local.is_some().then(|| Touched {
+            rule: rule_index,
+            name: rule.name.clone(),
+            key: key.clone(),
+            id,
+            look_at_us: step.look_at_us,
+        });
+        self.after_take(slot, step.asked.then_some(now_us), touched);
+        local.unwrap_or(Local::NotHeld)
+    }
+
+    /// Takes `cost` units from the worker's purse for allowance `id`, if it holds them.
+    fn take_from_purse(&self, id: &str, cost: u64, now_us: u64) -> Option<Local> {
+        let mut state = self.state.borrow_mut();
+        let Pursed { slot, purse, .. } = state.purses.get_mut(id)?;
+        if !purse.take(cost, now_us) {
+            return None;
+        }
+        Some(Local::Taken {
+            reservation: Reservation {
+                slot: slot.clone(),
+                id: id.to_owned(),
+                cost,
+                purse_lease_until_us: Some(purse.lease_until_us),
+            },
+            limit: purse.limit,
+            remaining: purse.remaining,
+        })
+    }
+
+    /// What this worker remembers of a take from the allowance in `slot`: the ask it marked
+    /// (at that time) and the allowance it used; and how often the tick must now run.
+    fn after_take(&self, slot: String, asked_at_us: Option<u64>, touched: Option<Touched>) {
+        let mut state = self.state.borrow_mut();
+        if let Some(at) = asked_at_us {
+            state.wanted.push((slot.clone(), at));
+        }
+        if let Some(touched) = touched {
+            let look_at_us = touched.look_at_us;
             state
                 .touched
                 .entry(slot)
                 .and_modify(|t| t.look_at_us = look_at_us)
-                .or_insert_with(|| Touched {
-                    rule: rule_index,
-                    name: rule.name.clone(),
-                    key: key.clone(),
-                    id,
-                    look_at_us,
-                });
+                .or_insert(touched);
         }
         let period = if state.wanted.is_empty() {
             self.tick
@@ -325,7 +348,6 @@ impl Leases {
         };
         drop(state);
         self.ticker.set_leasing(period);
-        local.unwrap_or(Local::NotHeld)
     }
 
     /// Puts back units taken for a request that another rule denied.
