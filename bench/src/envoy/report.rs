@@ -277,6 +277,21 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         "- sluice-server with {SERVER_THREADS} threads, at most 1.3 times its CPU a decision with 1, on 1,000 keys: {median:.2} [{low:.2} .. {high:.2}] — {}.",
         verdict(&met)
     )?;
+    for keys in [Keys::Hot, Keys::Many] {
+        // Each from Envoy's own client over HTTP/2, a decision a request: the native filter's
+        // `ShouldRateLimit` against the wasm filter's `/v1/decide`.
+        let ratio = results.paired(keys, Setup::NativeGrpc, Setup::Sluice, |grpc, decide| {
+            grpc.cpu_us_per_request()[1] / decide.cpu_us_per_request()[1]
+        });
+        let met: Vec<bool> = ratio.iter().map(|r| *r <= 1.2).collect();
+        let (median, low, high) = spread(ratio);
+        writeln!(
+            out,
+            "- {} keys: sluice-server's CPU a decision for Envoy's gRPC `ShouldRateLimit` at most 1.2 times its CPU for the filter's `/v1/decide`: {median:.2} [{low:.2} .. {high:.2}] — {}.",
+            keys.count(),
+            verdict(&met)
+        )?;
+    }
     let bytes = std::fs::metadata(wasm)?.len();
     writeln!(
         out,
