@@ -131,15 +131,47 @@ pub struct ServerThread {
     /// Whether this thread keeps the process-wide background work (reloading the rate limit
     /// configuration and the TLS certificates): one thread does.
     pub primary: bool,
+    /// The threads whose Redis connection is up, of how many: the process says it is
+    /// connected once every thread can decide.
+    pub connected: Arc<ThreadsConnected>,
+}
+
+/// How many of a server's threads have their Redis connection up.
+#[derive(Debug)]
+pub struct ThreadsConnected {
+    up: std::sync::atomic::AtomicUsize,
+    of: usize,
+}
+
+impl ThreadsConnected {
+    /// None of `threads` yet.
+    pub fn of(threads: usize) -> Arc<ThreadsConnected> {
+        Arc::new(ThreadsConnected {
+            up: std::sync::atomic::AtomicUsize::new(0),
+            of: threads,
+        })
+    }
+
+    /// Counts one more thread connected; true for the last.
+    fn one_more(&self) -> bool {
+        self.up.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1 == self.of
+    }
 }
 
 impl ServerThread {
     /// The one thread of a server that has one.
     pub fn alone() -> ServerThread {
+        ServerThread::first_of(1)
+    }
+
+    /// The first (primary) of `threads` threads; the others are its clones with `primary`
+    /// false.
+    pub fn first_of(threads: usize) -> ServerThread {
         ServerThread {
             metrics: Arc::new(Metrics::default()),
             failure_warnings: Arc::default(),
             primary: true,
+            connected: ThreadsConnected::of(threads),
         }
     }
 }
@@ -289,6 +321,19 @@ fn app_state(config: &ServerConfig, thread: &ServerThread) -> Arc<AppState> {
         config.script_calls,
         config.redis_credentials.clone(),
     );
+    let (connected, threads, topology) = (
+        Arc::clone(&thread.connected),
+        Arc::clone(&store),
+        config.topology.clone(),
+    );
+    tokio::spawn(async move {
+        threads.wait_connected().await;
+        // Said when every thread can decide: a caller that waits for it is answered
+        // whichever thread its connection lands on.
+        if connected.one_more() {
+            tracing::info!(?topology, "connected to redis");
+        }
+    });
     Arc::new(AppState {
         engine: Engine::new(store, config.key_prefix.clone(), Arc::clone(&metrics)),
         metrics,

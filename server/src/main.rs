@@ -82,7 +82,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     // connection; they share the metrics, and stop together.
     let mut config = config;
     config.max_connections = config.max_connections.div_ceil(threads).max(1);
-    let shared = ServerThread::alone();
+    let shared = ServerThread::first_of(threads);
     let (stop, stopping) = watch::channel(false);
     let mut grpc_listeners = grpc_listeners.map(Vec::into_iter);
     let mut listeners = listeners.into_iter();

@@ -345,7 +345,9 @@ async fn by_default_the_redis_clients_own_warnings_are_left_out() {
 async fn decisions_succeed_from_the_moment_the_server_says_it_is_connected() {
     // A Redis 100 ms away each way: loading the functions library takes a round trip, during
     // which the server used to refuse decisions as "not connected yet" after logging that it
-    // was connected.
+    // was connected. With two threads, each with its own connection, it used to say so when
+    // the first was up, and requests on the other thread failed (seen under load in CI's
+    // test run, 2026-11-26).
     let redis = RedisServer::start().unwrap();
     let proxy =
         sluice_harness::ForwardingProxy::with_latency(redis.addr(), Duration::from_millis(100))
@@ -354,6 +356,7 @@ async fn decisions_succeed_from_the_moment_the_server_says_it_is_connected() {
     let mut child = Command::new(BINARY)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--redis", &proxy.redis_url(), "--redis-timeout", "2s"])
+        .args(["--threads", "2"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

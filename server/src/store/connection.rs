@@ -41,7 +41,9 @@ impl Store {
                     // Said once calls may go: until the line above, they fail as not
                     // connected yet.
                     *self.backend.write().await = Some(backend);
-                    tracing::info!(topology = ?self.topology, "connected to redis");
+                    if self.connected.send_replace(true) {
+                        tracing::info!(topology = ?self.topology, "connected to redis again");
+                    }
                     return;
                 }
                 Ok(Err(e)) => *self.last_error.write().await = e.to_string(),

@@ -152,6 +152,8 @@ pub struct Store {
     left_replica_at: std::sync::Mutex<Option<Instant>>,
     /// Calls starting and ending, for the busy poller.
     activity: Arc<Activity>,
+    /// Whether a connection was ever up: calls may go from the first.
+    connected: tokio::sync::watch::Sender<bool>,
 }
 
 impl Store {
@@ -209,10 +211,18 @@ impl Store {
             silence: SilenceWatch::new(lanes, Store::silent_after(timeout), Instant::now()),
             left_replica_at: std::sync::Mutex::new(None),
             activity: Arc::default(),
+            connected: tokio::sync::watch::Sender::new(false),
         });
         let background = Arc::clone(&store);
         tokio::spawn(async move { background.keep_connecting().await });
         store
+    }
+
+    /// Waits until the first connection is up (at once if it was).
+    pub async fn wait_connected(&self) {
+        let mut connected = self.connected.subscribe();
+        // The sender lives as long as `self`, so the wait ends only when connected.
+        let _ = connected.wait_for(|up| *up).await;
     }
 
     /// How long calls may go without an answer before the server takes their connection for
