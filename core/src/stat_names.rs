@@ -42,6 +42,22 @@ pub enum RuleStat {
 }
 
 impl RuleStat {
+    /// Every rule stat, in declaration order (so `ALL[stat as usize] == stat`).
+    pub const ALL: [RuleStat; 12] = [
+        RuleStat::Allowed,
+        RuleStat::Denied,
+        RuleStat::ShadowDenied,
+        RuleStat::Failures,
+        RuleStat::CacheHits,
+        RuleStat::Shaped,
+        RuleStat::Callouts,
+        RuleStat::Local,
+        RuleStat::LeaseAsks,
+        RuleStat::LeaseUnits,
+        RuleStat::LeaseEmpty,
+        RuleStat::LeaseFailures,
+    ];
+
     /// The stat's last segment.
     pub fn suffix(self) -> &'static str {
         match self {
@@ -77,5 +93,12 @@ mod tests {
             "sluice.rule.per-ip.shadow_denied"
         );
         assert_eq!(CALLOUTS, "sluice.callouts");
+    }
+
+    #[test]
+    fn all_lists_every_stat_at_its_own_index() {
+        for (i, stat) in RuleStat::ALL.into_iter().enumerate() {
+            assert_eq!(stat as usize, i, "{stat:?}");
+        }
     }
 }

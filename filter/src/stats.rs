@@ -55,38 +55,20 @@ impl Counter {
     }
 }
 
-/// One rule's counters.
-struct RuleStats {
-    allowed: Counter,
-    denied: Counter,
-    shadow_denied: Counter,
-    failures: Counter,
-    cache_hits: Counter,
-    shaped: Counter,
-    callouts: Counter,
-    local: Counter,
-    lease_asks: Counter,
-    lease_units: Counter,
-    lease_empty: Counter,
-    lease_failures: Counter,
-}
+/// One rule's counters: one for each of [`RuleStat::ALL`], in its order.
+struct RuleStats([Counter; RuleStat::ALL.len()]);
 
 impl RuleStats {
-    fn all(&self) -> [&Counter; 12] {
-        [
-            &self.allowed,
-            &self.denied,
-            &self.shadow_denied,
-            &self.failures,
-            &self.cache_hits,
-            &self.shaped,
-            &self.callouts,
-            &self.local,
-            &self.lease_asks,
-            &self.lease_units,
-            &self.lease_empty,
-            &self.lease_failures,
-        ]
+    fn define(rule: &str) -> RuleStats {
+        RuleStats(RuleStat::ALL.map(|stat| Counter::define(&rule_stat(rule, stat))))
+    }
+}
+
+impl std::ops::Index<RuleStat> for RuleStats {
+    type Output = Counter;
+
+    fn index(&self, stat: RuleStat) -> &Counter {
+        &self.0[stat as usize]
     }
 }
 
@@ -103,26 +85,7 @@ pub struct Stats {
 impl Stats {
     /// Defines the counters for these rule names.
     pub fn define<'a>(rule_names: impl IntoIterator<Item = &'a str>) -> Stats {
-        let rules = rule_names
-            .into_iter()
-            .map(|rule| {
-                let name = |stat: RuleStat| Counter::define(&rule_stat(rule, stat));
-                RuleStats {
-                    allowed: name(RuleStat::Allowed),
-                    denied: name(RuleStat::Denied),
-                    shadow_denied: name(RuleStat::ShadowDenied),
-                    failures: name(RuleStat::Failures),
-                    cache_hits: name(RuleStat::CacheHits),
-                    shaped: name(RuleStat::Shaped),
-                    callouts: name(RuleStat::Callouts),
-                    local: name(RuleStat::Local),
-                    lease_asks: name(RuleStat::LeaseAsks),
-                    lease_units: name(RuleStat::LeaseUnits),
-                    lease_empty: name(RuleStat::LeaseEmpty),
-                    lease_failures: name(RuleStat::LeaseFailures),
-                }
-            })
-            .collect();
+        let rules = rule_names.into_iter().map(RuleStats::define).collect();
         Stats {
             rules,
             callouts: Counter::define(stat_names::CALLOUTS),
@@ -135,7 +98,7 @@ impl Stats {
 
     /// Hands Envoy every increment kept so far.
     pub fn flush(&self) {
-        for counter in self.rules.iter().flat_map(RuleStats::all) {
+        for counter in self.rules.iter().flat_map(|r| &r.0) {
             counter.flush();
         }
         self.callouts.flush();
@@ -152,18 +115,18 @@ impl Stats {
             return;
         };
         if local && outcome != RuleOutcome::Skipped {
-            s.local.bump();
+            s[RuleStat::Local].bump();
         }
         match outcome {
-            RuleOutcome::Allowed => s.allowed.bump(),
-            RuleOutcome::Denied => s.denied.bump(),
-            RuleOutcome::ShadowDenied => s.shadow_denied.bump(),
-            RuleOutcome::CachedDeny => s.cache_hits.bump(),
-            RuleOutcome::Failed => s.failures.bump(),
+            RuleOutcome::Allowed => s[RuleStat::Allowed].bump(),
+            RuleOutcome::Denied => s[RuleStat::Denied].bump(),
+            RuleOutcome::ShadowDenied => s[RuleStat::ShadowDenied].bump(),
+            RuleOutcome::CachedDeny => s[RuleStat::CacheHits].bump(),
+            RuleOutcome::Failed => s[RuleStat::Failures].bump(),
             RuleOutcome::Skipped => {}
         }
         if delayed {
-            s.shaped.bump();
+            s[RuleStat::Shaped].bump();
         }
     }
 
@@ -172,7 +135,7 @@ impl Stats {
         self.callouts.bump();
         for rule in rules {
             if let Some(s) = self.rules.get(rule) {
-                s.callouts.bump();
+                s[RuleStat::Callouts].bump();
             }
         }
     }
@@ -203,12 +166,12 @@ impl Stats {
             return;
         };
         match grant {
-            None => s.lease_failures.bump(),
+            None => s[RuleStat::LeaseFailures].bump(),
             Some(grant) => {
-                s.lease_asks.bump();
-                s.lease_units.bump_by(grant.granted);
+                s[RuleStat::LeaseAsks].bump();
+                s[RuleStat::LeaseUnits].bump_by(grant.granted);
                 if grant.granted == 0 && grant.more_in_ms > 0 {
-                    s.lease_empty.bump();
+                    s[RuleStat::LeaseEmpty].bump();
                 }
             }
         }

@@ -321,13 +321,13 @@ fn app_state(config: &ServerConfig, thread: &ServerThread) -> Arc<AppState> {
         config.script_calls,
         config.redis_credentials.clone(),
     );
-    let (connected, threads, topology) = (
+    let (connected, this_store, topology) = (
         Arc::clone(&thread.connected),
         Arc::clone(&store),
         config.topology.clone(),
     );
     tokio::spawn(async move {
-        threads.wait_connected().await;
+        this_store.wait_connected().await;
         // Said when every thread can decide: a caller that waits for it is answered
         // whichever thread its connection lands on.
         if connected.one_more() {

@@ -8,7 +8,7 @@ use sluice_core::stat_names;
 use std::collections::BTreeMap;
 
 use crate::envoy::{Completed, Envoy, Reloads};
-use crate::host::metrics::MetricValue;
+use crate::host::metric_registry::MetricValue;
 use crate::launch::Services;
 use crate::replay::{Clock, Observer, RunStats};
 use crate::report::{self, Inputs, Recorder, Report, RunInfo};

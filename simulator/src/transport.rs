@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::connect::{Endpoint, HttpClient};
-use crate::host::headers::HeaderMap;
+use crate::host::header_map::HeaderMap;
 use crate::host::state::{CalloutReply, OutgoingCallout};
 
 /// A callout's answer and how long it took.

@@ -14,8 +14,8 @@ use sluice_e2e::probe::{
 };
 use sluice_sim::connect::Endpoint;
 use sluice_sim::envoy::{FailurePolicy, Output, StartError};
-use sluice_sim::host::headers::HeaderMap;
-use sluice_sim::host::log::Level;
+use sluice_sim::host::header_map::HeaderMap;
+use sluice_sim::host::log_sink::Level;
 use sluice_sim::host::state::{CalloutReply, OutgoingCallout};
 use sluice_sim::replay::Replay;
 use sluice_sim::transport::{Dispatcher, Transport};

@@ -8,7 +8,7 @@ use sluice_e2e::{Stack, decision_record, envoy_stat, header, request, stat};
 use sluice_sim::Topology;
 use sluice_sim::envoy::{Completed, Envoy, EnvoyConfig, Output, Request, StartError};
 use sluice_sim::host::Host;
-use sluice_sim::host::headers::HeaderMap;
+use sluice_sim::host::header_map::HeaderMap;
 use sluice_sim::host::state::CalloutReply;
 use sluice_sim::replay::Clock;
 use sluice_sim::trace::TraceRecord;

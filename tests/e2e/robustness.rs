@@ -9,7 +9,7 @@ use proptest::test_runner::{Config, TestRunner};
 use sluice_e2e::probe::callouts;
 use sluice_sim::envoy::{Envoy, EnvoyConfig, Output, Request};
 use sluice_sim::host::Host;
-use sluice_sim::host::headers::HeaderMap;
+use sluice_sim::host::header_map::HeaderMap;
 use sluice_sim::host::state::CalloutReply;
 
 /// Every matcher and key part, so every code path reads the request.

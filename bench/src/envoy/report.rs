@@ -213,6 +213,25 @@ fn lease_bound(out: &mut String, results: &Results) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// sluice-server's CPU a decision under `setup` over under `base`, round by round.
+fn server_cpu_ratios(results: &Results, keys: Keys, setup: Setup, base: Setup) -> Vec<f64> {
+    results.paired(keys, setup, base, |run, base| {
+        run.cpu_us_per_request()[1] / base.cpu_us_per_request()[1]
+    })
+}
+
+/// A bar on a ratio at most `max` in every round: its median, range and verdict.
+fn ratio_bar(out: &mut String, bar: &str, ratios: &[f64], max: f64) -> anyhow::Result<()> {
+    let met: Vec<bool> = ratios.iter().map(|r| *r <= max).collect();
+    let (median, low, high) = spread(ratios.to_vec());
+    writeln!(
+        out,
+        "- {bar}: {median:.2} [{low:.2} .. {high:.2}] — {}.",
+        verdict(&met)
+    )?;
+    Ok(())
+}
+
 fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> {
     writeln!(out, "The bars, judged on every round:\n")?;
     for keys in [Keys::Hot, Keys::Many] {
@@ -267,29 +286,25 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         spread(calls).0,
         verdict(&met)
     )?;
-    let ratio = results.paired(Keys::Many, Setup::SluiceThreads, Setup::Sluice, |t, one| {
-        t.cpu_us_per_request()[1] / one.cpu_us_per_request()[1]
-    });
-    let met: Vec<bool> = ratio.iter().map(|r| *r <= 1.3).collect();
-    let (median, low, high) = spread(ratio);
-    writeln!(
+    ratio_bar(
         out,
-        "- sluice-server with {SERVER_THREADS} threads, at most 1.3 times its CPU a decision with 1, on 1,000 keys: {median:.2} [{low:.2} .. {high:.2}] — {}.",
-        verdict(&met)
+        &format!(
+            "sluice-server with {SERVER_THREADS} threads, at most 1.3 times its CPU a decision with 1, on 1,000 keys"
+        ),
+        &server_cpu_ratios(results, Keys::Many, Setup::SluiceThreads, Setup::Sluice),
+        1.3,
     )?;
     for keys in [Keys::Hot, Keys::Many] {
         // Each from Envoy's own client over HTTP/2, a decision a request: the native filter's
         // `ShouldRateLimit` against the wasm filter's `/v1/decide`.
-        let ratio = results.paired(keys, Setup::NativeGrpc, Setup::Sluice, |grpc, decide| {
-            grpc.cpu_us_per_request()[1] / decide.cpu_us_per_request()[1]
-        });
-        let met: Vec<bool> = ratio.iter().map(|r| *r <= 1.2).collect();
-        let (median, low, high) = spread(ratio);
-        writeln!(
+        ratio_bar(
             out,
-            "- {} keys: sluice-server's CPU a decision for Envoy's gRPC `ShouldRateLimit` at most 1.2 times its CPU for the filter's `/v1/decide`: {median:.2} [{low:.2} .. {high:.2}] — {}.",
-            keys.count(),
-            verdict(&met)
+            &format!(
+                "{} keys: sluice-server's CPU a decision for Envoy's gRPC `ShouldRateLimit` at most 1.2 times its CPU for the filter's `/v1/decide`",
+                keys.count()
+            ),
+            &server_cpu_ratios(results, keys, Setup::NativeGrpc, Setup::Sluice),
+            1.2,
         )?;
     }
     let bytes = std::fs::metadata(wasm)?.len();

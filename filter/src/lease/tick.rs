@@ -80,45 +80,40 @@ fn step(
 ) -> (Option<Allowance>, TickStep) {
     let ttl = config.terms.ttl.as_micros().unsigned_abs();
     let held = a.held(now_us);
-    let ask = |want: u64, held: u64, returning: u64, demand: u64| {
-        TickStep::Ask(AskTerms {
-            want,
-            held,
-            returning,
-            demand,
-            lease_until_us: a.lease_until_us,
-        })
+    // Up to the target, for a mark in force or a lease renewed.
+    let more = AskTerms {
+        want: a.target(config).saturating_sub(held),
+        held,
+        returning: 0,
+        demand: a.demand_per_second(config.horizon),
+        lease_until_us: a.lease_until_us,
     };
-    let demand = a.demand_per_second(config.horizon);
     if wanted
         .iter()
         .any(|(w, at)| w == slot && *at == a.asking_since_us)
     {
-        let want = a.target(config).saturating_sub(held);
-        return (None, ask(want, held, 0, demand));
+        return (None, TickStep::Ask(more));
     }
     match a.lease_ending(now_us, ttl, margin_us) {
         Some(Ending::Renew) => {
-            let step = ask(a.target(config).saturating_sub(held), held, 0, demand);
             a.asking_since_us = now_us;
-            (Some(a), step)
+            (Some(a), TickStep::Ask(more))
         }
         Some(Ending::GiveBack) => {
-            let until = a.lease_until_us;
             let returning = if a.leased(now_us) { a.take_all() } else { 0 };
             a.units = 0;
             if returning == 0 {
                 return (Some(a.clone()), TickStep::Idle(Some(a)));
             }
             a.asking_since_us = now_us;
-            let step = TickStep::Ask(AskTerms {
+            let back = AskTerms {
                 want: 0,
                 held: 0,
                 returning,
                 demand: 0,
-                lease_until_us: until,
-            });
-            (Some(a), step)
+                ..more
+            };
+            (Some(a), TickStep::Ask(back))
         }
         None => (None, TickStep::Idle(Some(a))),
     }

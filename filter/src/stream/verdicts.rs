@@ -32,30 +32,46 @@ fn cache_entry(rule: &Rule, key: &LimitKey, verdict: &Verdict, asked_at_ms: u64)
 }
 
 impl Stream {
-    /// Records a request answered from the deny cache: check `hit` found a cached denial, the
-    /// others were skipped.
-    pub(super) fn record_cache_hit(&self, shared: &Shared, hit: usize) {
+    /// Counts what came of each planned check and records it for access logs, in the filter
+    /// state `wasm.sluice.decision`: `outcomes` gives, check by check, its outcome, the delay it
+    /// was held for and whether it was decided here.
+    fn record(
+        &self,
+        shared: &Shared,
+        outcomes: impl IntoIterator<Item = (RuleOutcome, u64, bool)>,
+    ) {
         let records: Vec<RuleRecord<&RuleName, &str>> = self
             .planned
             .iter()
-            .enumerate()
-            .map(|(i, p)| {
+            .zip(outcomes)
+            .map(|(p, (outcome, delay_ms, local))| {
+                shared.stats.outcome(p.rule, outcome, delay_ms > 0, local);
+                RuleRecord {
+                    rule: &rule(shared, p).name,
+                    key: p.key.as_str(),
+                    outcome,
+                    delay_ms,
+                    local,
+                }
+            })
+            .collect();
+        ffi::set_filter_state(DECISION_PROPERTY, &record::encode(&records));
+    }
+
+    /// Records a request answered from the deny cache: check `hit` found a cached denial, the
+    /// others were skipped.
+    pub(super) fn record_cache_hit(&self, shared: &Shared, hit: usize) {
+        self.record(
+            shared,
+            (0..self.planned.len()).map(|i| {
                 let outcome = if i == hit {
                     RuleOutcome::CachedDeny
                 } else {
                     RuleOutcome::Skipped
                 };
-                shared.stats.outcome(p.rule, outcome, false, false);
-                RuleRecord {
-                    rule: &rule(shared, p).name,
-                    key: p.key.as_str(),
-                    outcome,
-                    delay_ms: 0,
-                    local: false,
-                }
-            })
-            .collect();
-        ffi::set_filter_state(DECISION_PROPERTY, &record::encode(&records));
+                (outcome, 0, false)
+            }),
+        );
     }
 
     /// A live cached denial for any enforced check not decided here, as a local reply. A
@@ -176,39 +192,31 @@ impl Stream {
         let decision = decide(&shared.policy.response, &rule_verdicts);
         let denied =
             record::request_denied(rule_verdicts.iter().map(|v| (v.shadow, v.verdict.allowed)));
-        let mut records = Vec::with_capacity(self.planned.len());
-        for ((planned, verdict), local) in self.planned.iter().zip(verdicts).zip(&self.local) {
-            let rule = rule(shared, planned);
-            let local = local.is_some();
-            let outcome = verdict.map_or(RuleOutcome::Skipped, |v| {
-                record::outcome(rule.shadow, v.allowed, denied)
-            });
-            let delay_ms = match verdict {
-                Some(v) if outcome == RuleOutcome::Allowed => v.delay_ms,
-                _ => 0,
-            };
-            shared
-                .stats
-                .outcome(planned.rule, outcome, delay_ms > 0, local);
-            if outcome == RuleOutcome::Denied
-                && !local
-                && let Some(entry) =
-                    verdict.and_then(|v| cache_entry(rule, &planned.key, &v, asked_at))
-            {
-                // Judged at the callout's time, not at a fresh clock read (a host call) on
-                // an answer: against it, the cache keeps another key's entry only if that
-                // outlasts this one, which then outlasts the answer too.
-                shared.cache.remember(&entry, asked_at);
-            }
-            records.push(RuleRecord {
-                rule: &rule.name,
-                key: planned.key.as_str(),
-                outcome,
-                delay_ms,
-                local,
-            });
-        }
-        ffi::set_filter_state(DECISION_PROPERTY, &record::encode(&records));
+        let outcomes = self.planned.iter().zip(verdicts).zip(&self.local).map(
+            |((planned, verdict), local)| {
+                let rule = rule(shared, planned);
+                let local = local.is_some();
+                let outcome = verdict.map_or(RuleOutcome::Skipped, |v| {
+                    record::outcome(rule.shadow, v.allowed, denied)
+                });
+                let delay_ms = match verdict {
+                    Some(v) if outcome == RuleOutcome::Allowed => v.delay_ms,
+                    _ => 0,
+                };
+                if outcome == RuleOutcome::Denied
+                    && !local
+                    && let Some(entry) =
+                        verdict.and_then(|v| cache_entry(rule, &planned.key, &v, asked_at))
+                {
+                    // Judged at the callout's time, not at a fresh clock read (a host call)
+                    // on an answer: against it, the cache keeps another key's entry only if
+                    // that outlasts this one, which then outlasts the answer too.
+                    shared.cache.remember(&entry, asked_at);
+                }
+                (outcome, delay_ms, local)
+            },
+        );
+        self.record(shared, outcomes);
         match decision {
             Decision::Deny(denial) => {
                 self.give_back(shared);
@@ -244,27 +252,12 @@ impl Stream {
         });
         shared.stats.callout_failure();
         let admit = shared.policy.failure_mode == FailureMode::Allow;
-        let records: Vec<RuleRecord<&RuleName, &str>> = self
-            .planned
-            .iter()
-            .zip(&self.local)
-            .map(|(p, local)| {
-                let (outcome, local) = match local {
-                    Some(_) if admit => (RuleOutcome::Allowed, true),
-                    Some(_) => (RuleOutcome::Skipped, true),
-                    None => (RuleOutcome::Failed, false),
-                };
-                shared.stats.outcome(p.rule, outcome, false, local);
-                RuleRecord {
-                    rule: &rule(shared, p).name,
-                    key: p.key.as_str(),
-                    outcome,
-                    delay_ms: 0,
-                    local,
-                }
-            })
-            .collect();
-        ffi::set_filter_state(DECISION_PROPERTY, &record::encode(&records));
+        let outcomes = self.local.iter().map(|local| match local {
+            Some(_) if admit => (RuleOutcome::Allowed, 0, true),
+            Some(_) => (RuleOutcome::Skipped, 0, true),
+            None => (RuleOutcome::Failed, 0, false),
+        });
+        self.record(shared, outcomes);
         if admit {
             Act::Continue
         } else {

@@ -5,9 +5,9 @@ use std::net::IpAddr;
 
 use super::{Completed, Envoy, Output, Phase, Request};
 use crate::host::Effects;
-use crate::host::headers::HeaderMap;
-use crate::host::properties::StreamProperties;
+use crate::host::header_map::HeaderMap;
 use crate::host::state::{LocalReply, MapAccess, OutgoingCallout, StreamAction, StreamHost};
+use crate::host::stream_properties::StreamProperties;
 
 impl Envoy {
     pub(super) fn after_root_callback(

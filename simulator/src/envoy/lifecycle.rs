@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{Envoy, EnvoyConfig, FailurePolicy, Output, ROOT_CONTEXT, Reloads, StartError};
-use crate::host::log::Level;
+use crate::host::log_sink::Level;
 use crate::host::state::LocalReply;
 use crate::host::{Host, HostState, Vm};
 

@@ -29,9 +29,9 @@ use rustc_hash::FxHashMap as HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::host::log::{Level, LogSink};
-use crate::host::metrics::MetricRegistry;
-use crate::host::shared_data::SharedData;
+use crate::host::log_sink::{Level, LogSink};
+use crate::host::metric_registry::MetricRegistry;
+use crate::host::shared_store::SharedData;
 use crate::host::state::{CalloutReply, LocalReply, OutgoingCallout};
 
 use crate::host::{Plugin, Vm, VmFailed, VmInfo};

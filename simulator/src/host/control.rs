@@ -143,7 +143,7 @@ fn call_foreign_function(
         Err(s) => return status(s),
     };
     caller.data().logs.write(
-        super::log::Level::Debug,
+        super::log_sink::Level::Debug,
         format!("foreign function `{name}` is not registered in this host"),
     );
     status(Status::NotFound)
@@ -151,7 +151,7 @@ fn call_foreign_function(
 
 fn grpc_unavailable(caller: &Caller<'_, HostState>, call: &str) -> HostResult {
     caller.data().logs.write(
-        super::log::Level::Warn,
+        super::log_sink::Level::Warn,
         format!("{call}: the simulator has no gRPC client"),
     );
     status(Status::InternalFailure)

@@ -98,3 +98,20 @@ impl HeaderMap {
         self.pairs.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_lower_cased_and_gets_return_the_first_value() {
+        let mut h = HeaderMap::from_pairs([("X-A", "1"), ("x-a", "2")]);
+        assert_eq!(h.get("X-a"), Some(&b"1"[..]));
+        h.replace(b"X-A", b"3");
+        assert_eq!(h.pairs(), [("x-a".to_owned(), b"3".to_vec())]);
+        h.add(b"Y", b"");
+        assert_eq!(h.byte_size(), 3 + 1 + 1);
+        h.remove(b"x-A");
+        assert_eq!(h.len(), 1);
+    }
+}

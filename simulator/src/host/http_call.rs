@@ -8,7 +8,7 @@
 use wasmtime::{Caller, Linker};
 
 use super::abi::{Status, decode_pairs};
-use super::headers::HeaderMap;
+use super::header_map::HeaderMap;
 use super::memory::{self, HostResult, status};
 use super::state::{HostState, OutgoingCallout};
 

@@ -3,7 +3,7 @@
 use wasmtime::{Caller, Linker};
 
 use super::abi::Status;
-pub use super::log_sink::{Level, LogLine, LogSink};
+use super::log_sink::Level;
 use super::memory::{self, HostResult, finish, status};
 use super::state::HostState;
 

@@ -9,7 +9,7 @@ use wasmtime::{Caller, Linker};
 
 use super::abi::Status;
 use super::memory::{self, HostResult, finish, status};
-pub use super::metric_registry::{MetricKind, MetricRegistry, MetricValue, VmMetrics};
+use super::metric_registry::{MetricKind, MetricValue};
 use super::state::HostState;
 
 fn define(

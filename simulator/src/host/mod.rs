@@ -32,9 +32,9 @@ use wasmtime::{Config, Engine, ExternType, InstancePre, Linker, Module, Store};
 pub use state::{HostState, VmInfo};
 pub use vm::{Effects, Vm, VmFailed};
 
-use self::log::LogSink;
-use self::metrics::MetricRegistry;
-use self::shared_data::SharedData;
+use self::log_sink::LogSink;
+use self::metric_registry::MetricRegistry;
+use self::shared_store::SharedData;
 
 /// Why a module was refused at load.
 #[derive(Debug, thiserror::Error)]

@@ -6,12 +6,27 @@
 //! filter state under `wasm.` + the path's bytes exactly (a trailing NUL included), and a
 //! top-level name that is not a known attribute is looked up there.
 
+use std::net::IpAddr;
+
 use wasmtime::{Caller, Linker};
 
 use super::abi::{Status, encode_pairs, split_path};
 use super::memory::{self, HostResult, finish, or_status, status};
 use super::state::{HostState, MapAccess, StreamHost};
-pub use super::stream_properties::{StreamProperties, address};
+
+/// `ip:port`, or `[ip]:port` for IPv6.
+pub fn address(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            // Without `format!`: filters read this on every request.
+            let mut text = sluice_core::key::dotted_quad(v4);
+            text.push(':');
+            text.push_str(&port.to_string());
+            text
+        }
+        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+    }
+}
 
 fn int(v: i64) -> Vec<u8> {
     v.to_le_bytes().to_vec()

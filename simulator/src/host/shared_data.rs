@@ -12,7 +12,6 @@ use wasmtime::{Caller, Linker};
 
 use super::abi::Status;
 use super::memory::{self, HostResult, finish, or_status, status};
-pub use super::shared_store::SharedData;
 use super::state::HostState;
 
 fn get(
@@ -128,35 +127,4 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.func_wrap("env", "proxy_enqueue_shared_queue", enqueue)?;
     linker.func_wrap("env", "proxy_dequeue_shared_queue", dequeue)?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compare_and_swap_follows_envoy() {
-        let shared = SharedData::default();
-        assert_eq!(shared.get("vm", b"k"), None);
-        assert_eq!(
-            shared.set("vm", b"k", b"1", 12345),
-            Status::Ok,
-            "an absent key accepts any CAS"
-        );
-        let (_, cas) = shared.get("vm", b"k").unwrap();
-        assert_eq!(cas, 1);
-        assert_eq!(shared.set("vm", b"k", b"2", cas + 7), Status::CasMismatch);
-        assert_eq!(shared.set("vm", b"k", b"2", cas), Status::Ok);
-        assert_eq!(
-            shared.set("vm", b"k", b"3", cas),
-            Status::CasMismatch,
-            "the CAS moved on"
-        );
-        assert_eq!(
-            shared.set("vm", b"k", b"4", 0),
-            Status::Ok,
-            "CAS 0 writes unconditionally"
-        );
-        assert_eq!(shared.get("other-vm", b"k"), None, "data is per vm_id");
-    }
 }

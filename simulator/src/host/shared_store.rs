@@ -108,3 +108,34 @@ impl SharedData {
         Some(f(&mut queue.items))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_and_swap_follows_envoy() {
+        let shared = SharedData::default();
+        assert_eq!(shared.get("vm", b"k"), None);
+        assert_eq!(
+            shared.set("vm", b"k", b"1", 12345),
+            Status::Ok,
+            "an absent key accepts any CAS"
+        );
+        let (_, cas) = shared.get("vm", b"k").unwrap();
+        assert_eq!(cas, 1);
+        assert_eq!(shared.set("vm", b"k", b"2", cas + 7), Status::CasMismatch);
+        assert_eq!(shared.set("vm", b"k", b"2", cas), Status::Ok);
+        assert_eq!(
+            shared.set("vm", b"k", b"3", cas),
+            Status::CasMismatch,
+            "the CAS moved on"
+        );
+        assert_eq!(
+            shared.set("vm", b"k", b"4", 0),
+            Status::Ok,
+            "CAS 0 writes unconditionally"
+        );
+        assert_eq!(shared.get("other-vm", b"k"), None, "data is per vm_id");
+    }
+}

@@ -28,17 +28,3 @@ pub struct StreamProperties {
     /// The response code, once there is a response.
     pub response_code: Option<u16>,
 }
-
-/// `ip:port`, or `[ip]:port` for IPv6.
-pub fn address(ip: IpAddr, port: u16) -> String {
-    match ip {
-        IpAddr::V4(v4) => {
-            // Without `format!`: filters read this on every request.
-            let mut text = sluice_core::key::dotted_quad(v4);
-            text.push(':');
-            text.push_str(&port.to_string());
-            text
-        }
-        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
-    }
-}

@@ -186,7 +186,7 @@ impl Vm {
             Err(trap) => {
                 let message = format!("{trap:?}");
                 store.data().logs.write(
-                    super::log::Level::Critical,
+                    super::log_sink::Level::Critical,
                     format!("wasm VM trapped: {message}"),
                 );
                 *failure = Some(message.clone());

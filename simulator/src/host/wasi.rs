@@ -7,7 +7,7 @@
 
 use wasmtime::{Caller, Linker};
 
-use super::log::Level;
+use super::log_sink::Level;
 use super::memory;
 use super::state::HostState;
 
