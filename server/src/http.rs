@@ -21,7 +21,7 @@ use sluice_core::wire::{
 use crate::engine::Engine;
 use crate::log_throttle::FailureWarnings;
 use crate::metrics::Metrics;
-use crate::rls::RlsState;
+use crate::rls::{RlsState, unary};
 
 /// What the handlers share.
 pub struct AppState {
@@ -39,25 +39,42 @@ pub struct AppState {
     pub failure_warnings: Arc<FailureWarnings>,
 }
 
-/// The HTTP service: `POST /v1/decide` straight to its handler, every other request through
-/// the router. Axum's routing cost a decision about a tenth of the server's instructions
-/// (callgrind, 4.7k of 44.6k), and decisions are nearly all the traffic.
+/// A listener's service: the calls that are nearly all its traffic (`POST /v1/decide`, and
+/// Envoy's `ShouldRateLimit` where this listener serves gRPC) straight to their handlers,
+/// every other request through the router. Axum's routing cost a decision about a tenth of
+/// the server's instructions (callgrind, 4.7k of 44.6k).
 #[derive(Clone)]
 pub struct Service {
     state: Arc<AppState>,
     router: Router,
+    shortcuts: Shortcuts,
+}
+
+/// Which calls a [`Service`] takes before its router: those its router serves too.
+#[derive(Debug, Clone, Copy)]
+pub struct Shortcuts {
+    /// `POST /v1/decide`.
+    pub decide: bool,
+    /// gRPC `ShouldRateLimit` ([`crate::rls::unary`]).
+    pub should_rate_limit: bool,
 }
 
 impl std::fmt::Debug for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Service").finish_non_exhaustive()
+        f.debug_struct("Service")
+            .field("shortcuts", &self.shortcuts)
+            .finish_non_exhaustive()
     }
 }
 
 impl Service {
-    /// `router` (which routes `/v1/decide` too), with decisions taken before it.
-    pub fn new(state: Arc<AppState>, router: Router) -> Service {
-        Service { state, router }
+    /// `router`, with the calls of `shortcuts` taken before it.
+    pub fn new(state: Arc<AppState>, router: Router, shortcuts: Shortcuts) -> Service {
+        Service {
+            state,
+            router,
+            shortcuts,
+        }
     }
 }
 
@@ -75,9 +92,17 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if request.method() == Method::POST && request.uri().path() == DECIDE_PATH {
+        if self.shortcuts.decide
+            && request.method() == Method::POST
+            && request.uri().path() == DECIDE_PATH
+        {
             let state = Arc::clone(&self.state);
             Either::Left(Box::pin(async move { Ok(decide(&state, request).await) }))
+        } else if self.shortcuts.should_rate_limit && unary::takes(&request) {
+            let state = Arc::clone(&self.state);
+            Either::Left(Box::pin(
+                async move { Ok(unary::answer(&state, request).await) },
+            ))
         } else {
             Either::Right(self.router.call(request))
         }
@@ -144,7 +169,7 @@ async fn admit<B: HttpBody<Data = Bytes>>(
 /// All of `body`, or `None` past `limit` bytes or when it fails. A call's body nearly always
 /// comes in one frame, which is kept as it is: axum's `to_bytes`, which gathers frames in a
 /// list behind a size limit, cost a decision about 0.4k instructions more (callgrind).
-async fn whole_body<B: HttpBody<Data = Bytes>>(body: B, limit: usize) -> Option<Bytes> {
+pub(crate) async fn whole_body<B: HttpBody<Data = Bytes>>(body: B, limit: usize) -> Option<Bytes> {
     if body.size_hint().lower() > limit as u64 {
         return None;
     }

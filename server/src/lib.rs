@@ -48,7 +48,7 @@ use tokio::task::JoinHandle;
 pub use config::ServerConfig;
 
 use crate::engine::Engine;
-use crate::http::{AppState, Service, router};
+use crate::http::{AppState, Service, Shortcuts, router};
 use crate::metrics::Metrics;
 use crate::rls::RlsState;
 use crate::rls::config::Reload;
@@ -217,8 +217,18 @@ pub async fn serve_thread(
     // Without a configuration the rate limit service still answers, to say how to get one.
     let (grpc, health_task) = grpc_router(&state);
     background.push(health_task);
+    let grpc_on_http = grpc_listener.is_none();
     match grpc_listener {
-        Some(grpc_listener) => grpc_app = Some((grpc_listener, grpc)),
+        Some(grpc_listener) => {
+            let shortcuts = Shortcuts {
+                decide: false,
+                should_rate_limit: true,
+            };
+            grpc_app = Some((
+                grpc_listener,
+                Service::new(Arc::clone(&state), grpc, shortcuts),
+            ));
+        }
         None => app = app.merge(grpc),
     }
     // Every server stops taking connections at once when `shutdown` completes.
@@ -230,9 +240,14 @@ pub async fn serve_thread(
         }
     };
     let servers = async {
+        let shortcuts = Shortcuts {
+            decide: true,
+            should_rate_limit: grpc_on_http,
+        };
         let app = ServiceExt::<axum::extract::Request>::into_make_service(Service::new(
             Arc::clone(&state),
             app,
+            shortcuts,
         ));
         let limits = ConnectionLimits::new(
             config.max_connections,
@@ -249,6 +264,7 @@ pub async fn serve_thread(
             Some((grpc_listener, grpc)) => {
                 let grpc_listener =
                     Listening::new(grpc_listener, config.tls.as_ref(), &state.metrics, &limits);
+                let grpc = ServiceExt::<axum::extract::Request>::into_make_service(grpc);
                 let grpc = axum::serve(grpc_listener, grpc).with_graceful_shutdown(stopped());
                 tokio::try_join!(http.into_future(), grpc.into_future()).map(drop)
             }
@@ -370,7 +386,11 @@ pub async fn spawn(config: ServerConfig, listen: SocketAddr) -> std::io::Result<
 /// created within a Tokio runtime, and lives as long as any clone of it.
 pub fn in_process(config: ServerConfig) -> memory::InProcessServer {
     let state = app_state(&config, &ServerThread::alone());
-    memory::InProcessServer::new(Service::new(Arc::clone(&state), router(state)))
+    let shortcuts = Shortcuts {
+        decide: true,
+        should_rate_limit: false,
+    };
+    memory::InProcessServer::new(Service::new(Arc::clone(&state), router(state), shortcuts))
 }
 
 impl RunningServer {

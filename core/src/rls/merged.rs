@@ -57,9 +57,10 @@ impl Merged {
     }
 
     /// Each original check's verdict, from the merged checks' `verdicts`; `None` if they are
-    /// fewer than the merged checks.
+    /// fewer than the merged checks. It needs only the verdicts, so [`Self::checks`] may have
+    /// been taken to send them.
     pub fn split(&self, verdicts: &[Verdict]) -> Option<Vec<Verdict>> {
-        let mut asked_so_far = vec![0u64; self.checks.len()];
+        let mut asked_so_far = vec![0u64; verdicts.len()];
         self.member_of
             .iter()
             .zip(&self.costs)

@@ -35,6 +35,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::duration::Millis;
+use crate::key::RuleName;
 use crate::limit::{Limit, RawLimit};
 
 use self::raw::{RawDescriptor, RawRateLimit, RawRlsConfig};
@@ -133,6 +134,9 @@ impl Unit {
 pub struct RlsRule {
     /// The path in the tree, `domain.key_value.key`: the rule's name in stats and in Redis.
     pub full_key: String,
+    /// [`Self::full_key`] as the name of the checks it makes ([`RuleName::lossy`]), made once
+    /// here rather than on every request.
+    pub rule_name: RuleName,
     /// The unit and requests per unit answers report.
     pub unit: Unit,
     /// See [`Self::unit`].
@@ -240,11 +244,30 @@ impl RlsConfig {
 
     /// The rule a descriptor ends at in `domain`, if any (the reference's `GetLimit`).
     pub fn lookup(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Found> {
+        let (rule, stats_key) = self.rule_of(domain, entries)?;
+        Some(Found {
+            rule,
+            counter: counter_of(entries.iter().copied()),
+            stats_key,
+        })
+    }
+
+    /// [`Self::lookup`] without the counter: the rule and its stats name.
+    pub(crate) fn rule_of<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+    ) -> Option<(Arc<RlsRule>, String)> {
         let mut level = self.domains.get(domain)?;
-        let mut found: Option<Arc<RlsRule>> = None;
+        let mut found: Option<&Arc<RlsRule>> = None;
         let mut valueless_match = false;
+        let mut key_value = String::new();
         for (i, (key, value)) in entries.iter().enumerate() {
-            let key_value = format!("{key}_{value}");
+            let key = key.as_ref();
+            key_value.clear();
+            key_value.push_str(key);
+            key_value.push('_');
+            key_value.push_str(value.as_ref());
             let (node, by_value) = match level.nodes.get(&key_value) {
                 Some(node) => (Some(node), true),
                 None => match level
@@ -253,29 +276,24 @@ impl RlsConfig {
                     .find(|w| wildcard_match(w, &key_value))
                 {
                     Some(wildcard) => (level.nodes.get(wildcard), true),
-                    None => (level.nodes.get(*key), false),
+                    None => (level.nodes.get(key), false),
                 },
             };
             let Some(node) = node else { break };
             if i + 1 == entries.len() {
-                found = node.rule.clone();
+                found = node.rule.as_ref();
                 valueless_match = !by_value;
             }
             level = &node.children;
         }
-        let rule = found?;
-        let counter = counter_of(entries.iter().copied());
+        let rule = Arc::clone(found?);
         let stats_key = match entries.last() {
             Some((_, value)) if rule.detailed_metric && valueless_match => {
-                format!("{}_{value}", rule.full_key)
+                format!("{}_{}", rule.full_key, value.as_ref())
             }
             _ => rule.full_key.clone(),
         };
-        Some(Found {
-            rule,
-            counter,
-            stats_key,
-        })
+        Some((rule, stats_key))
     }
 }
 
@@ -387,8 +405,10 @@ fn load_rule(
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let rule_name = RuleName::lossy(full_key);
     let rule = |unit, requests_per_unit, limit| RlsRule {
         full_key: full_key.to_owned(),
+        rule_name: rule_name.clone(),
         unit,
         requests_per_unit,
         limit,

@@ -76,9 +76,14 @@ pub struct Planned {
     pub stats_key: String,
     /// The check sluice decides for it.
     pub check: Check,
+}
+
+impl Planned {
     /// A key for the descriptor's counter, unique in the whole configuration (domain included),
     /// the check's key: what a local cache of over-limit counters is keyed by.
-    pub counter_id: String,
+    pub fn counter_id(&self) -> &str {
+        self.check.key.as_str()
+    }
 }
 
 /// The rules and checks of one request.
@@ -175,15 +180,7 @@ impl RlsConfig {
                     *limit,
                     &format!("descriptors[{i}].limit"),
                 )?),
-                _ => {
-                    let entries: Vec<(&str, &str)> = descriptor
-                        .entries
-                        .iter()
-                        .map(|(k, v)| (k.as_str(), v.as_str()))
-                        .collect();
-                    self.lookup(&request.domain, &entries)
-                        .map(|found| (found.rule, found.stats_key))
-                }
+                _ => self.rule_of(&request.domain, &descriptor.entries),
             };
             matched.push(found);
         }
@@ -225,7 +222,7 @@ impl RlsConfig {
                     ),
                 );
                 let check = Check {
-                    rule: RuleName::lossy(&rule.full_key),
+                    rule: rule.rule_name.clone(),
                     key,
                     limit: *limit,
                     cost,
@@ -233,7 +230,6 @@ impl RlsConfig {
                     shadow: rule.shadow_mode,
                 };
                 Applied::Limited(Planned {
-                    counter_id: check.key.as_str().to_owned(),
                     rule,
                     stats_key,
                     check,
@@ -284,6 +280,7 @@ fn override_rule(
     );
     let full_key = format!("{domain}.{counter}");
     let rule = RlsRule {
+        rule_name: RuleName::lossy(&full_key),
         full_key: full_key.clone(),
         unit,
         requests_per_unit: u64::from(limit.requests_per_unit),

@@ -315,7 +315,7 @@ mod requests {
             .unwrap();
         let mut keys: Vec<(String, String)> = plan
             .planned()
-            .map(|(_, p)| (p.check.key.as_str().to_owned(), p.counter_id.clone()))
+            .map(|(_, p)| (p.check.key.as_str().to_owned(), p.counter_id().to_owned()))
             .collect();
         assert_eq!(keys.len(), colliding.len(), "each is limited");
         keys.sort();

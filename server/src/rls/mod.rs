@@ -6,6 +6,7 @@
 //! - [`service`]: the gRPC service, from protobuf to [`sluice_core::rls`] and back.
 //! - [`cache`]: the local cache of over-limit counters.
 //! - [`stats`]: the reference's stats names.
+//! - [`unary`]: `ShouldRateLimit` answered before the router, the way Envoy calls it.
 //!
 //! A call is planned in `core` ([`RlsConfig::plan`]), decided by the same [`Engine`] as
 //! `/v1/decide` (so all or nothing, on any of the six algorithms), and answered in `core`
@@ -19,6 +20,7 @@ pub mod cache;
 pub mod config;
 pub mod service;
 pub mod stats;
+pub mod unary;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,7 +121,7 @@ impl RlsState {
         let now_us = engine.now_us(replay_us);
         let cached: Vec<Option<Verdict>> = planned
             .iter()
-            .map(|p| now_us.and_then(|now| self.cache.get(&p.counter_id, p.check.cost, now)))
+            .map(|p| now_us.and_then(|now| self.cache.get(p.counter_id(), p.check.cost, now)))
             .collect();
         // A request the cache already denies consumes nothing: the others are only asked.
         let denied_by_cache = planned
@@ -139,11 +141,11 @@ impl RlsState {
             })
             .collect::<Vec<_>>();
         // The same descriptor twice is one counter: asked once, for both (see Merged).
-        let merged = Merged::of(checks);
+        let mut merged = Merged::of(checks);
         let decided = if merged.checks.is_empty() {
             Vec::new()
         } else {
-            let checks = merged.checks.clone();
+            let checks = std::mem::take(&mut merged.checks);
             let results = engine
                 .decide(&DecideRequest { checks }, replay_us)
                 .await?
@@ -163,7 +165,7 @@ impl RlsState {
                         && !denied_by_cache
                     {
                         self.cache
-                            .remember(&p.counter_id, p.check.cost, &verdict, now);
+                            .remember(p.counter_id(), p.check.cost, &verdict, now);
                     }
                     verdict
                 }

@@ -14,6 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use http::HeaderMap;
 use sluice_core::rls::answer::{Answer, Code};
 use sluice_core::rls::request::{LimitOverride, RlsDescriptor, RlsRequest};
 use tonic::{Request, Response, Status};
@@ -87,35 +88,45 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let started = Instant::now();
-        let state = &self.state;
-        let Some(rls) = &state.rls else {
-            return Err(Status::unimplemented(
-                "this server has no rate limit configuration: start it with --rls-config",
-            ));
-        };
         let (metadata, _, request) = request.into_parts();
-        let headers = metadata.into_headers();
-        authorize(state, &headers).map_err(Status::unauthenticated)?;
-        let replay_us = replay_time(state, &headers).map_err(Status::invalid_argument)?;
-        let request = from_proto(request);
-        let answer = rls
-            .decide(&state.engine, &state.metrics, &request, replay_us)
-            .await;
-        state.metrics.rls().call(started.elapsed());
-        match answer {
-            Ok(answer) => Ok(Response::new(to_proto(answer))),
-            Err(RlsError::Request(e)) => {
-                tracing::debug!(error = %e, "bad rate limit request");
-                Err(Status::invalid_argument(e.to_string()))
+        should_rate_limit(&self.state, &metadata.into_headers(), request)
+            .await
+            .map(Response::new)
+    }
+}
+
+/// One `ShouldRateLimit` call, by whichever way it came in: through tonic, or taken before the
+/// router ([`super::unary`]).
+pub(crate) async fn should_rate_limit(
+    state: &AppState,
+    headers: &HeaderMap,
+    request: RateLimitRequest,
+) -> Result<RateLimitResponse, Status> {
+    let started = Instant::now();
+    let Some(rls) = &state.rls else {
+        return Err(Status::unimplemented(
+            "this server has no rate limit configuration: start it with --rls-config",
+        ));
+    };
+    authorize(state, headers).map_err(Status::unauthenticated)?;
+    let replay_us = replay_time(state, headers).map_err(Status::invalid_argument)?;
+    let request = from_proto(request);
+    let answer = rls
+        .decide(&state.engine, &state.metrics, &request, replay_us)
+        .await;
+    state.metrics.rls().call(started.elapsed());
+    match answer {
+        Ok(answer) => Ok(to_proto(answer)),
+        Err(RlsError::Request(e)) => {
+            tracing::debug!(error = %e, "bad rate limit request");
+            Err(Status::invalid_argument(e.to_string()))
+        }
+        Err(RlsError::Store(e)) => {
+            let warning = &state.failure_warnings.should_rate_limit;
+            if let Some(left_out) = warning.due(Instant::now()) {
+                tracing::warn!(error = %e, left_out, "rate limit decision failed");
             }
-            Err(RlsError::Store(e)) => {
-                let warning = &state.failure_warnings.should_rate_limit;
-                if let Some(left_out) = warning.due(Instant::now()) {
-                    tracing::warn!(error = %e, left_out, "rate limit decision failed");
-                }
-                Err(Status::unavailable(e.to_string()))
-            }
+            Err(Status::unavailable(e.to_string()))
         }
     }
 }
