@@ -294,23 +294,13 @@ impl fmt::Display for LimitKey {
 pub fn redis_key(prefix: &str, rule: &RuleName, key: &LimitKey, limit: &Limit) -> String {
     // Pieces pushed rather than `format!`ed: the server builds one for every check.
     let code = limit.algorithm().storage_code();
-    let parameters = limit.state_code();
-    let mut out = String::with_capacity(
-        prefix.len() + rule.0.len() + key.0.len() + code.len() + parameters.len() + 6,
-    );
-    for piece in [
-        prefix,
-        ":{",
-        &rule.0,
-        ":",
-        &key.0,
-        "}:",
-        code,
-        ":",
-        &parameters,
-    ] {
+    // Three numbers of up to 20 digits and their two slashes.
+    let mut out =
+        String::with_capacity(prefix.len() + rule.0.len() + key.0.len() + code.len() + 6 + 62);
+    for piece in [prefix, ":{", &rule.0, ":", &key.0, "}:", code, ":"] {
         out.push_str(piece);
     }
+    limit.write_state_code(&mut out);
     out
 }
 
@@ -340,6 +330,25 @@ pub fn cluster_slot(key: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_key_names_the_algorithm_and_every_parameter_its_state_depends_on() {
+        let key_of = |limit: &str| {
+            let limit: Limit = serde_json::from_str(limit).unwrap();
+            let rule = RuleName::new("r").unwrap();
+            redis_key("p", &rule, &LimitKey::from_parts([b"k".as_slice()]), &limit)
+        };
+        assert_eq!(
+            key_of(r#"{"algorithm": "fixed_window", "limit": 100, "window": "1m"}"#),
+            "p:{r:k}:fw:100/60000"
+        );
+        assert_eq!(
+            key_of(
+                r#"{"algorithm": "leaky_bucket", "rate": 5000, "per": "2s", "burst": 1000000000}"#
+            ),
+            "p:{r:k}:lb:5000/2000/1000000000"
+        );
+    }
 
     #[test]
     fn cluster_slots_are_redis_own() {

@@ -203,15 +203,6 @@ impl LeakyLimit {
     }
 }
 
-fn bucket_code(bucket: &BucketLimit) -> String {
-    format!(
-        "{}/{}/{}",
-        bucket.rate,
-        bucket.per.as_millis(),
-        bucket.burst
-    )
-}
-
 /// A validated limit: an algorithm with parameters that are all in bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "RawLimit", into = "RawLimit")]
@@ -243,17 +234,29 @@ impl Limit {
         })
     }
 
-    /// The parameters that give this limit's state its meaning, written into its Redis key
-    /// (see [`crate::key::redis_key`]): `limit/window` in milliseconds for the windows,
+    /// Appends the parameters that give this limit's state its meaning, written into its Redis
+    /// key (see [`crate::key::redis_key`]): `limit/window` in milliseconds for the windows,
     /// `rate/per/burst` for the buckets. A rule whose limit changes starts on state of its own
-    /// instead of reading what the old limit wrote.
-    pub fn state_code(&self) -> String {
+    /// instead of reading what the old limit wrote. Written with `itoa`, not `format!`: the
+    /// server builds a key for every check, and `format!` was 3 % of its instructions.
+    pub fn write_state_code(&self, out: &mut String) {
+        let bucket = |b: &BucketLimit| [b.rate, b.per.as_millis(), b.burst];
+        let window = |w: &WindowLimit| [w.limit, w.window.as_millis()];
+        let mut digits = itoa::Buffer::new();
+        let mut write = |numbers: &[u64]| {
+            for (i, n) in numbers.iter().enumerate() {
+                if i > 0 {
+                    out.push('/');
+                }
+                out.push_str(digits.format(*n));
+            }
+        };
         match self {
             Limit::FixedWindow(w) | Limit::SlidingLog(w) | Limit::SlidingWindow(w) => {
-                format!("{}/{}", w.limit, w.window.as_millis())
+                write(&window(w));
             }
-            Limit::TokenBucket(b) | Limit::Gcra(b) => bucket_code(b),
-            Limit::LeakyBucket(l) => bucket_code(&l.bucket),
+            Limit::TokenBucket(b) | Limit::Gcra(b) => write(&bucket(b)),
+            Limit::LeakyBucket(l) => write(&bucket(&l.bucket)),
         }
     }
 
