@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
-use sluice_sim::envoy::{Envoy, EnvoyConfig, Output, Request};
-use sluice_sim::host::Host;
-use sluice_sim::host::header_map::HeaderMap;
-use sluice_sim::host::state::{CalloutReply, OutgoingCallout};
+use sluice_host::Host;
+use sluice_host::envoy::{Envoy, EnvoyConfig, Output, Request};
+use sluice_host::header_map::HeaderMap;
+use sluice_host::state::{CalloutReply, OutgoingCallout};
 use sluice_sim::launch::Services;
 use sluice_sim::transport::Transport;
 

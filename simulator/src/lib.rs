@@ -1,8 +1,9 @@
 //! sluice-sim: replays recorded traffic through the very .wasm that runs in Envoy, via the
 //! real sluice-server, into real Redis, and reports what every rule did.
 //!
-//! - [`host`]: the proxy-wasm ABI 0.2.1 host on wasmtime, as Envoy's host behaves.
-//! - [`envoy`]: one simulated Envoy: worker VMs and the filter chain around the plugin.
+//! It hosts the module in the `sluice-host` crate ([`sluice_host`]: the proxy-wasm ABI host on
+//! wasmtime, and one modelled Envoy around it), and keeps what a replay needs around that:
+//!
 //! - [`trace`]: access logs in, and synthetic traces out.
 //! - [`transport`]: callouts over HTTP, with Envoy's failure encodings; [`connect`] opens the
 //!   connections (TCP, or in memory to an in-process server).
@@ -19,8 +20,6 @@
 pub mod accuracy;
 pub mod compare;
 pub mod connect;
-pub mod envoy;
-pub mod host;
 pub mod launch;
 pub mod redis_memory;
 pub mod replay;
@@ -35,11 +34,11 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use crate::connect::Endpoint;
-use crate::envoy::{Envoy, EnvoyConfig, FailurePolicy, StartError};
-use crate::host::{Host, Plugin};
 use crate::replay::{Observer, Replay, RunStats};
 use crate::trace::{ClientAddresses, TraceRecord};
 use crate::transport::{Dispatcher, Transport};
+use sluice_host::envoy::{Envoy, EnvoyConfig, FailurePolicy, StartError};
+use sluice_host::{Host, Plugin};
 
 /// The example policy kept in the repository, compiled in as the default.
 pub const EXAMPLE_POLICY: &str = include_str!("../../examples/policy.json");

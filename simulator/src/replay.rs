@@ -26,10 +26,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::envoy::{Completed, Envoy, Output, Request};
-use crate::host::state::CalloutReply;
 use crate::trace::{ClientAddresses, TraceRecord};
 use crate::transport::{Delivered, Dispatcher, upstream_timeout};
+use sluice_host::envoy::{Completed, Envoy, Output, Request};
+use sluice_host::state::CalloutReply;
 
 use queue::EventQueue;
 

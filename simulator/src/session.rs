@@ -7,13 +7,13 @@ use sluice_core::stat_names;
 
 use std::collections::BTreeMap;
 
-use crate::envoy::{Completed, Envoy, Reloads};
-use crate::host::metric_registry::MetricValue;
 use crate::launch::Services;
 use crate::replay::{Clock, Observer, RunStats};
 use crate::report::{self, Inputs, Recorder, Report, RunInfo};
 use crate::trace::{Trace, TraceRecord};
 use crate::{Simulation, Topology, redis_memory};
+use sluice_host::envoy::{Completed, Envoy, Reloads};
+use sluice_host::metric_registry::MetricValue;
 
 /// What to replay, and against what.
 pub struct Setup {

@@ -23,8 +23,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::connect::{Endpoint, HttpClient};
-use crate::host::header_map::HeaderMap;
-use crate::host::state::{CalloutReply, OutgoingCallout};
+use sluice_host::header_map::HeaderMap;
+use sluice_host::state::{CalloutReply, OutgoingCallout};
 
 /// A callout's answer and how long it took.
 #[derive(Debug, Clone)]

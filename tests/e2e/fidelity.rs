@@ -12,11 +12,11 @@ use sluice_e2e::misbehaving::{self, Misbehaviour};
 use sluice_e2e::probe::{
     CANARY, Event, Probe, START_NS, Setup, callouts, completed, completed_statuses, get,
 };
+use sluice_host::envoy::{FailurePolicy, Output, StartError};
+use sluice_host::header_map::HeaderMap;
+use sluice_host::log_sink::Level;
+use sluice_host::state::{CalloutReply, OutgoingCallout};
 use sluice_sim::connect::Endpoint;
-use sluice_sim::envoy::{FailurePolicy, Output, StartError};
-use sluice_sim::host::header_map::HeaderMap;
-use sluice_sim::host::log_sink::Level;
-use sluice_sim::host::state::{CalloutReply, OutgoingCallout};
 use sluice_sim::replay::Replay;
 use sluice_sim::transport::{Dispatcher, Transport};
 
@@ -365,7 +365,7 @@ fn the_other_stream_properties_are_encoded_as_envoy_encodes_them() {
         ],
     ));
     let ops = probe.ops("on_request_headers");
-    let node_id = sluice_sim::envoy::EnvoyConfig::new(Vec::new(), Vec::<String>::new()).node_id;
+    let node_id = sluice_host::envoy::EnvoyConfig::new(Vec::new(), Vec::<String>::new()).node_id;
     assert_eq!(ops[0].text(), "10.0.0.1:10000");
     assert_eq!(ops[1].raw(), 10000i64.to_le_bytes(), "int64 LE");
     let texts: Vec<&str> = ops[2..11].iter().map(Event::text).collect();
@@ -386,7 +386,7 @@ fn the_other_stream_properties_are_encoded_as_envoy_encodes_them() {
     );
     assert_eq!(ops[11].raw().len(), 8, "connection_id: uint64 LE");
     let raw = ops[12].raw();
-    let headers = sluice_sim::host::abi::decode_pairs(&raw);
+    let headers = sluice_host::abi::decode_pairs(&raw);
     assert!(
         headers.contains(&(&b"x-tenant"[..], &b"acme"[..])),
         "request.headers: a serialized map"
@@ -1053,7 +1053,7 @@ fn fail_reload_gives_a_trapped_worker_a_new_vm_once_the_backoff_has_passed() {
     assert_eq!(statuses, [200, 503, 503, 200, 503, 503, 200]);
     assert_eq!(
         probe.envoy.reloads(),
-        sluice_sim::envoy::Reloads {
+        sluice_host::envoy::Reloads {
             backoff: 2,
             success: 2,
             failure: 0
@@ -1134,14 +1134,12 @@ fn a_log_level_above_critical_is_bad_argument() {
 // --- the table ------------------------------------------------------------------------------
 
 /// The file a test reference in docs/fidelity.md points to: `name` is in this file,
-/// `host_loading.rs::name` in another e2e test file, `host/x.rs::name` in the simulator,
+/// `host_loading.rs::name` in another e2e test file, `host/src/x.rs::name` in the host crate,
 /// `in_envoy::x::name` among the real-Envoy tests.
 fn test_source(reference: &str) -> (std::path::PathBuf, &str) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     match reference.rsplit_once("::") {
-        Some((file, name)) if file.starts_with("host/") => {
-            (root.join("../simulator/src").join(file), name)
-        }
+        Some((file, name)) if file.starts_with("host/") => (root.join("..").join(file), name),
         Some((module, name)) if module.starts_with("in_envoy::") => (
             root.join("e2e/in_envoy")
                 .join(module.trim_start_matches("in_envoy::"))

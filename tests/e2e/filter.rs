@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use sluice_e2e::misbehaving::{self, Misbehaviour};
 use sluice_e2e::{Stack, decision_record, envoy_stat, header, request, stat};
+use sluice_host::Host;
+use sluice_host::envoy::{Completed, Envoy, EnvoyConfig, Output, Request, StartError};
+use sluice_host::header_map::HeaderMap;
+use sluice_host::state::CalloutReply;
 use sluice_sim::Topology;
-use sluice_sim::envoy::{Completed, Envoy, EnvoyConfig, Output, Request, StartError};
-use sluice_sim::host::Host;
-use sluice_sim::host::header_map::HeaderMap;
-use sluice_sim::host::state::CalloutReply;
 use sluice_sim::replay::Clock;
 use sluice_sim::trace::TraceRecord;
 

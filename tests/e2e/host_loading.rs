@@ -1,6 +1,6 @@
 //! The simulator refuses modules as Envoy refuses them.
 
-use sluice_sim::host::{Host, LoadError};
+use sluice_host::{Host, LoadError};
 
 fn load(wat: &str) -> Result<(), LoadError> {
     let wasm = wat::parse_str(wat).expect("valid text format");

@@ -3,8 +3,8 @@
 //! and without leases on one request.
 
 use sluice_e2e::{Stack, decision_record, stat};
+use sluice_host::envoy::Completed;
 use sluice_sim::Topology;
-use sluice_sim::envoy::Completed;
 use sluice_sim::replay::Observer;
 use sluice_sim::trace::TraceRecord;
 

@@ -7,10 +7,10 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sluice_e2e::probe::callouts;
-use sluice_sim::envoy::{Envoy, EnvoyConfig, Output, Request};
-use sluice_sim::host::Host;
-use sluice_sim::host::header_map::HeaderMap;
-use sluice_sim::host::state::CalloutReply;
+use sluice_host::Host;
+use sluice_host::envoy::{Envoy, EnvoyConfig, Output, Request};
+use sluice_host::header_map::HeaderMap;
+use sluice_host::state::CalloutReply;
 
 /// Every matcher and key part, so every code path reads the request.
 const POLICY: &str = r#"{"cluster": "sluice", "trusted_hops": 1, "response": {"headers": "ietf", "on_allowed": true},
@@ -408,7 +408,7 @@ const ALLOWED: &[u8] = br#"{"results":[{"allowed":true,"limit":1000,"remaining":
 
 impl Leased {
     /// Makes the key busy by callout, then grants the first lease ask in full.
-    fn start(plugin: &sluice_sim::host::Plugin) -> Leased {
+    fn start(plugin: &sluice_host::Plugin) -> Leased {
         let envoy = Envoy::start(
             plugin,
             EnvoyConfig::new(LEASE_POLICY, ["sluice".to_owned()]),
@@ -569,7 +569,7 @@ fn a_stalled_worker_does_not_ask_beside_the_worker_that_asked_since() {
         send(&mut envoy, 1, now);
     }
     now += 5 * MS_NS;
-    let asks_of = |calls: Vec<sluice_sim::host::state::OutgoingCallout>| -> usize {
+    let asks_of = |calls: Vec<sluice_host::state::OutgoingCallout>| -> usize {
         calls
             .iter()
             .map(|c| {

@@ -16,9 +16,9 @@ pub mod real_envoy;
 use std::path::PathBuf;
 
 use sluice_harness::RedisServer;
+use sluice_host::envoy::{Completed, Envoy};
 use sluice_server::{RunningServer, ServerConfig};
 use sluice_sim::connect::Endpoint;
-use sluice_sim::envoy::{Completed, Envoy};
 use sluice_sim::replay::Observer;
 use sluice_sim::trace::TraceRecord;
 use sluice_sim::{Run, Simulation, Topology};

@@ -6,11 +6,11 @@
 use std::net::IpAddr;
 
 use serde_json::Value;
-use sluice_sim::envoy::{
+use sluice_host::Host;
+use sluice_host::envoy::{
     Completed, Envoy, EnvoyConfig, FailurePolicy, Output, Request, StartError,
 };
-use sluice_sim::host::Host;
-use sluice_sim::host::state::{CalloutReply, OutgoingCallout};
+use sluice_host::state::{CalloutReply, OutgoingCallout};
 
 /// The probe built by `make wasm` (or `SLUICE_PROBE_WASM`).
 pub fn probe_wasm() -> Vec<u8> {

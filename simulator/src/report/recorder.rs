@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sluice_core::record::{self, DECISION_PROPERTY, RuleOutcome};
 
-use crate::envoy::Completed;
+use sluice_host::envoy::Completed;
 
 /// One rule's decision for one request.
 #[derive(Debug, Clone, Copy)]

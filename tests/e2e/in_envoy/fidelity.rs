@@ -17,8 +17,8 @@ use sluice_e2e::misbehaving::{self, Misbehaviour};
 use sluice_e2e::probe::{CANARY, Event, Probe, Setup, callouts, completed, get as sim_get};
 use sluice_e2e::real_envoy::{Backends, EnvoyProbe, Plugin, eventually};
 use sluice_harness::{Envoy, UPSTREAM_BODY, http};
+use sluice_host::envoy::{FailurePolicy, Request};
 use sluice_sim::connect::Endpoint;
-use sluice_sim::envoy::{FailurePolicy, Request};
 use sluice_sim::transport::Transport;
 
 /// proxy-wasm's status codes.
@@ -916,10 +916,7 @@ fn modules_the_host_cannot_run_are_refused_alike() {
         let path = dir.path().join(format!("{name}.wasm"));
         std::fs::write(&path, &wasm).expect("the module");
         assert!(
-            sluice_sim::host::Host::new()
-                .expect("host")
-                .load(&wasm)
-                .is_err(),
+            sluice_host::Host::new().expect("host").load(&wasm).is_err(),
             "{name}: the simulator took it"
         );
         let refused = refused_by_envoy(&path, &backends);

@@ -4,10 +4,10 @@
 use std::net::IpAddr;
 
 use super::{Completed, Envoy, Output, Phase, Request};
-use crate::host::Effects;
-use crate::host::header_map::HeaderMap;
-use crate::host::state::{LocalReply, MapAccess, OutgoingCallout, StreamAction, StreamHost};
-use crate::host::stream_properties::StreamProperties;
+use crate::Effects;
+use crate::header_map::HeaderMap;
+use crate::state::{LocalReply, MapAccess, OutgoingCallout, StreamAction, StreamHost};
+use crate::stream_properties::StreamProperties;
 
 impl Envoy {
     pub(super) fn after_root_callback(
@@ -151,7 +151,7 @@ impl Envoy {
         match w.vm.on_response_headers(context, true) {
             Ok((action, effects)) => {
                 let _ = self.apply(worker, context, effects, out);
-                if action == crate::host::abi::Action::Pause
+                if action == crate::abi::Action::Pause
                     && self.workers[worker]
                         .streams
                         .get(&context)

@@ -183,7 +183,7 @@ macro_rules! or_status {
     ($access:expr) => {
         match $access {
             Ok(value) => value,
-            Err(s) => return $crate::host::memory::status(s),
+            Err(s) => return $crate::memory::status(s),
         }
     };
 }

@@ -29,12 +29,12 @@ use rustc_hash::FxHashMap as HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::host::log_sink::{Level, LogSink};
-use crate::host::metric_registry::MetricRegistry;
-use crate::host::shared_store::SharedData;
-use crate::host::state::{CalloutReply, LocalReply, OutgoingCallout};
+use crate::log_sink::{Level, LogSink};
+use crate::metric_registry::MetricRegistry;
+use crate::shared_store::SharedData;
+use crate::state::{CalloutReply, LocalReply, OutgoingCallout};
 
-use crate::host::{Plugin, Vm, VmFailed, VmInfo};
+use crate::{Plugin, Vm, VmFailed, VmInfo};
 
 mod chain;
 mod lifecycle;
@@ -391,7 +391,7 @@ impl Envoy {
         match result {
             Ok((action, effects)) => {
                 let continued = self.apply(worker, context, effects, &mut out);
-                if action == crate::host::abi::Action::Continue || continued {
+                if action == crate::abi::Action::Continue || continued {
                     self.forward_upstream(worker, context, &mut out);
                 } else {
                     self.settle(worker, context, &mut out);

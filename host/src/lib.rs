@@ -1,13 +1,25 @@
-//! The proxy-wasm host: the ABI 0.2.1 as Envoy implements it, on wasmtime.
+//! The proxy-wasm host that Envoy 1.40 is, on wasmtime: what `sluice-sim` runs the filter in,
+//! and what every test of the filter drives it through. Each behaviour it copies from Envoy is
+//! held against Envoy's code, and against a real Envoy 1.40, in `docs/fidelity.md`.
 //!
-//! [`Host`] holds the engine and the linker (every ABI area adds its host calls with its own
-//! `add_to_linker`); [`Host::load`] compiles a module and refuses it as Envoy would: no ABI
-//! marker, or an import the host does not provide. [`Vm`] is one instance, one worker's VM,
-//! with a [`HostState`] per store.
+//! - The ABI 0.2.1 as Envoy implements it, one module an area ([`memory`], [`headers`],
+//!   [`buffers`], [`http_call`], [`shared_data`], [`properties`], [`metrics`], [`log`],
+//!   [`control`], [`wasi`]), each adding its host calls with its own `add_to_linker` over the
+//!   store's [`HostState`].
+//! - What those calls read and write, owned by the Envoy around the VMs: [`header_map`],
+//!   [`shared_store`], [`metric_registry`], [`log_sink`], [`stream_properties`].
+//! - [`Host`] holds the engine and the linker; [`Host::load`] compiles a module and refuses it
+//!   as Envoy would: no ABI marker, or an import the host does not provide. [`Vm`] is one
+//!   instance, one worker's VM, with a [`HostState`] per store.
+//! - [`envoy`]: one modelled Envoy: its workers and their VMs, the VM lifecycle and reloads,
+//!   the filter chain and local replies.
+
+#![deny(missing_docs)]
 
 pub mod abi;
 pub mod buffers;
 pub mod control;
+pub mod envoy;
 pub mod header_map;
 pub mod headers;
 pub mod http_call;

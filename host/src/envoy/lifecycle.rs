@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::{Envoy, EnvoyConfig, FailurePolicy, Output, ROOT_CONTEXT, Reloads, StartError};
-use crate::host::log_sink::Level;
-use crate::host::state::LocalReply;
-use crate::host::{Host, HostState, Vm};
+use crate::log_sink::Level;
+use crate::state::LocalReply;
+use crate::{Host, HostState, Vm};
 
 impl Envoy {
     /// A VM for `worker` ([`MAIN_THREAD`] for the main thread's), instantiated and
