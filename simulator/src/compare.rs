@@ -16,7 +16,7 @@ use sluice_core::limit::Algorithm;
 
 use crate::accuracy::{self, Accuracy};
 use crate::report::html::{self, escape};
-use crate::report::{Recorder, Report, charts, text};
+use crate::report::{Recorder, Report, charts, tables, text};
 use crate::trace::format_time;
 
 /// A rate: `units` per `period`, written `10/1s` or `600/1m`.
@@ -259,22 +259,22 @@ impl Comparison {
                 let e = a.exact.clone().unwrap_or_default();
                 let mut row = vec![
                     name(&r.algorithm),
-                    text::thousands(a.admitted),
-                    text::thousands(a.over_exact),
+                    tables::thousands(a.admitted),
+                    tables::thousands(a.over_exact),
                     a.peak.as_ref().map_or(0, |p| p.admitted).to_string(),
-                    text::thousands(a.bound),
-                    text::thousands(a.over_bound),
-                    text::thousands(e.denied_but_exact_admits),
-                    text::thousands(e.admitted_but_exact_denies),
+                    tables::thousands(a.bound),
+                    tables::thousands(a.over_bound),
+                    tables::thousands(e.denied_but_exact_admits),
+                    tables::thousands(e.admitted_but_exact_denies),
                     per_thousand(r.callouts_per_thousand),
                 ];
                 match &r.leased {
                     Some(l) => {
                         let le = l.accuracy.exact.clone().unwrap_or_default();
                         row.extend([
-                            text::thousands(l.accuracy.admitted),
-                            text::thousands(l.accuracy.over_bound),
-                            text::thousands(le.denied_but_exact_admits),
+                            tables::thousands(l.accuracy.admitted),
+                            tables::thousands(l.accuracy.over_bound),
+                            tables::thousands(le.denied_but_exact_admits),
                             per_thousand(l.callouts_per_thousand),
                         ]);
                     }

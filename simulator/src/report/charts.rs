@@ -120,7 +120,7 @@ pub fn allowed_and_limited(
             .x_labels(8)
             .x_label_formatter(&|x| time_label(start_us, *x, long))
             .y_label_formatter(&|y| format!("{y:.0}"))
-            .y_desc(format!("requests per {}", super::text::period(step_ms)))
+            .y_desc(format!("requests per {}", super::tables::period(step_ms)))
             .draw()
             .map_err(|e| e.to_string())?;
         let steps = |values: &[u64], base: &[u64]| -> Vec<(f64, f64)> {

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 pub use super::markup::escape;
-use super::text::{period, thousands};
+use super::tables::{self, period, thousands};
 use super::{Report, Series, charts};
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:960px;color:#222}\
@@ -57,6 +57,73 @@ fn timeline_figure(title: &str, report: &Report, series: &Series) -> String {
     )
 }
 
+/// One of the report's tables: its heading, the table, what its columns mean, and notes.
+fn section(table: &tables::Table) -> String {
+    let mut out = format!("<h2>{}</h2>\n", escape(table.title));
+    if let Some(about) = &table.about {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{}.</p>",
+            escape(&capitalized(about))
+        );
+    }
+    let rows: Vec<Vec<String>> = table
+        .rows
+        .iter()
+        .map(|row| row.iter().map(|cell| escape(cell)).collect())
+        .collect();
+    out.push_str(&self::table(&table.header, &rows));
+    if !table.legend.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{}.</p>",
+            escape(&capitalized(&table.legend.join("; ")))
+        );
+    }
+    for note in &table.notes {
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(note));
+    }
+    out
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
+}
+
+/// Each rule's errors against the exact limit and its own bound, as bars.
+fn accuracy_figure(report: &Report) -> String {
+    let accurate: Vec<_> = report
+        .rules
+        .iter()
+        .filter_map(|r| Some((r, r.accuracy.as_ref()?)))
+        .collect();
+    let names: Vec<String> = accurate.iter().map(|(r, _)| r.rule.clone()).collect();
+    let pick = |f: fn(&crate::accuracy::Accuracy) -> u64| {
+        accurate.iter().map(|(_, a)| f(a)).collect::<Vec<u64>>()
+    };
+    format!(
+        "<figure>{}</figure>\n",
+        charts::grouped_bars(
+            "accuracy per rule",
+            &names,
+            &[
+                ("admitted over the exact limit", pick(|a| a.over_exact)),
+                (
+                    "denied, though an exact limiter admits",
+                    pick(|a| a.exact.as_ref().map_or(0, |e| e.denied_but_exact_admits)),
+                ),
+                (
+                    "admitted over the algorithm's own bound",
+                    pick(|a| a.over_bound),
+                ),
+            ],
+        )
+    )
+}
+
 /// The page for a replay's report.
 pub fn page(report: &Report) -> String {
     let mut out = open("sluice-sim replay report");
@@ -94,76 +161,9 @@ pub fn page(report: &Report) -> String {
         );
     }
 
-    out.push_str("<h2>Rules</h2>\n");
-    let rows: Vec<Vec<String>> = report
-        .rules
-        .iter()
-        .map(|r| {
-            let c = &r.counts;
-            vec![
-                format!(
-                    "{}{}",
-                    escape(&r.rule),
-                    if r.shadow { " (shadow)" } else { "" }
-                ),
-                thousands(c.offered),
-                thousands(c.allowed),
-                thousands(c.denied),
-                thousands(c.cached_deny),
-                thousands(c.shadow_denied),
-                thousands(c.skipped),
-                thousands(c.failed),
-                thousands(c.local),
-                r.callouts_per_thousand()
-                    .map_or_else(|| "?".to_owned(), |c| format!("{c:.1}")),
-                thousands(r.keys),
-            ]
-        })
-        .collect();
-    out.push_str(&table(
-        &[
-            "rule",
-            "offered",
-            "allowed",
-            "denied",
-            "cached",
-            "shadow",
-            "skipped",
-            "failed",
-            "decided in Envoy",
-            "callouts per 1,000",
-            "keys",
-        ],
-        &rows,
-    ));
-    let leased: Vec<Vec<String>> = report
-        .rules
-        .iter()
-        .filter_map(|r| {
-            let l = r.lease.as_ref()?;
-            Some(vec![
-                escape(&r.rule),
-                thousands(l.asks),
-                thousands(l.units),
-                thousands(l.empty),
-                thousands(l.failures),
-                thousands(l.max_outstanding),
-            ])
-        })
-        .collect();
-    if !leased.is_empty() {
-        out.push_str("<h3>Leases</h3>\n<p class=\"note\">Units handed to each Envoy ahead of need. Empty answers: the algorithm admitted nothing then. May hold: the units all Envoys together may hold for one key, which the bound adds to the algorithm's own.</p>\n");
-        out.push_str(&table(
-            &[
-                "rule",
-                "asks",
-                "units granted",
-                "empty answers",
-                "no answer",
-                "may hold",
-            ],
-            &leased,
-        ));
+    out.push_str(&section(&tables::rules(report)));
+    if let Some(leases) = tables::leases(report) {
+        out.push_str(&section(&leases));
     }
     let step = report.timeline.step_ms;
     for series in &report.timeline.rules {
@@ -174,133 +174,22 @@ pub fn page(report: &Report) -> String {
         );
         out.push_str(&timeline_figure(&title, report, series));
     }
-
-    let accurate: Vec<_> = report
-        .rules
-        .iter()
-        .filter_map(|r| Some((r, r.accuracy.as_ref()?)))
-        .collect();
-    if !accurate.is_empty() {
-        out.push_str("<h2>Accuracy</h2>\n<p class=\"note\">Against the exact limit of each rule's nominal rate (at most that many in any interval of its period), and against the algorithm's own bound.</p>\n");
-        let rows: Vec<Vec<String>> = accurate
-            .iter()
-            .map(|(r, a)| {
-                let exact = a.exact.as_ref();
-                let na = || "n/a".to_owned();
-                vec![
-                    escape(&r.rule),
-                    format!("{}/{}", thousands(a.units), period(a.period_ms)),
-                    thousands(a.admitted),
-                    thousands(a.over_exact),
-                    a.peak.as_ref().map_or_else(
-                        || "-".to_owned(),
-                        |p| format!("{} ({})", thousands(p.admitted), escape(&p.key)),
-                    ),
-                    thousands(a.bound),
-                    thousands(a.over_bound),
-                    exact.map_or_else(na, |e| thousands(e.admitted)),
-                    exact.map_or_else(na, |e| thousands(e.denied_but_exact_admits)),
-                    exact.map_or_else(na, |e| thousands(e.admitted_but_exact_denies)),
-                    a.per_instance
-                        .as_ref()
-                        .map_or_else(|| "-".to_owned(), |p| thousands(p.admitted)),
-                ]
-            })
-            .collect();
-        out.push_str(&table(
-            &[
-                "rule",
-                "nominal",
-                "admitted",
-                "over exact",
-                "peak in a period (key)",
-                "bound (with leases)",
-                "over bound",
-                "exact admits",
-                "denied, exact admits",
-                "admitted, exact denies",
-                "per-instance limits admit",
-            ],
-            &rows,
-        ));
-        let names: Vec<String> = accurate.iter().map(|(r, _)| r.rule.clone()).collect();
-        let pick = |f: fn(&crate::accuracy::Accuracy) -> u64| {
-            accurate.iter().map(|(_, a)| f(a)).collect::<Vec<u64>>()
-        };
-        out.push_str("<figure>");
-        out.push_str(&charts::grouped_bars(
-            "accuracy per rule",
-            &names,
-            &[
-                ("admitted over the exact limit", pick(|a| a.over_exact)),
-                (
-                    "denied, though an exact limiter admits",
-                    pick(|a| a.exact.as_ref().map_or(0, |e| e.denied_but_exact_admits)),
-                ),
-                (
-                    "admitted over the algorithm's own bound",
-                    pick(|a| a.over_bound),
-                ),
-            ],
-        ));
-        out.push_str("</figure>\n");
+    if let Some(accuracy) = tables::accuracy(report) {
+        out.push_str(&section(&accuracy));
+        out.push_str(&accuracy_figure(report));
     }
-
     if let Some(note) = &report.memory_note {
         let _ = writeln!(
             out,
             "<h2>Redis memory</h2>\n<p class=\"note\">Not measured: {}</p>",
             escape(note)
         );
-    } else if report.rules.iter().any(|r| r.memory.is_some()) {
-        out.push_str("<h2>Redis memory</h2>\n");
-        let rows: Vec<Vec<String>> = report
-            .rules
-            .iter()
-            .filter_map(|r| {
-                let m = r.memory.as_ref()?;
-                Some(vec![
-                    escape(&r.rule),
-                    thousands(m.keys),
-                    thousands(m.mean_bytes()),
-                    thousands(m.max_bytes),
-                    thousands(m.bytes),
-                ])
-            })
-            .collect();
-        out.push_str(&table(
-            &["rule", "keys", "bytes/key", "largest", "total"],
-            &rows,
-        ));
-        if let Some(caveat) = report.memory_caveat() {
-            let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(&caveat));
-        }
+    } else if let Some(memory) = tables::memory(report) {
+        out.push_str(&section(&memory));
     }
-
-    out.push_str("<h2>Most limited keys</h2>\n");
-    let rows: Vec<Vec<String>> = report
-        .top_limited
-        .iter()
-        .map(|k| {
-            vec![
-                escape(&k.rule),
-                escape(&match &k.client {
-                    Some(client) => format!("{} ({client})", k.key),
-                    None => k.key.clone(),
-                }),
-                thousands(k.counts.offered),
-                thousands(k.counts.allowed),
-                thousands(k.counts.limited()),
-            ]
-        })
-        .collect();
-    if rows.is_empty() {
-        out.push_str("<p>No key was limited.</p>\n");
-    } else {
-        out.push_str(&table(
-            &["rule", "key", "offered", "allowed", "limited"],
-            &rows,
-        ));
+    match tables::keys(report) {
+        Some(keys) => out.push_str(&section(&keys)),
+        None => out.push_str("<h2>Most limited keys</h2>\n<p>No key was limited.</p>\n"),
     }
     for series in &report.timeline.keys {
         let title = format!(

@@ -7,11 +7,15 @@
 //! alone: a virtual-time replay gives the same report, byte for byte, every time. Wall-clock
 //! figures (how fast the replay ran, callout latencies in virtual time) are printed, not stored,
 //! except in real-time replays, where latency is the point.
+//!
+//! [`tables`] makes the report's tables once; [`text`] and [`html`] render them, the page with
+//! [`charts`] beside them.
 
 pub mod charts;
 pub mod html;
 mod markup;
 mod recorder;
+pub mod tables;
 pub mod text;
 
 use std::collections::BTreeMap;

@@ -2,31 +2,9 @@
 
 use std::fmt::Write as _;
 
+use super::tables::{self, thousands};
 use super::{Clock, Report};
-use crate::trace::format_time;
 use crate::trace::timing::Resolution;
-
-/// `1234567` as `1,234,567`.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn dash(n: u64) -> String {
-    if n == 0 { "-".to_owned() } else { thousands(n) }
-}
-
-/// A period in ms as a duration users write (`1s`, `1m`, `1500ms`).
-pub fn period(ms: u64) -> String {
-    sluice_core::duration::Millis::new(ms).map_or_else(|| "0ms".to_owned(), |m| m.to_string())
-}
 
 /// A table: a header row and rows, columns right-aligned but for the first `left` ones.
 struct Table {
@@ -90,12 +68,49 @@ pub fn table(header: &[&str], rows: &[Vec<String>], left: usize, out: &mut Strin
 pub(super) fn render(report: &Report) -> String {
     let mut out = String::new();
     header(report, &mut out);
-    rules(report, &mut out);
-    leases(report, &mut out);
-    accuracy(report, &mut out);
-    memory(report, &mut out);
-    keys(report, &mut out);
+    section(&tables::rules(report), &mut out);
+    for table in [tables::leases(report), tables::accuracy(report)]
+        .into_iter()
+        .flatten()
+    {
+        section(&table, &mut out);
+    }
+    match (&report.memory_note, tables::memory(report)) {
+        (Some(note), _) => {
+            let _ = writeln!(out, "redis memory: not measured ({note})");
+            let _ = writeln!(out);
+        }
+        (None, Some(table)) => section(&table, &mut out),
+        (None, None) => {}
+    }
+    match tables::keys(report) {
+        Some(table) => section(&table, &mut out),
+        None => {
+            let _ = writeln!(out, "no key was limited");
+        }
+    }
     out
+}
+
+/// One of the report's tables: its heading, the columns aligned, what they mean, and notes.
+fn section(table: &tables::Table, out: &mut String) {
+    let title = table.title.to_lowercase();
+    let _ = match &table.about {
+        Some(about) => writeln!(out, "{title} ({about})"),
+        None => writeln!(out, "{title}"),
+    };
+    let mut columns = Table::new(&table.header, table.name_columns);
+    for row in &table.rows {
+        columns.row(row.clone());
+    }
+    columns.render(out);
+    if !table.legend.is_empty() {
+        let _ = writeln!(out, "  ({})", table.legend.join(";\n   "));
+    }
+    for note in &table.notes {
+        let _ = writeln!(out, "  {note}");
+    }
+    let _ = writeln!(out);
 }
 
 fn header(report: &Report, out: &mut String) {
@@ -196,261 +211,9 @@ fn header(report: &Report, out: &mut String) {
     let _ = writeln!(out);
 }
 
-fn rules(report: &Report, out: &mut String) {
-    let mut table = Table::new(
-        &[
-            "rule",
-            "offered",
-            "allowed",
-            "denied",
-            "cached",
-            "shadow",
-            "skipped",
-            "failed",
-            "local",
-            "callouts/1k",
-            "keys",
-        ],
-        1,
-    );
-    for r in &report.rules {
-        let c = &r.counts;
-        table.row(vec![
-            if r.shadow {
-                format!("{} (shadow)", r.rule)
-            } else {
-                r.rule.clone()
-            },
-            thousands(c.offered),
-            thousands(c.allowed),
-            dash(c.denied),
-            dash(c.cached_deny),
-            dash(c.shadow_denied),
-            dash(c.skipped),
-            dash(c.failed),
-            dash(c.local),
-            r.callouts_per_thousand()
-                .map_or_else(|| "?".to_owned(), |c| format!("{c:.1}")),
-            thousands(r.keys),
-        ]);
-    }
-    table.render(out);
-    let _ = writeln!(
-        out,
-        "  (cached: denied from the local deny cache, no callout; shadow: a shadow rule that would have denied;\n   skipped: another rule denied the request, so this one consumed nothing; local: decided in Envoy from a lease;\n   callouts/1k: callouts carrying the rule, per request or lease asks, per 1,000 requests it applied to)"
-    );
-    let _ = writeln!(out);
-}
-
-fn leases(report: &Report, out: &mut String) {
-    if report.rules.iter().all(|r| r.lease.is_none()) {
-        return;
-    }
-    let _ = writeln!(out, "leases (units handed to each Envoy ahead of need)");
-    let mut table = Table::new(
-        &[
-            "rule",
-            "asks",
-            "units granted",
-            "empty answers",
-            "no answer",
-            "may hold",
-        ],
-        1,
-    );
-    for r in &report.rules {
-        let Some(l) = &r.lease else { continue };
-        table.row(vec![
-            r.rule.clone(),
-            thousands(l.asks),
-            thousands(l.units),
-            dash(l.empty),
-            dash(l.failures),
-            thousands(l.max_outstanding),
-        ]);
-    }
-    table.render(out);
-    let _ = writeln!(
-        out,
-        "  (empty answers: the algorithm admitted nothing then; may hold: the units all Envoys together may hold for one key,\n   which the bound below adds to the algorithm's own)"
-    );
-    let _ = writeln!(out);
-}
-
-fn accuracy(report: &Report, out: &mut String) {
-    if report.rules.iter().all(|r| r.accuracy.is_none()) {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "accuracy against the exact limit of each rule's nominal rate"
-    );
-    let mut table = Table::new(
-        &[
-            "rule",
-            "algorithm",
-            "nominal",
-            "admitted",
-            "over exact",
-            "denied under exact",
-            "peak in a period",
-            "own bound",
-            "over bound",
-            "exact admits",
-            "denied, exact admits",
-            "admitted, exact denies",
-            "denied, own algorithm admits",
-            "admitted, own denies",
-        ],
-        2,
-    );
-    let mut notes = Vec::new();
-    for r in &report.rules {
-        let Some(a) = &r.accuracy else { continue };
-        let exact = a.exact.as_ref();
-        table.row(vec![
-            r.rule.clone(),
-            r.limit
-                .map_or_else(String::new, |l| l.algorithm().to_string()),
-            format!("{}/{}", thousands(a.units), period(a.period_ms)),
-            thousands(a.admitted),
-            dash(a.over_exact),
-            dash(a.denied_under_exact),
-            a.peak
-                .as_ref()
-                .map_or_else(|| "-".to_owned(), |p| thousands(p.admitted)),
-            thousands(a.bound),
-            dash(a.over_bound),
-            exact.map_or_else(|| "n/a".to_owned(), |e| thousands(e.admitted)),
-            exact.map_or_else(|| "n/a".to_owned(), |e| dash(e.denied_but_exact_admits)),
-            exact.map_or_else(|| "n/a".to_owned(), |e| dash(e.admitted_but_exact_denies)),
-            dash(a.own_algorithm.denied_but_exact_admits),
-            dash(a.own_algorithm.admitted_but_exact_denies),
-        ]);
-        if let Some(p) = &a.peak
-            && p.admitted > a.units
-        {
-            notes.push(format!(
-                "  {}: key {} had {} admitted in the {} up to {}",
-                r.rule,
-                p.key,
-                thousands(p.admitted),
-                period(a.period_ms),
-                format_time(p.at_us)
-            ));
-        }
-        if a.lease_allowance > 0 {
-            notes.push(format!(
-                "  {}: bound {} = the algorithm's own {} + {} units its Envoys may hold (lease)",
-                r.rule,
-                thousands(a.bound),
-                thousands(a.bound - a.lease_allowance),
-                thousands(a.lease_allowance)
-            ));
-        }
-        if let Some(local) = &a.per_instance {
-            notes.push(format!(
-                "  {}: with a separate limit in each of the {} Envoys, {} requests would have been admitted instead of {} ({:+})",
-                r.rule,
-                local.instances,
-                thousands(local.admitted),
-                thousands(a.admitted),
-                local.admitted as i64 - a.admitted as i64
-            ));
-        }
-    }
-    table.render(out);
-    let _ = writeln!(
-        out,
-        "  (over exact: admitted requests that took their key over the nominal rate in the period ending with them;\n   denied under exact: denied requests whose key, given what it had admitted in the period ending with them, had room;\n   over bound: the same against the algorithm's own bound, never above zero unless something is broken;\n   exact admits: what an exact sliding-log limit of the nominal rate would admit of the same requests;\n   own algorithm: the rule's algorithm deciding each request exactly as it came, one state per key)"
-    );
-    for note in notes {
-        let _ = writeln!(out, "{note}");
-    }
-    let _ = writeln!(out);
-}
-
-fn memory(report: &Report, out: &mut String) {
-    if let Some(note) = &report.memory_note {
-        let _ = writeln!(out, "redis memory: not measured ({note})");
-        let _ = writeln!(out);
-        return;
-    }
-    if report.rules.iter().all(|r| r.memory.is_none()) {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "redis memory of the limit keys at the end of the replay"
-    );
-    let mut table = Table::new(&["rule", "keys", "bytes/key", "largest", "total"], 1);
-    for r in &report.rules {
-        let Some(m) = &r.memory else { continue };
-        table.row(vec![
-            r.rule.clone(),
-            thousands(m.keys),
-            thousands(m.mean_bytes()),
-            thousands(m.max_bytes),
-            thousands(m.bytes),
-        ]);
-    }
-    table.render(out);
-    let _ = writeln!(
-        out,
-        "  (MEMORY USAGE of every key; idle keys expire after their longest window in production)"
-    );
-    if let Some(caveat) = report.memory_caveat() {
-        let _ = writeln!(out, "  ({caveat})");
-    }
-    let _ = writeln!(out);
-}
-
-fn keys(report: &Report, out: &mut String) {
-    if report.top_limited.is_empty() {
-        let _ = writeln!(out, "no key was limited");
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "most limited keys ({} of {} limited)",
-        report.top_limited.len(),
-        thousands(report.limited_keys)
-    );
-    let mut table = Table::new(
-        &[
-            "rule", "key", "offered", "allowed", "denied", "cached", "shadow",
-        ],
-        2,
-    );
-    for k in &report.top_limited {
-        let c = &k.counts;
-        table.row(vec![
-            k.rule.clone(),
-            match &k.client {
-                Some(client) => format!("{} ({client})", k.key),
-                None => k.key.clone(),
-            },
-            thousands(c.offered),
-            thousands(c.allowed),
-            dash(c.denied),
-            dash(c.cached_deny),
-            dash(c.shadow_denied),
-        ]);
-    }
-    table.render(out);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn thousands_are_grouped() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(1234567), "1,234,567");
-    }
 
     #[test]
     fn tables_align_numbers_right() {
