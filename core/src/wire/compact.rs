@@ -138,15 +138,15 @@ pub fn read_decide_response(body: &[u8], checks: usize) -> Result<Vec<Verdict>, 
         Some(results) => results,
         None => {
             serde_json::from_slice::<DecideResponse>(body)
-                .map_err(|e| WireError(format!("response body: {e}")))?
+                .map_err(|e| WireError::at("response body", e.to_string()))?
                 .results
         }
     };
     if results.len() != checks {
-        return Err(WireError(format!(
-            "response body: {} results for {checks} checks",
-            results.len()
-        )));
+        return Err(WireError::at(
+            "response body",
+            format!("{} results for {checks} checks", results.len()),
+        ));
     }
     Ok(results)
 }
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(read_canonical(spaced), None);
         assert_eq!(read_decide_response(spaced, 1).unwrap()[0], verdicts[0]);
         assert_eq!(
-            read_decide_response(canonical, 3).unwrap_err().0,
+            read_decide_response(canonical, 3).unwrap_err().to_string(),
             "response body: 2 results for 3 checks"
         );
         for junk in [

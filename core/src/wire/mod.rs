@@ -121,10 +121,26 @@ pub struct ErrorBody {
     pub error: String,
 }
 
-/// Why a request body was refused. The message starts with the path of the offending field.
+/// Why a body was refused: which field, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct WireError(pub String);
+#[error("{path}: {reason}")]
+#[non_exhaustive]
+pub struct WireError {
+    /// The offending field's path (`checks[1].cost`), or `body` (`response body` for an
+    /// answer) when it is the whole of it.
+    pub path: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+impl WireError {
+    fn at(path: impl Into<String>, reason: impl Into<String>) -> WireError {
+        WireError {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
 
 impl DecideRequest {
     /// Parses and validates a request body; the error names the field and the reason.
@@ -139,29 +155,35 @@ impl DecideRequest {
 
     fn validate(&self) -> Result<(), WireError> {
         if self.checks.is_empty() {
-            return Err(WireError("checks: must hold at least one check".into()));
+            return Err(WireError::at("checks", "must hold at least one check"));
         }
         if self.checks.len() > MAX_CHECKS {
-            return Err(WireError(format!(
-                "checks: at most {MAX_CHECKS} checks per request, not {}",
-                self.checks.len()
-            )));
+            return Err(WireError::at(
+                "checks",
+                format!(
+                    "at most {MAX_CHECKS} checks per request, not {}",
+                    self.checks.len()
+                ),
+            ));
         }
         for (i, check) in self.checks.iter().enumerate() {
             if check.cost > MAX_AMOUNT {
-                return Err(WireError(format!(
-                    "checks[{i}].cost: must be at most {MAX_AMOUNT}, not {}",
-                    check.cost
-                )));
+                return Err(WireError::at(
+                    format!("checks[{i}].cost"),
+                    format!("must be at most {MAX_AMOUNT}, not {}", check.cost),
+                ));
             }
             if let Some(first) = self.checks[..i]
                 .iter()
                 .position(|c| c.rule == check.rule && c.key == check.key)
             {
-                return Err(WireError(format!(
-                    "checks[{i}]: rule `{}` with key `{}` is already checks[{first}]",
-                    check.rule, check.key
-                )));
+                return Err(WireError::at(
+                    format!("checks[{i}]"),
+                    format!(
+                        "rule `{}` with key `{}` is already checks[{first}]",
+                        check.rule, check.key
+                    ),
+                ));
             }
         }
         Ok(())
@@ -311,26 +333,29 @@ impl LeaseRequest {
     pub fn from_json(body: &[u8]) -> Result<LeaseRequest, WireError> {
         let request: LeaseRequest = parse_with_path(body)?;
         if !is_holder(&request.holder) {
-            return Err(WireError(format!(
-                "holder: `{}` is not a holder name: use 1 to 128 of A-Z a-z 0-9 _ . : -",
-                request.holder
-            )));
+            return Err(WireError::at(
+                "holder",
+                format!(
+                    "`{}` is not a holder name: use 1 to 128 of A-Z a-z 0-9 _ . : -",
+                    request.holder
+                ),
+            ));
         }
         if request.asks.is_empty() || request.asks.len() > MAX_ASKS {
-            return Err(WireError(format!(
-                "asks: must hold 1 to {MAX_ASKS} asks, not {}",
-                request.asks.len()
-            )));
+            return Err(WireError::at(
+                "asks",
+                format!("must hold 1 to {MAX_ASKS} asks, not {}", request.asks.len()),
+            ));
         }
         for (i, ask) in request.asks.iter().enumerate() {
             if let Some(reason) = lease_refusal(&ask.limit, &ask.terms) {
-                return Err(WireError(format!("asks[{i}]: {reason}")));
+                return Err(WireError::at(format!("asks[{i}]"), reason));
             }
             if ask.demand > MAX_AMOUNT {
-                return Err(WireError(format!(
-                    "asks[{i}].demand: must be at most {MAX_AMOUNT}, not {}",
-                    ask.demand
-                )));
+                return Err(WireError::at(
+                    format!("asks[{i}].demand"),
+                    format!("must be at most {MAX_AMOUNT}, not {}", ask.demand),
+                ));
             }
             for (field, value) in [
                 ("want", ask.want),
@@ -338,20 +363,26 @@ impl LeaseRequest {
                 ("returning", ask.returning),
             ] {
                 if value > ask.terms.max_units {
-                    return Err(WireError(format!(
-                        "asks[{i}].{field}: must be at most terms.max_units ({}), not {value}",
-                        ask.terms.max_units
-                    )));
+                    return Err(WireError::at(
+                        format!("asks[{i}].{field}"),
+                        format!(
+                            "must be at most terms.max_units ({}), not {value}",
+                            ask.terms.max_units
+                        ),
+                    ));
                 }
             }
             if let Some(first) = request.asks[..i]
                 .iter()
                 .position(|a| a.rule == ask.rule && a.key == ask.key)
             {
-                return Err(WireError(format!(
-                    "asks[{i}]: rule `{}` with key `{}` is already asks[{first}]",
-                    ask.rule, ask.key
-                )));
+                return Err(WireError::at(
+                    format!("asks[{i}]"),
+                    format!(
+                        "rule `{}` with key `{}` is already asks[{first}]",
+                        ask.rule, ask.key
+                    ),
+                ));
             }
         }
         Ok(request)
@@ -362,35 +393,47 @@ impl LeaseRequest {
     /// that took more would break the bound the terms promise, so such an answer is refused
     /// whole.
     pub fn parse_response(&self, body: &[u8]) -> Result<LeaseResponse, WireError> {
-        let response: LeaseResponse =
-            serde_json::from_slice(body).map_err(|e| WireError(format!("response body: {e}")))?;
+        let response: LeaseResponse = serde_json::from_slice(body)
+            .map_err(|e| WireError::at("response body", e.to_string()))?;
         if response.grants.len() != self.asks.len() {
-            return Err(WireError(format!(
-                "response body: {} grants for {} asks",
-                response.grants.len(),
-                self.asks.len()
-            )));
+            return Err(WireError::at(
+                "response body",
+                format!(
+                    "{} grants for {} asks",
+                    response.grants.len(),
+                    self.asks.len()
+                ),
+            ));
         }
         for (i, (ask, grant)) in self.asks.iter().zip(&response.grants).enumerate() {
             if grant.granted > ask.want {
-                return Err(WireError(format!(
-                    "response body: grants[{i}].granted is {}, more than the {} asked",
-                    grant.granted, ask.want
-                )));
+                return Err(WireError::at(
+                    "response body",
+                    format!(
+                        "grants[{i}].granted is {}, more than the {} asked",
+                        grant.granted, ask.want
+                    ),
+                ));
             }
             if let Some(kept) = grant.kept
                 && kept > ask.held
             {
-                return Err(WireError(format!(
-                    "response body: grants[{i}].kept is {kept}, more than the {} held",
-                    ask.held
-                )));
+                return Err(WireError::at(
+                    "response body",
+                    format!(
+                        "grants[{i}].kept is {kept}, more than the {} held",
+                        ask.held
+                    ),
+                ));
             }
             if grant.lease_ms > ask.terms.ttl.as_millis() {
-                return Err(WireError(format!(
-                    "response body: grants[{i}].lease_ms is {}, longer than the terms' ttl ({})",
-                    grant.lease_ms, ask.terms.ttl
-                )));
+                return Err(WireError::at(
+                    "response body",
+                    format!(
+                        "grants[{i}].lease_ms is {}, longer than the terms' ttl ({})",
+                        grant.lease_ms, ask.terms.ttl
+                    ),
+                ));
             }
         }
         Ok(response)
@@ -408,12 +451,12 @@ fn parse_with_path<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Wir
         let path = e.path().to_string();
         let inner = e.into_inner();
         if path == "." || path == "?" {
-            WireError(format!("body: {inner}"))
+            WireError::at("body", inner.to_string())
         } else {
-            WireError(format!("{path}: {inner}"))
+            WireError::at(path, inner.to_string())
         }
     })?;
-    de.end().map_err(|e| WireError(format!("body: {e}")))?;
+    de.end().map_err(|e| WireError::at("body", e.to_string()))?;
     Ok(value)
 }
 
@@ -422,7 +465,9 @@ mod tests {
     use super::*;
 
     fn err(body: &str) -> String {
-        DecideRequest::from_json(body.as_bytes()).unwrap_err().0
+        DecideRequest::from_json(body.as_bytes())
+            .unwrap_err()
+            .to_string()
     }
 
     const CHECK: &str =
@@ -485,7 +530,9 @@ mod tests {
     const ASK: &str = r#"{"rule":"r","key":"k","limit":{"algorithm":"gcra","rate":10,"per":"1s","burst":10},"terms":{"max_units":5,"max_outstanding":8,"ttl":"1s"},"want":5}"#;
 
     fn lease_err(body: &str) -> String {
-        LeaseRequest::from_json(body.as_bytes()).unwrap_err().0
+        LeaseRequest::from_json(body.as_bytes())
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -550,15 +597,18 @@ mod tests {
             (5, 1000, 0)
         );
         assert_eq!(
-            answer(6, 1000).unwrap_err().0,
+            answer(6, 1000).unwrap_err().to_string(),
             "response body: grants[0].granted is 6, more than the 5 asked"
         );
         assert_eq!(
-            answer(5, 1001).unwrap_err().0,
+            answer(5, 1001).unwrap_err().to_string(),
             "response body: grants[0].lease_ms is 1001, longer than the terms' ttl (1s)"
         );
         assert_eq!(
-            request.parse_response(br#"{"grants":[]}"#).unwrap_err().0,
+            request
+                .parse_response(br#"{"grants":[]}"#)
+                .unwrap_err()
+                .to_string(),
             "response body: 0 grants for 1 asks"
         );
         // What the server kept of the units held: absent when all, never more than held.
@@ -579,7 +629,7 @@ mod tests {
         assert_eq!(grant.kept, None);
         assert_eq!(held(2).unwrap().grants[0].kept, Some(2));
         assert_eq!(
-            held(4).unwrap_err().0,
+            held(4).unwrap_err().to_string(),
             "response body: grants[0].kept is 4, more than the 3 held"
         );
     }

@@ -8,16 +8,21 @@ use sluice_core::wire::LeaseGrant;
 /// A reply that is not what the scripts answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unexpected script reply {0}: expected a string of integers, six a check (allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms) or seven a lease ask (granted, lease_ms, more_in_ms, limit, remaining, pace_us, held)"
+    "unexpected script reply {reply}: expected a string of integers, six a check (allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms) or seven a lease ask (granted, lease_ms, more_in_ms, limit, remaining, pace_us, held)"
 )]
-pub struct BadReply(pub String);
+#[non_exhaustive]
+pub struct BadReply {
+    /// The reply, as Redis sent it (a string quoted).
+    pub reply: String,
+}
 
 impl BadReply {
     pub(super) fn of(reply: &redis::Value) -> BadReply {
-        BadReply(match reply {
+        let reply = match reply {
             redis::Value::BulkString(bytes) => format!("{:?}", String::from_utf8_lossy(bytes)),
             other => format!("{other:?}"),
-        })
+        };
+        BadReply { reply }
     }
 }
 
