@@ -309,24 +309,56 @@ impl ServerConfig {
     }
 }
 
-impl TryFrom<&Args> for ServerConfig {
-    type Error = String;
+/// Why the flags make no server: the flag at fault, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlagError {
+    /// A flag's value is refused, or it does not go with the others.
+    #[error("{flag}: {reason}")]
+    Refused {
+        /// The flag, as `--redis-password`.
+        flag: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// `--request-timeout` would cut off a request while Redis may still answer it.
+    #[error(
+        "--request-timeout ({request}) must be longer than --redis-timeout ({redis}): a request \
+         waiting on Redis would be cut off before Redis could answer it"
+    )]
+    RequestTimeout {
+        /// `--request-timeout`.
+        request: Millis,
+        /// `--redis-timeout`.
+        redis: Millis,
+    },
+}
 
-    fn try_from(args: &Args) -> Result<ServerConfig, String> {
+impl FlagError {
+    pub(crate) fn new(flag: &'static str, reason: impl Into<String>) -> FlagError {
+        FlagError::Refused {
+            flag,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl TryFrom<&Args> for ServerConfig {
+    type Error = FlagError;
+
+    fn try_from(args: &Args) -> Result<ServerConfig, FlagError> {
         if args.request_timeout.as_millis() <= args.redis_timeout.as_millis() {
-            return Err(format!(
-                "--request-timeout ({}) must be longer than --redis-timeout ({}): a request \
-                 waiting on Redis would be cut off before Redis could answer it",
-                args.request_timeout, args.redis_timeout
-            ));
+            return Err(FlagError::RequestTimeout {
+                request: args.request_timeout,
+                redis: args.redis_timeout,
+            });
         }
         let topology = if !args.redis_cluster.is_empty() {
             Topology::Cluster(args.redis_cluster.clone())
         } else if !args.redis_sentinel.is_empty() {
-            let master = args
-                .sentinel_master
-                .clone()
-                .ok_or("--sentinel-master is required with --redis-sentinel")?;
+            let master = args.sentinel_master.clone().ok_or_else(|| {
+                FlagError::new("--sentinel-master", "required with --redis-sentinel")
+            })?;
             Topology::Sentinel {
                 sentinels: args.redis_sentinel.clone(),
                 master,
@@ -334,9 +366,7 @@ impl TryFrom<&Args> for ServerConfig {
         } else {
             Topology::Standalone(args.redis.clone())
         };
-        topology
-            .check()
-            .map_err(|e| format!("{}: {e}", redis_flag(&topology)))?;
+        topology.check()?;
         let redis_tls = redis_tls(args)?;
         if redis_tls.is_some() {
             let flag = if args.redis_ca_cert.is_some() {
@@ -345,31 +375,40 @@ impl TryFrom<&Args> for ServerConfig {
                 "--redis-client-cert"
             };
             if !topology.uses_tls() {
-                return Err(format!(
-                    "{flag}: certificates for TLS, but {} gives no rediss:// URL",
-                    redis_flag(&topology)
+                return Err(FlagError::new(
+                    flag,
+                    format!(
+                        "certificates for TLS, but {} gives no rediss:// URL",
+                        topology.flag()
+                    ),
                 ));
             }
         }
         if args.redis_password.is_some() && topology.gives_password() {
-            return Err(format!(
-                "--redis-password: {} gives a password too; give it in one place",
-                redis_flag(&topology)
+            return Err(FlagError::new(
+                "--redis-password",
+                format!(
+                    "{} gives a password too; give it in one place",
+                    topology.flag()
+                ),
             ));
         }
         if args.redis_password.as_deref() == Some("") {
-            return Err("--redis-password: empty".to_owned());
+            return Err(FlagError::new("--redis-password", "empty"));
         }
         if args.key_prefix.is_empty() || args.key_prefix.contains(['{', '}']) {
-            return Err(format!(
-                "--key-prefix: `{}` must be non-empty and without braces",
-                args.key_prefix
+            return Err(FlagError::new(
+                "--key-prefix",
+                format!("`{}` must be non-empty and without braces", args.key_prefix),
             ));
         }
         if let Some(token) = &args.token
             && (token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()))
         {
-            return Err("--token: must be printable ASCII without spaces".to_owned());
+            return Err(FlagError::new(
+                "--token",
+                "must be printable ASCII without spaces",
+            ));
         }
         Ok(ServerConfig {
             topology,
@@ -395,7 +434,7 @@ impl TryFrom<&Args> for ServerConfig {
 }
 
 /// The certificates the TLS flags name, read and checked.
-fn redis_tls(args: &Args) -> Result<Option<TlsCertificates>, String> {
+fn redis_tls(args: &Args) -> Result<Option<TlsCertificates>, FlagError> {
     let root_cert = args
         .redis_ca_cert
         .as_ref()
@@ -418,15 +457,15 @@ fn redis_tls(args: &Args) -> Result<Option<TlsCertificates>, String> {
 }
 
 /// TLS on the listeners, if a certificate is given.
-fn listener_tls(args: &Args) -> Result<Option<ListenerTls>, String> {
+fn listener_tls(args: &Args) -> Result<Option<ListenerTls>, FlagError> {
     let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
         return Ok(None);
     };
     if args.tls_for == TlsFor::Grpc && args.grpc_listen.is_none() {
-        return Err(
-            "--tls-for: grpc puts TLS on --grpc-listen's listener alone, and none is given"
-                .to_owned(),
-        );
+        return Err(FlagError::new(
+            "--tls-for",
+            "grpc puts TLS on --grpc-listen's listener alone, and none is given",
+        ));
     }
     let files = TlsFiles {
         cert,
@@ -445,21 +484,12 @@ fn log_filter(text: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The flag that gives `topology`'s URLs.
-fn redis_flag(topology: &Topology) -> &'static str {
-    match topology {
-        Topology::Standalone(_) => "--redis",
-        Topology::Cluster(_) => "--redis-cluster",
-        Topology::Sentinel { .. } => "--redis-sentinel",
-    }
-}
-
-fn rls_state(args: &Args) -> Result<Option<Arc<RlsState>>, String> {
+fn rls_state(args: &Args) -> Result<Option<Arc<RlsState>>, FlagError> {
     if args.rls_config.is_empty() {
         return Ok(None);
     }
-    let config =
-        WatchedConfig::load(args.rls_config.clone()).map_err(|e| format!("--rls-config: {e}"))?;
+    let config = WatchedConfig::load(args.rls_config.clone())
+        .map_err(|e| FlagError::new("--rls-config", e.to_string()))?;
     Ok(Some(Arc::new(RlsState::new(
         config,
         args.rls_local_cache,

@@ -43,7 +43,7 @@ fn init_logging(args: &Args) {
 }
 
 fn run(args: &Args) -> anyhow::Result<()> {
-    let config = ServerConfig::try_from(args).map_err(anyhow::Error::msg)?;
+    let config = ServerConfig::try_from(args)?;
     let threads = match args.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,

@@ -5,6 +5,8 @@ use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult, TlsCertificates};
 
+use crate::config::FlagError;
+
 /// Where Redis is.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Topology {
@@ -22,21 +24,31 @@ pub enum Topology {
 }
 
 impl Topology {
+    /// The flag that gives its URLs.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            Topology::Standalone(_) => "--redis",
+            Topology::Cluster(_) => "--redis-cluster",
+            Topology::Sentinel { .. } => "--redis-sentinel",
+        }
+    }
+
     /// Checks that every URL is one the Redis client connects by, and that a Cluster's nodes or
     /// the sentinels are all reached alike; the error names the URL, its password hidden.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), FlagError> {
+        let refused = |reason: String| FlagError::new(self.flag(), reason);
         let urls = self.urls();
         if urls.is_empty() {
-            return Err("no Redis URL".to_owned());
+            return Err(refused("no Redis URL".to_owned()));
         }
         let mut infos = Vec::with_capacity(urls.len());
         for url in urls {
             infos.push(url.as_str().into_connection_info().map_err(|e| {
-                format!(
+                refused(format!(
                     "`{}` is not a Redis URL: redis://[[user]:password@]host[:port][/db], \
                      rediss://… for TLS, or unix:///path ({e})",
                     redacted(url)
-                )
+                ))
             })?);
         }
         // A Cluster's nodes are reached alike, and so are the sentinels: the client takes one
@@ -54,11 +66,11 @@ impl Topology {
                 .zip(&infos)
                 .find(|(_, info)| matches!(info.addr(), ConnectionAddr::Unix(_)))
         {
-            return Err(format!(
+            return Err(refused(format!(
                 "`{}` is a Unix socket: a Cluster's nodes name one another by host and port, \
                  so the client reaches them over TCP",
                 redacted(url)
-            ));
+            )));
         }
         let reach = |info: &ConnectionInfo| {
             let settings = info.redis_settings();
@@ -71,13 +83,13 @@ impl Topology {
         };
         for (url, info) in urls.iter().zip(&infos).skip(1) {
             if reach(info) != reach(&infos[0]) {
-                return Err(format!(
+                return Err(refused(format!(
                     "`{}` is reached otherwise than `{}`: every {what} takes the same scheme \
                      (redis:// or rediss://), the same user and password, and the same db \
                      number",
                     redacted(url),
                     redacted(&urls[0])
-                ));
+                )));
             }
         }
         Ok(())

@@ -10,6 +10,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use crate::config::FlagError;
 use crate::pem;
 
 /// What tells that a file changed: when it was last written, and its length.
@@ -31,7 +32,7 @@ impl ReloadingCertificate {
         cert: &Path,
         key: &Path,
         provider: Arc<CryptoProvider>,
-    ) -> Result<ReloadingCertificate, String> {
+    ) -> Result<ReloadingCertificate, FlagError> {
         let stamps = [stamp(cert), stamp(key)];
         let current = certified_key(cert, key, &provider)?;
         Ok(ReloadingCertificate {
@@ -46,7 +47,7 @@ impl ReloadingCertificate {
     /// Reads the files again if either has changed since they were last read: whether a new
     /// certificate is now presented. One that does not load leaves the last good one in
     /// force; a file written after it (the key after the certificate) is read again then.
-    pub(crate) fn reload_if_changed(&self) -> Result<bool, String> {
+    pub(crate) fn reload_if_changed(&self) -> Result<bool, FlagError> {
         let stamps = [stamp(&self.cert), stamp(&self.key)];
         {
             let mut read_at = self.read_at.lock().unwrap_or_else(PoisonError::into_inner);
@@ -84,13 +85,16 @@ fn certified_key(
     cert: &Path,
     key: &Path,
     provider: &CryptoProvider,
-) -> Result<CertifiedKey, String> {
+) -> Result<CertifiedKey, FlagError> {
     let (_, chain) = pem::certificates("--tls-cert", cert)?;
     let (_, private_key) = pem::private_key("--tls-key", key)?;
     CertifiedKey::from_der(chain, private_key, provider).map_err(|e| {
-        format!(
-            "--tls-key: {}: not the key of --tls-cert's certificate ({e})",
-            key.display()
+        FlagError::new(
+            "--tls-key",
+            format!(
+                "{}: not the key of --tls-cert's certificate ({e})",
+                key.display()
+            ),
         )
     })
 }

@@ -21,6 +21,7 @@ use rustls::{
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
+use crate::config::FlagError;
 use crate::pem;
 use certificate::ReloadingCertificate;
 pub(crate) use listener::{ConnectionLimits, Listening};
@@ -73,7 +74,7 @@ impl std::fmt::Debug for ListenerTls {
 
 impl ListenerTls {
     /// Reads and checks `files`; every error names the flag and the file.
-    pub fn from_files(files: TlsFiles<'_>, on: TlsFor) -> Result<ListenerTls, String> {
+    pub fn from_files(files: TlsFiles<'_>, on: TlsFor) -> Result<ListenerTls, FlagError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let certificate = Arc::new(ReloadingCertificate::load(
             files.cert,
@@ -82,14 +83,14 @@ impl ListenerTls {
         )?);
         let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("--tls-cert: {e}"))?;
+            .map_err(|e| FlagError::new("--tls-cert", e.to_string()))?;
         let builder = match files.client_ca {
             Some(client_ca) => {
                 let verifier = client_verifier(client_ca, files.client_san, provider)?;
                 builder.with_client_cert_verifier(verifier)
             }
             None if files.client_san.is_some() => {
-                return Err("--tls-client-san: needs --tls-client-ca".to_owned());
+                return Err(FlagError::new("--tls-client-san", "needs --tls-client-ca"));
             }
             None => builder.with_no_client_auth(),
         };
@@ -130,22 +131,25 @@ fn client_verifier(
     client_ca: &Path,
     client_san: Option<&str>,
     provider: Arc<CryptoProvider>,
-) -> Result<Arc<dyn ClientCertVerifier>, String> {
+) -> Result<Arc<dyn ClientCertVerifier>, FlagError> {
     let (_, authorities) = pem::certificates("--tls-client-ca", client_ca)?;
     let mut roots = RootCertStore::empty();
     for authority in authorities {
-        roots
-            .add(authority)
-            .map_err(|e| format!("--tls-client-ca: {}: {e}", client_ca.display()))?;
+        roots.add(authority).map_err(|e| {
+            FlagError::new("--tls-client-ca", format!("{}: {e}", client_ca.display()))
+        })?;
     }
     let signed = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
-        .map_err(|e| format!("--tls-client-ca: {}: {e}", client_ca.display()))?;
+        .map_err(|e| FlagError::new("--tls-client-ca", format!("{}: {e}", client_ca.display())))?;
     let Some(san) = client_san else {
         return Ok(signed);
     };
     let name = ServerName::try_from(san.to_owned()).map_err(|e| {
-        format!("--tls-client-san: `{san}` is neither a DNS name nor an IP address ({e})")
+        FlagError::new(
+            "--tls-client-san",
+            format!("`{san}` is neither a DNS name nor an IP address ({e})"),
+        )
     })?;
     Ok(Arc::new(NamedClient { signed, name }))
 }
