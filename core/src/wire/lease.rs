@@ -1,0 +1,252 @@
+//! `POST /v1/lease`: one holder's asks for units of keys' limits, and the grants that answer
+//! them, each held within the terms it was asked under.
+
+use serde::{Deserialize, Serialize};
+
+use super::{MAX_ASKS, MAX_HOLDER_LEN, WireError, parse_with_path};
+use crate::duration::Millis;
+use crate::key::{LimitKey, RuleName};
+use crate::limit::{LeakMode, Limit, MAX_AMOUNT};
+
+/// The longest lease.
+pub const MAX_LEASE_TTL_MS: u64 = 60_000;
+
+/// What the server enforces for one key's leases; sent with every ask (the server keeps no
+/// configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseTerms {
+    /// The most units one holder may hold for the key.
+    pub max_units: u64,
+    /// The most units all holders together (and the pool of units given back) may hold for
+    /// the key: what the bound adds to the algorithm's.
+    pub max_outstanding: u64,
+    /// How long a lease lasts after the holder's last call.
+    pub ttl: Millis,
+}
+
+/// Every lease ask of one holder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    /// Who holds the leases: one Envoy, named the same by all its workers; 1 to 128 of
+    /// `A-Z a-z 0-9 _ . : -`.
+    pub holder: String,
+    /// The asks, one per rule and key.
+    pub asks: Vec<LeaseAsk>,
+}
+
+/// One rule and key's ask: report what is held, give back what is not needed, ask for more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseAsk {
+    /// The rule.
+    pub rule: RuleName,
+    /// The escaped key within that rule.
+    pub key: LimitKey,
+    /// The rule's limit.
+    pub limit: Limit,
+    /// The caps the server enforces.
+    pub terms: LeaseTerms,
+    /// Units wanted now (0: only report, give back, or keep the lease alive).
+    #[serde(default)]
+    pub want: u64,
+    /// Units the holder still holds, unspent (not counting `returning`).
+    #[serde(default)]
+    pub held: u64,
+    /// Units the holder gives back: it will never spend them.
+    #[serde(default)]
+    pub returning: u64,
+    /// Units a second the holder's requests ask for (its local demand), from which the server
+    /// shares the limit's rate among holders when the key is over it.
+    #[serde(default)]
+    pub demand: u64,
+}
+
+/// The answers, one per ask, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseResponse {
+    /// `grants[i]` answers `asks[i]`.
+    pub grants: Vec<LeaseGrant>,
+}
+
+/// What the server gave one ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseGrant {
+    /// New units for the holder (from units given back by holders first, then from the
+    /// algorithm).
+    pub granted: u64,
+    /// The holder's whole lease on the key (old units and new) ends this long after the call.
+    pub lease_ms: u64,
+    /// When less was granted than wanted because the algorithm admits no more now: how long
+    /// until it admits the rest. The holder asks again no sooner, and, holding nothing, denies
+    /// requests meanwhile. 0 otherwise (granted in full, or held back by a cap).
+    #[serde(default)]
+    pub more_in_ms: u64,
+    /// The limit's capacity.
+    pub limit: u64,
+    /// What the algorithm had left after the grant.
+    pub remaining: u64,
+    /// When the holders' demands add up to more than a bucket's rate: the holder's max-min
+    /// fair share of the rate, as microseconds between units; the holder spends no faster, so
+    /// that the key's admissions, summed over holders, are as even as the algorithm's. 0:
+    /// spend freely (within the rate, or a window algorithm, which admits in bursts by
+    /// design).
+    #[serde(default)]
+    pub pace_us: u64,
+    /// When the server counted fewer of the units the ask said were held than it said (their
+    /// lease had already ended there, or Redis lost the ledger): how many it still counts.
+    /// The holder keeps no more of them than this. Absent when it counted them all, as it
+    /// does unless a renewal comes late.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<u64>,
+}
+
+fn is_holder(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_HOLDER_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+}
+
+/// Why a lease's terms or limit cannot be leased; `None` when they can.
+pub fn lease_refusal(limit: &Limit, terms: &LeaseTerms) -> Option<String> {
+    if let Limit::LeakyBucket(l) = limit
+        && matches!(l.mode(), LeakMode::Shaping { .. })
+    {
+        return Some(
+            "a shaping leaky bucket cannot be leased: each request needs its own delay".into(),
+        );
+    }
+    if terms.max_units == 0 || terms.max_units > terms.max_outstanding {
+        return Some(format!(
+            "`max_units` must be between 1 and `max_outstanding` ({}), not {}",
+            terms.max_outstanding, terms.max_units
+        ));
+    }
+    if terms.max_outstanding > MAX_AMOUNT {
+        return Some(format!(
+            "`max_outstanding` must be at most {MAX_AMOUNT}, not {}",
+            terms.max_outstanding
+        ));
+    }
+    if terms.ttl.as_millis() > MAX_LEASE_TTL_MS {
+        return Some(format!("`ttl` must be at most 1m, not {}", terms.ttl));
+    }
+    None
+}
+
+impl LeaseRequest {
+    /// Parses and validates a request body; the error names the field and the reason.
+    pub fn from_json(body: &[u8]) -> Result<LeaseRequest, WireError> {
+        let request: LeaseRequest = parse_with_path(body)?;
+        if !is_holder(&request.holder) {
+            return Err(WireError::at(
+                "holder",
+                format!(
+                    "`{}` is not a holder name: use 1 to 128 of A-Z a-z 0-9 _ . : -",
+                    request.holder
+                ),
+            ));
+        }
+        if request.asks.is_empty() || request.asks.len() > MAX_ASKS {
+            return Err(WireError::at(
+                "asks",
+                format!("must hold 1 to {MAX_ASKS} asks, not {}", request.asks.len()),
+            ));
+        }
+        for (i, ask) in request.asks.iter().enumerate() {
+            if let Some(reason) = lease_refusal(&ask.limit, &ask.terms) {
+                return Err(WireError::at(format!("asks[{i}]"), reason));
+            }
+            if ask.demand > MAX_AMOUNT {
+                return Err(WireError::at(
+                    format!("asks[{i}].demand"),
+                    format!("must be at most {MAX_AMOUNT}, not {}", ask.demand),
+                ));
+            }
+            for (field, value) in [
+                ("want", ask.want),
+                ("held", ask.held),
+                ("returning", ask.returning),
+            ] {
+                if value > ask.terms.max_units {
+                    return Err(WireError::at(
+                        format!("asks[{i}].{field}"),
+                        format!(
+                            "must be at most terms.max_units ({}), not {value}",
+                            ask.terms.max_units
+                        ),
+                    ));
+                }
+            }
+            if let Some(first) = request.asks[..i]
+                .iter()
+                .position(|a| a.rule == ask.rule && a.key == ask.key)
+            {
+                return Err(WireError::at(
+                    format!("asks[{i}]"),
+                    format!(
+                        "rule `{}` with key `{}` is already asks[{first}]",
+                        ask.rule, ask.key
+                    ),
+                ));
+            }
+        }
+        Ok(request)
+    }
+
+    /// Parses the response to this request, checking that it answers every ask within what
+    /// was asked: no more units than wanted, no lease longer than the terms' `ttl`. A holder
+    /// that took more would break the bound the terms promise, so such an answer is refused
+    /// whole.
+    pub fn parse_response(&self, body: &[u8]) -> Result<LeaseResponse, WireError> {
+        let response: LeaseResponse = serde_json::from_slice(body)
+            .map_err(|e| WireError::at("response body", e.to_string()))?;
+        if response.grants.len() != self.asks.len() {
+            return Err(WireError::at(
+                "response body",
+                format!(
+                    "{} grants for {} asks",
+                    response.grants.len(),
+                    self.asks.len()
+                ),
+            ));
+        }
+        for (i, (ask, grant)) in self.asks.iter().zip(&response.grants).enumerate() {
+            if grant.granted > ask.want {
+                return Err(WireError::at(
+                    "response body",
+                    format!(
+                        "grants[{i}].granted is {}, more than the {} asked",
+                        grant.granted, ask.want
+                    ),
+                ));
+            }
+            if let Some(kept) = grant.kept
+                && kept > ask.held
+            {
+                return Err(WireError::at(
+                    "response body",
+                    format!(
+                        "grants[{i}].kept is {kept}, more than the {} held",
+                        ask.held
+                    ),
+                ));
+            }
+            if grant.lease_ms > ask.terms.ttl.as_millis() {
+                return Err(WireError::at(
+                    "response body",
+                    format!(
+                        "grants[{i}].lease_ms is {}, longer than the terms' ttl ({})",
+                        grant.lease_ms, ask.terms.ttl
+                    ),
+                ));
+            }
+        }
+        Ok(response)
+    }
+}
