@@ -7,22 +7,25 @@
 //! decide with the `gcra` script for keys spread over 10,000 clients. Load generator, server and
 //! Redis share the machine, so the ratio says what the HTTP service costs over raw Redis here.
 
-use std::ffi::OsStr;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use sluice_core::key::{LimitKey, RuleName};
-use sluice_core::limit::{Algorithm, Limit};
+use sluice_core::limit::Limit;
 use sluice_core::wire::{CheckTemplate, write_decide_request};
 use sluice_harness::{RedisServer, cpu, free_port};
-use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
 use sluice_sim::report::charts;
 
 use crate::load::{self, Measured};
+
+mod process;
+mod redis_side;
+
+pub(crate) use self::process::{ServerProcess, wait_ready};
+use self::redis_side::Call;
+pub use self::redis_side::{BenchmarkRun, RedisWork};
 
 /// A limit that always admits, so every decision writes.
 pub(crate) const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
@@ -48,98 +51,6 @@ pub enum Standin {
 impl Standin {
     /// Every stand-in, in the order they are reported.
     pub const ALL: [Standin; 2] = [Standin::Sleeping, Standin::Floor];
-}
-
-/// What Redis did over a span: its CPU time and the decisions it made.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RedisWork {
-    /// CPU seconds, user and system.
-    pub cpu_s: f64,
-    /// Decisions: `GET`s, since every `gcra` decision reads its key once.
-    pub decisions: u64,
-}
-
-impl RedisWork {
-    /// Redis' counters now (`INFO`).
-    pub(crate) fn read(redis: &RedisServer) -> anyhow::Result<RedisWork> {
-        let info = redis.cli(&["INFO", "ALL"])?;
-        let cpu = |name: &str| -> anyhow::Result<f64> {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .and_then(|v| v.trim().parse().ok())
-                .with_context(|| format!("INFO has no {name}"))
-        };
-        Ok(RedisWork {
-            cpu_s: cpu("used_cpu_user")? + cpu("used_cpu_sys")?,
-            decisions: crate::memory::command_calls_in(&info)
-                .get("get")
-                .copied()
-                .unwrap_or(0),
-        })
-    }
-
-    /// Runs `work` and returns what it gave with what Redis did meanwhile.
-    fn during<T>(
-        redis: &RedisServer,
-        work: impl FnOnce() -> anyhow::Result<T>,
-    ) -> anyhow::Result<(T, RedisWork)> {
-        let before = RedisWork::read(redis)?;
-        let out = work()?;
-        let after = RedisWork::read(redis)?;
-        Ok((
-            out,
-            RedisWork {
-                cpu_s: after.cpu_s - before.cpu_s,
-                decisions: after.decisions - before.decisions,
-            },
-        ))
-    }
-
-    /// Redis' CPU microseconds per decision.
-    pub fn cpu_us_per_decision(&self) -> f64 {
-        self.per_decision_us(self.cpu_s)
-    }
-
-    /// `cpu_s` seconds spent over the span, in microseconds per decision Redis made in it.
-    pub fn per_decision_us(&self, cpu_s: f64) -> f64 {
-        cpu_s * 1e6 / self.decisions as f64
-    }
-}
-
-/// One redis-benchmark run: its calls per second and latency, and the CPU it and Redis spent.
-#[derive(Debug, Clone, Copy)]
-pub struct BenchmarkRun {
-    /// Calls per second.
-    pub rate: f64,
-    /// 99th percentile latency, ms.
-    pub p99_ms: f64,
-    /// What Redis did meanwhile.
-    pub redis: RedisWork,
-    /// CPU seconds redis-benchmark spent.
-    pub client_cpu_s: f64,
-}
-
-impl BenchmarkRun {
-    /// Runs redis-benchmark `requests` times `how`, over `concurrency` connections.
-    fn measure(
-        redis: &RedisServer,
-        concurrency: usize,
-        requests: u64,
-        how: Call,
-    ) -> anyhow::Result<BenchmarkRun> {
-        let ((calls, client_cpu_s), redis_work) = RedisWork::during(redis, || {
-            let before = cpu::reaped_children()?;
-            let calls = redis_benchmark(redis, concurrency, requests, how)?;
-            Ok((calls, cpu::reaped_children()? - before))
-        })?;
-        let (rate, p99_ms) = calls;
-        Ok(BenchmarkRun {
-            rate,
-            p99_ms,
-            redis: redis_work,
-            client_cpu_s,
-        })
-    }
 }
 
 /// One run of one configuration: redis-benchmark's `EVALSHA`, sluice (and the stand-ins where
@@ -355,104 +266,6 @@ pub fn cpu_chart(rows: &[Row]) -> String {
     )
 }
 
-pub(crate) struct ServerProcess(Child);
-
-impl ServerProcess {
-    /// The release `sluice-server` beside this binary, on `addr` over `redis`, with one
-    /// thread (Redis and redis-benchmark run one each), polling for [`BUSY_POLL_US`] after
-    /// each Redis call, and `extra` arguments.
-    pub(crate) fn start(
-        addr: SocketAddr,
-        redis: &RedisServer,
-        extra: &[&OsStr],
-    ) -> anyhow::Result<ServerProcess> {
-        let poll = BUSY_POLL_US.to_string();
-        let flags = ["--busy-poll-us", &poll].map(OsStr::new);
-        ServerProcess::sleeping(addr, redis, &[&flags, extra].concat())
-    }
-
-    /// As [`ServerProcess::start`], sleeping whenever it waits, as sluice-server does by
-    /// default.
-    fn sleeping(
-        addr: SocketAddr,
-        redis: &RedisServer,
-        extra: &[&OsStr],
-    ) -> anyhow::Result<ServerProcess> {
-        let flags = ["--log", "warn", "--threads", "1"].map(OsStr::new);
-        ServerProcess::spawn("sluice-server", addr, redis, &[&flags, extra].concat())
-    }
-
-    /// The release `sluice-server` on `addr` over `redis`, logging warnings only, with
-    /// `flags`.
-    pub(crate) fn spawn_release(
-        addr: SocketAddr,
-        redis: &RedisServer,
-        flags: &[&OsStr],
-    ) -> anyhow::Result<ServerProcess> {
-        let quiet = ["--log", "warn"].map(OsStr::new);
-        ServerProcess::spawn("sluice-server", addr, redis, &[&quiet, flags].concat())
-    }
-
-    /// The floor (`bench/examples/floor.rs`, built beside this binary) on `addr` over `redis`,
-    /// deciding the bench's limit for its keyspace, polling as sluice-server does.
-    fn floor(addr: SocketAddr, redis: &RedisServer) -> anyhow::Result<ServerProcess> {
-        let keys = KEYSPACE.to_string();
-        let poll = BUSY_POLL_US.to_string();
-        let flags = ["--limit", LIMIT, "--keys", &keys, "--busy-poll-us", &poll].map(OsStr::new);
-        ServerProcess::spawn("examples/floor", addr, redis, &flags)
-    }
-
-    /// `standin` on `addr` over `redis`.
-    fn standin(
-        standin: Standin,
-        addr: SocketAddr,
-        redis: &RedisServer,
-    ) -> anyhow::Result<ServerProcess> {
-        match standin {
-            Standin::Sleeping => ServerProcess::sleeping(addr, redis, &[]),
-            Standin::Floor => ServerProcess::floor(addr, redis),
-        }
-    }
-
-    /// `binary`, beside this one, listening on `addr` over `redis`, with `flags`.
-    fn spawn(
-        binary: &str,
-        addr: SocketAddr,
-        redis: &RedisServer,
-        flags: &[&OsStr],
-    ) -> anyhow::Result<ServerProcess> {
-        let child = Command::new(sibling_binary(binary)?)
-            .args(["--listen", &addr.to_string(), "--redis", &redis.url()])
-            .args(flags)
-            .stdin(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {binary}"))?;
-        Ok(ServerProcess(child))
-    }
-
-    /// Its process id.
-    pub(crate) fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let path = exe.with_file_name(name);
-    if path.exists() {
-        Ok(path)
-    } else {
-        bail!("{} not found: build it (make bench does)", path.display())
-    }
-}
-
 /// The client key of the `i`th request: every key of the keyspace, in a scrambled order.
 pub(crate) fn client_key(i: u64) -> u64 {
     i.wrapping_mul(2_654_435_761) % KEYSPACE
@@ -475,89 +288,6 @@ pub(crate) fn bodies(checks: usize) -> anyhow::Result<Vec<Bytes>> {
             Bytes::from(body)
         })
         .collect())
-}
-
-/// How redis-benchmark calls the script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Call {
-    /// `EVALSHA` of its text.
-    Eval,
-    /// `FCALL` of its function in sluice's library, as sluice-server calls it.
-    Function,
-}
-
-/// redis-benchmark calling the script `requests` times, `how`, over `concurrency` connections:
-/// its calls per second and p99 latency (ms).
-fn redis_benchmark(
-    redis: &RedisServer,
-    concurrency: usize,
-    requests: u64,
-    how: Call,
-) -> anyhow::Result<(f64, f64)> {
-    let script = SCRIPTS.get(Algorithm::Gcra);
-    // Loaded here rather than trusting that sluice-server loaded it, so this baseline stands alone.
-    let mut connection = redis::Client::open(redis.url())?.get_connection()?;
-    let (command, callee) = match how {
-        Call::Eval => ("EVALSHA", script.text().load(&mut connection)?),
-        Call::Function => {
-            SCRIPTS
-                .library()
-                .load_command()
-                .query::<String>(&mut connection)?;
-            ("FCALL", script.function().to_owned())
-        }
-    };
-    // The very call sluice-server makes for one check, on keys that redis-benchmark draws from
-    // the same keyspace. The server passes Redis' clock as it carries it; redis-benchmark
-    // repeats one argument list, so every call gets this instant (Redis runs on this machine,
-    // so the system clock is its clock).
-    let now_us = i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_micros(),
-    )?;
-    let limit: Limit = serde_json::from_str(LIMIT)?;
-    let key = format!(
-        "sluice:{{bench0:client-__rand_int__}}:{}",
-        Algorithm::Gcra.storage_code()
-    );
-    let call = ScriptCall::new(&limit, key.clone(), ScriptTime::Carried(now_us), 1, false);
-    let output = Command::new("redis-benchmark")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &redis.port().to_string(),
-            "-c",
-            &concurrency.to_string(),
-        ])
-        .args([
-            "-n",
-            &requests.to_string(),
-            "-r",
-            &KEYSPACE.to_string(),
-            "--csv",
-        ])
-        .args([command, &callee, "1", &key])
-        .args(call.args().iter().map(ToString::to_string))
-        .stdin(Stdio::null())
-        .output()
-        .context("running redis-benchmark (apt-get install redis-tools)")?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-    let row = text
-        .lines()
-        .find(|l| l.starts_with(&format!("\"{command}")))
-        .with_context(|| format!("redis-benchmark said: {text}"))?;
-    let fields: Vec<f64> = row
-        .split(',')
-        .skip(1)
-        .map(|f| f.trim_matches('"').parse().unwrap_or(f64::NAN))
-        .collect();
-    let (Some(rps), Some(p99)) = (fields.first(), fields.get(5)) else {
-        bail!("unexpected redis-benchmark output: {row}");
-    };
-    Ok((*rps, *p99))
 }
 
 /// Measures each (concurrency, checks per request) `repeats` times, for `duration` after a
@@ -682,26 +412,4 @@ pub fn run(
     }
     drop((server, standins));
     Ok(rows)
-}
-
-pub(crate) async fn wait_ready(addr: SocketAddr) -> anyhow::Result<()> {
-    for _ in 0..200 {
-        if let Ok(stream) = tokio::net::TcpStream::connect(addr).await {
-            let (mut sender, conn) =
-                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-            tokio::spawn(conn);
-            let request = http::Request::get("/readyz")
-                .header(http::header::HOST, "sluice")
-                .body(http_body_util::Empty::<Bytes>::new())?;
-            if sender
-                .send_request(request)
-                .await
-                .is_ok_and(|r| r.status() == http::StatusCode::OK)
-            {
-                return Ok(());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("sluice-server never became ready at {addr}")
 }
