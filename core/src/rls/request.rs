@@ -126,53 +126,11 @@ impl std::error::Error for RlsRequestError {}
 impl RlsConfig {
     /// Which rule applies to each descriptor of `request`, and the check for each that has one.
     pub fn plan(&self, request: &RlsRequest) -> Result<Plan, RlsRequestError> {
-        let error = |path: String, reason: &str| RlsRequestError {
-            path,
-            reason: reason.to_owned(),
-        };
-        // The reference service's messages.
-        if request.domain.is_empty() {
-            return Err(error(
-                "domain".into(),
-                "rate limit domain must not be empty",
-            ));
-        }
-        if request.descriptors.is_empty() {
-            return Err(error(
-                "descriptors".into(),
-                "rate limit descriptor list must not be empty",
-            ));
-        }
-        if request.descriptors.len() > MAX_CHECKS {
-            return Err(error(
-                "descriptors".into(),
-                &format!(
-                    "at most {MAX_CHECKS} descriptors per request, not {}",
-                    request.descriptors.len()
-                ),
-            ));
-        }
-        if u64::from(request.hits_addend) > MAX_AMOUNT {
-            return Err(error(
-                "hits_addend".into(),
-                &format!("must be at most {MAX_AMOUNT}"),
-            ));
-        }
+        check_request(request)?;
         let known_domain = self.domains.contains_key(&request.domain);
         let mut matched = Vec::with_capacity(request.descriptors.len());
         for (i, descriptor) in request.descriptors.iter().enumerate() {
-            if descriptor.hits_addend.is_some_and(|hits| hits > MAX_AMOUNT) {
-                return Err(error(
-                    format!("descriptors[{i}].hits_addend"),
-                    &format!("must be at most {MAX_AMOUNT}"),
-                ));
-            }
-            if descriptor.is_negative_hits {
-                return Err(error(
-                    format!("descriptors[{i}].is_negative_hits"),
-                    "refunding hits is not supported",
-                ));
-            }
+            check_descriptor(descriptor, i)?;
             let found = match &descriptor.limit {
                 Some(limit) if known_domain => Some(override_rule(
                     &request.domain,
@@ -196,47 +154,110 @@ impl RlsConfig {
                 let Some((rule, stats_key)) = found else {
                     return Applied::NoLimit;
                 };
-                let Some(limit) = &rule.limit else {
-                    return Applied::Unlimited;
-                };
-                if rule
+                let is_replaced = rule
                     .name
                     .as_deref()
-                    .is_some_and(|name| replaced.iter().any(|r| r == name))
-                {
-                    return Applied::Replaced;
+                    .is_some_and(|name| replaced.iter().any(|r| r == name));
+                match (&rule.limit, is_replaced) {
+                    (None, _) => Applied::Unlimited,
+                    (Some(_), true) => Applied::Replaced,
+                    (Some(limit), false) => {
+                        let check = check_of(request, descriptor, &rule, *limit);
+                        Applied::Limited(Planned {
+                            rule,
+                            stats_key,
+                            check,
+                        })
+                    }
                 }
-                let cost = descriptor
-                    .hits_addend
-                    .unwrap_or(u64::from(request.hits_addend.max(1)));
-                // The domain, then each entry's key and value as parts of their own: escaped
-                // and joined, two descriptors share a key only if they are the same. (The
-                // reference-style name joins them with `.` and `_`, which `a.c`=`y` and `a`
-                // then `c`=`y` share.) Two rules may share a lossy name; their keys differ.
-                let key = LimitKey::from_parts(
-                    std::iter::once(request.domain.as_bytes()).chain(
-                        descriptor
-                            .entries
-                            .iter()
-                            .flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()]),
-                    ),
-                );
-                let check = Check {
-                    rule: rule.rule_name.clone(),
-                    key,
-                    limit: *limit,
-                    cost,
-                    count_denied: false,
-                    shadow: rule.shadow_mode,
-                };
-                Applied::Limited(Planned {
-                    rule,
-                    stats_key,
-                    check,
-                })
             })
             .collect();
         Ok(Plan { descriptors })
+    }
+}
+
+fn refused(path: impl Into<String>, reason: impl Into<String>) -> RlsRequestError {
+    RlsRequestError {
+        path: path.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The request as a whole, refused as the reference service refuses it (its messages).
+fn check_request(request: &RlsRequest) -> Result<(), RlsRequestError> {
+    if request.domain.is_empty() {
+        return Err(refused("domain", "rate limit domain must not be empty"));
+    }
+    if request.descriptors.is_empty() {
+        return Err(refused(
+            "descriptors",
+            "rate limit descriptor list must not be empty",
+        ));
+    }
+    if request.descriptors.len() > MAX_CHECKS {
+        return Err(refused(
+            "descriptors",
+            format!(
+                "at most {MAX_CHECKS} descriptors per request, not {}",
+                request.descriptors.len()
+            ),
+        ));
+    }
+    if u64::from(request.hits_addend) > MAX_AMOUNT {
+        return Err(refused(
+            "hits_addend",
+            format!("must be at most {MAX_AMOUNT}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The `i`th descriptor's own fields.
+fn check_descriptor(descriptor: &RlsDescriptor, i: usize) -> Result<(), RlsRequestError> {
+    if descriptor.hits_addend.is_some_and(|hits| hits > MAX_AMOUNT) {
+        return Err(refused(
+            format!("descriptors[{i}].hits_addend"),
+            format!("must be at most {MAX_AMOUNT}"),
+        ));
+    }
+    if descriptor.is_negative_hits {
+        return Err(refused(
+            format!("descriptors[{i}].is_negative_hits"),
+            "refunding hits is not supported",
+        ));
+    }
+    Ok(())
+}
+
+/// The check sluice decides for a descriptor that `rule` limits by `limit`.
+fn check_of(
+    request: &RlsRequest,
+    descriptor: &RlsDescriptor,
+    rule: &RlsRule,
+    limit: Limit,
+) -> Check {
+    let cost = descriptor
+        .hits_addend
+        .unwrap_or(u64::from(request.hits_addend.max(1)));
+    // The domain, then each entry's key and value as parts of their own: escaped and joined,
+    // two descriptors share a key only if they are the same. (The reference-style name joins
+    // them with `.` and `_`, which `a.c`=`y` and `a` then `c`=`y` share.) Two rules may share a
+    // lossy name; their keys differ.
+    let key = LimitKey::from_parts(
+        std::iter::once(request.domain.as_bytes()).chain(
+            descriptor
+                .entries
+                .iter()
+                .flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()]),
+        ),
+    );
+    Check {
+        rule: rule.rule_name.clone(),
+        key,
+        limit,
+        cost,
+        count_denied: false,
+        shadow: rule.shadow_mode,
     }
 }
 
