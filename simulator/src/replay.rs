@@ -285,26 +285,7 @@ impl<'a> Replay<'a> {
     /// Runs to the end; every completed request goes to `observer`.
     pub fn run(mut self, observer: &mut dyn Observer) -> (RunStats, Vec<Envoy>, ClientAddresses) {
         let started = Instant::now();
-        if let Some(first) = self.records.first() {
-            let start = Self::time_ns(first);
-            self.now_ns = start;
-            if let Clock::RealTime { speed } = self.clock {
-                let (answers_tx, answers_rx) = mpsc::unbounded_channel();
-                self.pace = Some(Pace {
-                    speed: speed.max(1e-6),
-                    wall_start: Instant::now(),
-                    trace_start_ns: start,
-                    answers_tx,
-                    answers_rx,
-                    in_flight: 0,
-                });
-            }
-            for instance in 0..self.envoys.len() {
-                let outputs = self.envoys[instance].started();
-                self.handle(instance, outputs, start, observer);
-            }
-            self.schedule(start, ARRIVAL, Event::Arrival(0));
-        }
+        self.begin(observer);
         let mut arrived = 0usize;
         while let Some((at, event)) = self.next_event() {
             let now = at.max(self.now_ns);
@@ -331,32 +312,10 @@ impl<'a> Replay<'a> {
                     token,
                     answer,
                 } => {
-                    let timed_out = matches!(answer, Answer::TimedOut(_));
-                    let mut delivered = match answer {
-                        Answer::Ready(delivered) => delivered,
-                        Answer::Pending(handle) | Answer::TimedOut(handle) => {
-                            self.pending -= 1;
-                            self.runtime.block_on(spin_until_done(handle)).unwrap_or_else(|e| {
-                                // The sending task died: the module sees a reset, as from Envoy.
-                                tracing::warn!(error = %e, "a callout task failed; delivering a reset");
-                                Delivered {
-                                    reply: CalloutReply {
-                                        headers: None,
-                                        body: None,
-                                        trailers: Default::default(),
-                                    },
-                                    latency: Duration::ZERO,
-                                }
-                            })
-                        }
-                    };
-                    if timed_out {
-                        delivered.reply = upstream_timeout();
-                    }
-                    observer.callout(delivered.latency);
+                    let reply = self.answer_of(answer, observer);
                     (
                         instance,
-                        self.envoys[instance].deliver(worker, token, delivered.reply, now),
+                        self.envoys[instance].deliver(worker, token, reply, now),
                     )
                 }
                 Event::Tick {
@@ -364,31 +323,7 @@ impl<'a> Replay<'a> {
                     worker,
                     generation,
                 } => {
-                    if self.tick_generation.get(&(instance, worker)) != Some(&generation) {
-                        continue;
-                    }
-                    let outputs = self.envoys[instance].tick(worker, now);
-                    self.handle(instance, outputs, now, observer);
-                    // The tick fires again while its period stays the same, as long as there
-                    // is anything left to happen.
-                    let period = self.envoys[instance].tick_period_ms(worker);
-                    let in_flight = self.pace.as_ref().map_or(0, |p| p.in_flight);
-                    let work_left = self.pending + in_flight > 0
-                        || self.envoys.iter().any(Envoy::has_open_streams);
-                    if period > 0
-                        && work_left
-                        && self.tick_generation.get(&(instance, worker)) == Some(&generation)
-                    {
-                        self.schedule(
-                            now + u64::from(period) * 1_000_000,
-                            LATER,
-                            Event::Tick {
-                                instance,
-                                worker,
-                                generation,
-                            },
-                        );
-                    }
+                    self.tick(instance, worker, generation, now, observer);
                     continue;
                 }
                 Event::IdleTimeout {
@@ -411,6 +346,97 @@ impl<'a> Replay<'a> {
             wall: started.elapsed(),
         };
         (stats, self.envoys, self.clients)
+    }
+
+    /// Sets the clock to the first request, starts every Envoy and schedules the first arrival.
+    fn begin(&mut self, observer: &mut dyn Observer) {
+        let Some(first) = self.records.first() else {
+            return;
+        };
+        let start = Self::time_ns(first);
+        self.now_ns = start;
+        if let Clock::RealTime { speed } = self.clock {
+            let (answers_tx, answers_rx) = mpsc::unbounded_channel();
+            self.pace = Some(Pace {
+                speed: speed.max(1e-6),
+                wall_start: Instant::now(),
+                trace_start_ns: start,
+                answers_tx,
+                answers_rx,
+                in_flight: 0,
+            });
+        }
+        for instance in 0..self.envoys.len() {
+            let outputs = self.envoys[instance].started();
+            self.handle(instance, outputs, start, observer);
+        }
+        self.schedule(start, ARRIVAL, Event::Arrival(0));
+    }
+
+    /// What a callout's answer delivers to the module: the server's reply, or Envoy's reply
+    /// to a callout that timed out or whose task died.
+    fn answer_of(&mut self, answer: Answer, observer: &mut dyn Observer) -> CalloutReply {
+        let timed_out = matches!(answer, Answer::TimedOut(_));
+        let mut delivered = match answer {
+            Answer::Ready(delivered) => delivered,
+            Answer::Pending(handle) | Answer::TimedOut(handle) => {
+                self.pending -= 1;
+                self.runtime
+                    .block_on(spin_until_done(handle))
+                    .unwrap_or_else(|e| {
+                        // The sending task died: the module sees a reset, as from Envoy.
+                        tracing::warn!(error = %e, "a callout task failed; delivering a reset");
+                        Delivered {
+                            reply: CalloutReply {
+                                headers: None,
+                                body: None,
+                                trailers: Default::default(),
+                            },
+                            latency: Duration::ZERO,
+                        }
+                    })
+            }
+        };
+        if timed_out {
+            delivered.reply = upstream_timeout();
+        }
+        observer.callout(delivered.latency);
+        delivered.reply
+    }
+
+    /// A worker's tick of `generation`, if its period has not changed since, and the next one
+    /// while its period stays the same and anything is left to happen.
+    fn tick(
+        &mut self,
+        instance: usize,
+        worker: usize,
+        generation: u64,
+        now: u64,
+        observer: &mut dyn Observer,
+    ) {
+        if self.tick_generation.get(&(instance, worker)) != Some(&generation) {
+            return;
+        }
+        let outputs = self.envoys[instance].tick(worker, now);
+        self.handle(instance, outputs, now, observer);
+        let period = self.envoys[instance].tick_period_ms(worker);
+        let in_flight = self.pace.as_ref().map_or(0, |p| p.in_flight);
+        let work_left =
+            self.pending + in_flight > 0 || self.envoys.iter().any(Envoy::has_open_streams);
+        if period > 0
+            && work_left
+            && self.tick_generation.get(&(instance, worker)) == Some(&generation)
+        {
+            self.schedule(
+                now + u64::from(period) * 1_000_000,
+                LATER,
+                Event::Tick {
+                    instance,
+                    worker,
+                    generation,
+                },
+            );
+        }
     }
 
     fn arrive(&mut self, index: usize, now: u64) -> (usize, Vec<Output>) {
