@@ -8,6 +8,9 @@
 //! - [`lease`]: lease mode, units handed to an Envoy ahead of need, and the bound it keeps.
 //! - [`policy`]: the filter's configuration, parsed once into types that cannot hold a bad value,
 //!   and the matching and key building that turn a request into checks.
+//! - [`rls`]: Envoy's rate limit service configuration (the reference service's YAML), and
+//!   requests planned on it.
+//! - [`rlqs`]: what each bucket of Envoy's rate limit quota filter gets (`--rlqs-config`).
 //! - [`throttle`]: warnings let through once an interval, with how many were left out.
 //!
 //! The crate does no I/O and reads no clock: callers pass the time in. It builds for
@@ -41,6 +44,7 @@ pub mod lease;
 pub mod limit;
 pub mod policy;
 pub mod record;
+pub mod rlqs;
 pub mod rls;
 pub mod stat_names;
 pub mod throttle;

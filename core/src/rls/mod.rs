@@ -299,7 +299,7 @@ impl RlsConfig {
 
 /// Whether `text` matches `pattern`, where each `*` stands for any run of characters (none
 /// included).
-fn wildcard_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or_default();
     let Some(mut rest) = text.strip_prefix(first) else {

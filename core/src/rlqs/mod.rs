@@ -1,0 +1,289 @@
+//! What sluice-server, as Envoy's Rate Limit Quota Service, gives each bucket: the
+//! configuration of `--rlqs-config`, validated once, and the lookup of a bucket id in it.
+//!
+//! Envoy's `rate_limit_quota` filter sorts requests into buckets, each named by a bucket id (a
+//! map its `bucket_id_builder` makes, such as `{name: per-key, key: <the request's API key>}`),
+//! and reports each bucket's use under its `domain`. Here a domain holds rules tried in order;
+//! the first whose `match` a bucket id meets gives its quota, and a bucket no rule matches gets
+//! the domain's `default`. Every bucket id is a limit of its own: a rule matching `key: "*"`
+//! gives each API key its own limit.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use sluice_core::rlqs::{Quota, RlqsConfig, raw::RawRlqsConfig};
+//! let raw: RawRlqsConfig = serde_json::from_str(r#"{
+//!     "domain": "shop",
+//!     "buckets": [
+//!         {"match": {"name": "per-key", "key": "partner-*"}, "allow": "all"},
+//!         {"match": {"name": "per-key", "key": "*"},
+//!          "limit": {"algorithm": "gcra", "rate": 100, "per": "1s", "burst": 100}}
+//!     ],
+//!     "default": {"deny": "all"}
+//! }"#).unwrap();
+//! let config = RlqsConfig::from_raw([raw]).unwrap();
+//! let bucket = |key: &str| BTreeMap::from([("name".to_owned(), "per-key".to_owned()),
+//!                                          ("key".to_owned(), key.to_owned())]);
+//! assert_eq!(config.quota("shop", &bucket("partner-7")).unwrap().quota, Quota::AllowAll);
+//! assert!(matches!(config.quota("shop", &bucket("k1")).unwrap().quota, Quota::Limit(_)));
+//! let other = BTreeMap::from([("name".to_owned(), "catch-all".to_owned())]);
+//! assert_eq!(config.quota("shop", &other).unwrap().quota, Quota::DenyAll);
+//! assert!(config.quota("elsewhere", &other).is_none());
+//! ```
+
+pub mod raw;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::duration::Millis;
+use crate::key::{LimitKey, RuleName};
+use crate::limit::Limit;
+use crate::rls::wildcard_match;
+
+use self::raw::{RawQuota, RawRlqsConfig};
+
+/// How long a bucket nobody uses is kept when the configuration does not say.
+pub const DEFAULT_IDLE_AFTER_MS: u64 = 5 * 60 * 1000;
+
+/// What a bucket gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    /// Every request allowed; no limit is kept (Envoy's `ALLOW_ALL`).
+    AllowAll,
+    /// Every request denied (Envoy's `DENY_ALL`).
+    DenyAll,
+    /// A limit, shared among the Envoys that report the bucket.
+    Limit(Limit),
+}
+
+/// How a bucket's limit is divided among the Envoys that report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Share {
+    /// In proportion to what each reported using.
+    #[default]
+    Demand,
+    /// In equal parts.
+    Equal,
+}
+
+/// The rule that gives a bucket its quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketRule {
+    /// Its name, in metrics and in its buckets' Redis keys.
+    pub name: RuleName,
+    /// The entries a bucket id must hold, each value exact or with `*` wildcards.
+    pub matches: BTreeMap<String, String>,
+    /// What each bucket it covers gets.
+    pub quota: Quota,
+    /// How a bucket's limit is shared among Envoys.
+    pub share: Share,
+}
+
+impl BucketRule {
+    /// Whether `bucket` holds every entry the rule asks for.
+    pub fn covers(&self, bucket: &BTreeMap<String, String>) -> bool {
+        self.matches.iter().all(|(key, pattern)| {
+            bucket
+                .get(key)
+                .is_some_and(|value| wildcard_match(pattern, value))
+        })
+    }
+}
+
+/// One domain's rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Domain {
+    /// Tried in order.
+    pub rules: Vec<BucketRule>,
+    /// What a bucket no rule covers gets; its name is `default`.
+    pub default: BucketRule,
+    /// How long a bucket nobody uses is kept before it is abandoned.
+    pub idle_after: Millis,
+}
+
+/// The whole configuration: each domain's rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RlqsConfig {
+    domains: BTreeMap<String, Domain>,
+}
+
+/// Why a configuration was refused: which file, where in it, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RlqsConfigError {
+    /// Which of the files given to [`RlqsConfig::from_raw`] (0-based).
+    pub file: usize,
+    /// The path in it, as `buckets[1].limit`.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl fmt::Display for RlqsConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.reason)
+    }
+}
+
+impl std::error::Error for RlqsConfigError {}
+
+impl RlqsConfig {
+    /// Validates `files`, one domain each.
+    pub fn from_raw(
+        files: impl IntoIterator<Item = RawRlqsConfig>,
+    ) -> Result<RlqsConfig, RlqsConfigError> {
+        let mut config = RlqsConfig::default();
+        for (file, raw) in files.into_iter().enumerate() {
+            let error = |(path, reason): (String, String)| RlqsConfigError { file, path, reason };
+            if raw.domain.is_empty() {
+                return Err(error(("domain".into(), "a domain is required".into())));
+            }
+            if config.domains.contains_key(&raw.domain) {
+                return Err(error((
+                    "domain".into(),
+                    format!("`{}` is configured by an earlier file too", raw.domain),
+                )));
+            }
+            let domain = load_domain(&raw).map_err(error)?;
+            config.domains.insert(raw.domain.clone(), domain);
+        }
+        Ok(config)
+    }
+
+    /// The domains configured.
+    pub fn domains(&self) -> impl Iterator<Item = (&str, &Domain)> {
+        self.domains
+            .iter()
+            .map(|(name, domain)| (name.as_str(), domain))
+    }
+
+    /// The rule that gives `bucket` of `domain` its quota; `None` for a domain not configured.
+    pub fn quota(&self, domain: &str, bucket: &BTreeMap<String, String>) -> Option<&BucketRule> {
+        let domain = self.domains.get(domain)?;
+        Some(
+            domain
+                .rules
+                .iter()
+                .find(|rule| rule.covers(bucket))
+                .unwrap_or(&domain.default),
+        )
+    }
+}
+
+/// The key of a bucket's limit: the domain, then each entry's key and value (in the bucket id's
+/// order, which is sorted), escaped and joined, so two buckets share a limit only when their
+/// ids are the same.
+pub fn bucket_key(domain: &str, bucket: &BTreeMap<String, String>) -> LimitKey {
+    LimitKey::from_parts(
+        std::iter::once(domain.as_bytes()).chain(
+            bucket
+                .iter()
+                .flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()]),
+        ),
+    )
+}
+
+type LoadError = (String, String);
+
+fn load_domain(raw: &RawRlqsConfig) -> Result<Domain, LoadError> {
+    let mut rules = Vec::with_capacity(raw.buckets.len());
+    for (i, rule) in raw.buckets.iter().enumerate() {
+        let path = format!("buckets[{i}]");
+        if rule.matches.is_empty() {
+            return Err((
+                format!("{path}.match"),
+                "a rule needs at least one entry to match (the domain's `default` takes the rest)"
+                    .into(),
+            ));
+        }
+        if let Some((key, _)) = rule
+            .matches
+            .iter()
+            .find(|(k, v)| k.is_empty() || v.is_empty())
+        {
+            return Err((
+                format!("{path}.match"),
+                format!("`{key}`: keys and values must not be empty (Envoy sends none)"),
+            ));
+        }
+        let name = rule_name(rule.name.as_deref(), &format!("bucket{i}"), &path)?;
+        if rules.iter().any(|r: &BucketRule| r.name == name) {
+            return Err((
+                format!("{path}.name"),
+                format!("`{name}` names an earlier rule too"),
+            ));
+        }
+        rules.push(BucketRule {
+            name,
+            matches: rule.matches.clone(),
+            quota: quota(&rule.quota(), &path)?,
+            share: share(rule.share.as_deref(), &path)?,
+        });
+    }
+    let default = match &raw.default {
+        Some(default) => quota(default, "default")?,
+        None => Quota::AllowAll,
+    };
+    let idle_after = raw
+        .idle_after
+        .or(Millis::new(DEFAULT_IDLE_AFTER_MS))
+        .filter(|idle| idle.as_millis() >= 1000)
+        .ok_or_else(|| {
+            (
+                "idle_after".to_owned(),
+                "must be at least 1s: Envoy reports every few seconds".to_owned(),
+            )
+        })?;
+    Ok(Domain {
+        rules,
+        default: BucketRule {
+            name: rule_name(None, "default", "default")?,
+            matches: BTreeMap::new(),
+            quota: default,
+            share: Share::default(),
+        },
+        idle_after,
+    })
+}
+
+fn rule_name(given: Option<&str>, fallback: &str, path: &str) -> Result<RuleName, LoadError> {
+    RuleName::new(given.unwrap_or(fallback)).map_err(|e| (format!("{path}.name"), e.to_string()))
+}
+
+fn quota(raw: &RawQuota, path: &str) -> Result<Quota, LoadError> {
+    let all = |field: &str, value: &str| {
+        if value == "all" {
+            Ok(())
+        } else {
+            Err((
+                format!("{path}.{field}"),
+                format!("must be `all`, not `{value}`"),
+            ))
+        }
+    };
+    match (&raw.limit, &raw.allow, &raw.deny) {
+        (Some(limit), None, None) => Limit::try_from(limit.clone())
+            .map(Quota::Limit)
+            .map_err(|e| (format!("{path}.limit"), e.to_string())),
+        (None, Some(allow), None) => all("allow", allow).map(|()| Quota::AllowAll),
+        (None, None, Some(deny)) => all("deny", deny).map(|()| Quota::DenyAll),
+        _ => Err((
+            path.to_owned(),
+            "give exactly one of `limit`, `allow: all` and `deny: all`".into(),
+        )),
+    }
+}
+
+fn share(raw: Option<&str>, path: &str) -> Result<Share, LoadError> {
+    match raw {
+        None | Some("demand") => Ok(Share::Demand),
+        Some("equal") => Ok(Share::Equal),
+        Some(other) => Err((
+            format!("{path}.share"),
+            format!("must be `demand` or `equal`, not `{other}`"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;
