@@ -39,6 +39,7 @@ pub mod decimal;
 pub mod decision;
 pub mod deny_cache;
 pub mod duration;
+pub mod file_error;
 pub mod key;
 pub mod lease;
 pub mod limit;

@@ -22,12 +22,14 @@
 pub mod busy_poll;
 pub mod clock;
 pub mod config;
+pub mod config_files;
 pub mod engine;
 pub mod http;
 pub mod label_budget;
 pub mod log_throttle;
 pub mod memory;
 pub mod metrics;
+pub mod rlqs;
 pub mod rls;
 pub mod scripts;
 pub mod store;
@@ -47,11 +49,11 @@ use tokio::task::JoinHandle;
 
 pub use config::ServerConfig;
 
+use crate::config_files::Reload;
 use crate::engine::Engine;
 use crate::http::{AppState, Service, Shortcuts, router};
 use crate::metrics::Metrics;
 use crate::rls::RlsState;
-use crate::rls::config::Reload;
 use crate::store::Store;
 use crate::tls::{ConnectionLimits, Listening, TlsFor};
 

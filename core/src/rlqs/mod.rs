@@ -33,9 +33,9 @@
 pub mod raw;
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use crate::duration::Millis;
+use crate::file_error::FileError;
 use crate::key::{LimitKey, RuleName};
 use crate::limit::Limit;
 use crate::rls::wildcard_match;
@@ -107,34 +107,14 @@ pub struct RlqsConfig {
     domains: BTreeMap<String, Domain>,
 }
 
-/// Why a configuration was refused: which file, where in it, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RlqsConfigError {
-    /// Which of the files given to [`RlqsConfig::from_raw`] (0-based).
-    pub file: usize,
-    /// The path in it, as `buckets[1].limit`.
-    pub path: String,
-    /// Why.
-    pub reason: String,
-}
-
-impl fmt::Display for RlqsConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.reason)
-    }
-}
-
-impl std::error::Error for RlqsConfigError {}
-
 impl RlqsConfig {
     /// Validates `files`, one domain each.
     pub fn from_raw(
         files: impl IntoIterator<Item = RawRlqsConfig>,
-    ) -> Result<RlqsConfig, RlqsConfigError> {
+    ) -> Result<RlqsConfig, FileError> {
         let mut config = RlqsConfig::default();
         for (file, raw) in files.into_iter().enumerate() {
-            let error = |(path, reason): (String, String)| RlqsConfigError { file, path, reason };
+            let error = |(path, reason): (String, String)| FileError { file, path, reason };
             if raw.domain.is_empty() {
                 return Err(error(("domain".into(), "a domain is required".into())));
             }

@@ -1,6 +1,6 @@
 use super::*;
 
-fn config(json: &str) -> Result<RlqsConfig, RlqsConfigError> {
+fn config(json: &str) -> Result<RlqsConfig, FileError> {
     RlqsConfig::from_raw([serde_json::from_str::<RawRlqsConfig>(json).unwrap()])
 }
 

@@ -31,10 +31,10 @@ pub mod request;
 mod tests;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 
 use crate::duration::Millis;
+use crate::file_error::FileError;
 use crate::key::RuleName;
 use crate::limit::{Limit, RawLimit};
 
@@ -186,37 +186,12 @@ pub struct RlsConfig {
     domains: BTreeMap<String, Level>,
 }
 
-/// A configuration error: where in the file, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RlsConfigError {
-    /// Which of the files given to [`RlsConfig::from_raw`] (0-based).
-    pub file: usize,
-    /// The path in it, as `descriptors[0].rate_limit.unit`.
-    pub path: String,
-    /// Why.
-    pub reason: String,
-}
-
-impl fmt::Display for RlsConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "{}", self.reason)
-        } else {
-            write!(f, "{}: {}", self.path, self.reason)
-        }
-    }
-}
-
-impl std::error::Error for RlsConfigError {}
-
 impl RlsConfig {
     /// Validates files of the reference's format. Two files may not name the same domain.
-    pub fn from_raw(
-        files: impl IntoIterator<Item = RawRlsConfig>,
-    ) -> Result<RlsConfig, RlsConfigError> {
+    pub fn from_raw(files: impl IntoIterator<Item = RawRlsConfig>) -> Result<RlsConfig, FileError> {
         let mut config = RlsConfig::default();
         for (file, raw) in files.into_iter().enumerate() {
-            let error = |path: &str, reason: String| RlsConfigError {
+            let error = |path: &str, reason: String| FileError {
                 file,
                 path: path.to_owned(),
                 reason,

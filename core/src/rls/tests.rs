@@ -1,7 +1,8 @@
 use super::raw::RawRlsConfig;
 use super::*;
+use crate::file_error::FileError;
 
-fn config(json: serde_json::Value) -> Result<RlsConfig, RlsConfigError> {
+fn config(json: serde_json::Value) -> Result<RlsConfig, FileError> {
     let raw: RawRlsConfig = serde_json::from_value(json).unwrap();
     RlsConfig::from_raw([raw])
 }
