@@ -31,6 +31,7 @@
 //! ```
 
 pub mod raw;
+pub mod report;
 pub mod token_bucket;
 
 use std::collections::BTreeMap;
