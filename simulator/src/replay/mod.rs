@@ -17,6 +17,8 @@
 //! trace's time (advanced by the wall clock), so a limit of 10 per second means 10 per trace
 //! second at any speed.
 
+mod event;
+mod pace;
 mod queue;
 
 use std::collections::HashMap;
@@ -24,14 +26,15 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 use crate::trace::{ClientAddresses, TraceRecord};
 use crate::transport::{Delivered, Dispatcher, upstream_timeout};
 use sluice_host::envoy::{Completed, Envoy, Output, Request};
 use sluice_host::state::CalloutReply;
 
-use queue::EventQueue;
+use self::event::{ARRIVAL, Answer, Event, LATER};
+use self::pace::{Answered, Pace, spin_until_done};
+use self::queue::EventQueue;
 
 /// How long Envoy lets a paused stream wait (its default `stream_idle_timeout`).
 pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -66,53 +69,6 @@ impl Default for Clock {
     }
 }
 
-/// A callout's answer: still on its way (virtual time waits for it), or here (real time).
-enum Answer {
-    Pending(JoinHandle<Delivered>),
-    /// On its way, but Envoy's timeout comes first (virtual time): the service still decides
-    /// the callout, and the module is given a 504.
-    TimedOut(JoinHandle<Delivered>),
-    Ready(Delivered),
-}
-
-enum Event {
-    Arrival(usize),
-    Callout {
-        instance: usize,
-        worker: usize,
-        token: u32,
-        answer: Answer,
-    },
-    Tick {
-        instance: usize,
-        worker: usize,
-        generation: u64,
-    },
-    IdleTimeout {
-        instance: usize,
-        worker: usize,
-        context: u32,
-    },
-}
-
-/// Arrivals first among events of one instant.
-const ARRIVAL: u8 = 0;
-const LATER: u8 = 1;
-
-/// Waits for a callout's answer by polling Redis' socket without sleeping, for a while, before
-/// parking. The answer is tens of microseconds away; sleeping in `epoll_wait` and being woken
-/// by Redis costs both processes a cross-core wake-up on every callout. Each round also offers
-/// the CPU to whatever else is ready to run on it (Redis itself, when the two share a core).
-async fn spin_until_done<T>(handle: JoinHandle<T>) -> Result<T, tokio::task::JoinError> {
-    const SPIN: Duration = Duration::from_micros(500);
-    let started = Instant::now();
-    while !handle.is_finished() && started.elapsed() < SPIN {
-        std::thread::yield_now();
-        tokio::task::yield_now().await;
-    }
-    handle.await
-}
-
 /// What the replay hands its observer.
 pub trait Observer {
     /// A request is done.
@@ -134,35 +90,6 @@ pub struct RunStats {
     pub open_at_end: usize,
     /// Wall time.
     pub wall: Duration,
-}
-
-/// A callout answered in real time, on its way back to the loop.
-struct Answered {
-    instance: usize,
-    worker: usize,
-    token: u32,
-    delivered: Delivered,
-}
-
-/// The real-time clock: wall time mapped onto trace time.
-struct Pace {
-    speed: f64,
-    wall_start: Instant,
-    trace_start_ns: u64,
-    answers_tx: mpsc::UnboundedSender<Answered>,
-    answers_rx: mpsc::UnboundedReceiver<Answered>,
-    in_flight: usize,
-}
-
-impl Pace {
-    fn trace_now(&self) -> u64 {
-        self.trace_start_ns + (self.wall_start.elapsed().as_nanos() as f64 * self.speed) as u64
-    }
-
-    fn wall_at(&self, trace_ns: u64) -> Instant {
-        let behind = trace_ns.saturating_sub(self.trace_start_ns) as f64 / self.speed;
-        self.wall_start + Duration::from_nanos(behind as u64)
-    }
 }
 
 /// A replay over one trace.
