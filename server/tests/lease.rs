@@ -73,14 +73,7 @@ impl Keys {
 }
 
 async fn leases_come_out_of_the_request_state(topology: Topology) {
-    for algorithm in [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-        Algorithm::Gcra,
-    ] {
+    for algorithm in Algorithm::ALL {
         let keys = Keys::new(topology.clone(), twenty(algorithm)).await;
         let _: Limit = serde_json::from_str(&keys.limit).unwrap();
         // Three holders take 8, 4 (the key's cap of 12 outstanding) and nothing.

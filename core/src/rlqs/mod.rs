@@ -23,11 +23,11 @@
 //! let config = RlqsConfig::from_raw([raw]).unwrap();
 //! let bucket = |key: &str| BTreeMap::from([("name".to_owned(), "per-key".to_owned()),
 //!                                          ("key".to_owned(), key.to_owned())]);
-//! assert_eq!(config.quota("shop", &bucket("partner-7")).unwrap().quota, Quota::AllowAll);
-//! assert!(matches!(config.quota("shop", &bucket("k1")).unwrap().quota, Quota::Limit(_)));
+//! assert_eq!(config.rule_for("shop", &bucket("partner-7")).unwrap().quota, Quota::AllowAll);
+//! assert!(matches!(config.rule_for("shop", &bucket("k1")).unwrap().quota, Quota::Limit(_)));
 //! let other = BTreeMap::from([("name".to_owned(), "catch-all".to_owned())]);
-//! assert_eq!(config.quota("shop", &other).unwrap().quota, Quota::DenyAll);
-//! assert!(config.quota("elsewhere", &other).is_none());
+//! assert_eq!(config.rule_for("shop", &other).unwrap().quota, Quota::DenyAll);
+//! assert!(config.rule_for("elsewhere", &other).is_none());
 //! ```
 
 pub mod raw;
@@ -42,7 +42,7 @@ use crate::key::{LimitKey, RuleName};
 use crate::limit::Limit;
 use crate::rls::wildcard_match;
 
-use self::raw::{RawQuota, RawRlqsConfig};
+use self::raw::{RawBucketRule, RawRlqsConfig};
 
 /// How long a bucket nobody uses is kept when the configuration does not say.
 pub const DEFAULT_IDLE_AFTER_MS: u64 = 5 * 60 * 1000;
@@ -97,7 +97,7 @@ impl BucketRule {
 pub struct Domain {
     /// Tried in order.
     pub rules: Vec<BucketRule>,
-    /// What a bucket no rule covers gets; its name is `default`.
+    /// What a bucket no rule covers gets; named `default` unless it names itself.
     pub default: BucketRule,
     /// How long a bucket nobody uses is kept before it is abandoned.
     pub idle_after: Millis,
@@ -140,7 +140,7 @@ impl RlqsConfig {
     }
 
     /// The rule that gives `bucket` of `domain` its quota; `None` for a domain not configured.
-    pub fn quota(&self, domain: &str, bucket: &BTreeMap<String, String>) -> Option<&BucketRule> {
+    pub fn rule_for(&self, domain: &str, bucket: &BTreeMap<String, String>) -> Option<&BucketRule> {
         let domain = self.domains.get(domain)?;
         Some(
             domain
@@ -168,44 +168,47 @@ pub fn bucket_key(domain: &str, bucket: &BTreeMap<String, String>) -> LimitKey {
 type LoadError = (String, String);
 
 fn load_domain(raw: &RawRlqsConfig) -> Result<Domain, LoadError> {
-    let mut rules = Vec::with_capacity(raw.buckets.len());
-    for (i, rule) in raw.buckets.iter().enumerate() {
+    let mut rules: Vec<BucketRule> = Vec::with_capacity(raw.buckets.len());
+    for (i, raw_rule) in raw.buckets.iter().enumerate() {
         let path = format!("buckets[{i}]");
-        if rule.matches.is_empty() {
+        if raw_rule.matches.is_empty() {
             return Err((
                 format!("{path}.match"),
                 "a rule needs at least one entry to match (the domain's `default` takes the rest)"
                     .into(),
             ));
         }
-        if let Some((key, _)) = rule
-            .matches
-            .iter()
-            .find(|(k, v)| k.is_empty() || v.is_empty())
-        {
-            return Err((
-                format!("{path}.match"),
-                format!("`{key}`: keys and values must not be empty (Envoy sends none)"),
-            ));
-        }
-        let name = rule_name(rule.name.as_deref(), &format!("bucket{i}"), &path)?;
-        if rules.iter().any(|r: &BucketRule| r.name == name) {
+        let rule = bucket_rule(raw_rule, &format!("bucket{i}"), &path)?;
+        if rules.iter().any(|r| r.name == rule.name) {
             return Err((
                 format!("{path}.name"),
-                format!("`{name}` names an earlier rule too"),
+                format!("`{}` names an earlier rule too", rule.name),
             ));
         }
-        rules.push(BucketRule {
-            name,
-            matches: rule.matches.clone(),
-            quota: quota(&rule.quota(), &path)?,
-            share: share(rule.share.as_deref(), &path)?,
-        });
+        rules.push(rule);
     }
     let default = match &raw.default {
-        Some(default) => quota(default, "default")?,
-        None => Quota::AllowAll,
+        Some(raw_default) if !raw_default.matches.is_empty() => {
+            return Err((
+                "default.match".into(),
+                "the default takes every bucket no rule matches, so it matches nothing itself"
+                    .into(),
+            ));
+        }
+        Some(raw_default) => bucket_rule(raw_default, "default", "default")?,
+        None => BucketRule {
+            name: rule_name(None, "default", "default")?,
+            matches: BTreeMap::new(),
+            quota: Quota::AllowAll,
+            share: Share::default(),
+        },
     };
+    if rules.iter().any(|r| r.name == default.name) {
+        return Err((
+            "default.name".into(),
+            format!("`{}` names a rule too", default.name),
+        ));
+    }
     let idle_after = raw
         .idle_after
         .or(Millis::new(DEFAULT_IDLE_AFTER_MS))
@@ -218,13 +221,32 @@ fn load_domain(raw: &RawRlqsConfig) -> Result<Domain, LoadError> {
         })?;
     Ok(Domain {
         rules,
-        default: BucketRule {
-            name: rule_name(None, "default", "default")?,
-            matches: BTreeMap::new(),
-            quota: default,
-            share: Share::default(),
-        },
+        default,
         idle_after,
+    })
+}
+
+/// One rule at `path`, named `fallback_name` unless it names itself.
+fn bucket_rule(
+    raw: &RawBucketRule,
+    fallback_name: &str,
+    path: &str,
+) -> Result<BucketRule, LoadError> {
+    if let Some((key, _)) = raw
+        .matches
+        .iter()
+        .find(|(k, v)| k.is_empty() || v.is_empty())
+    {
+        return Err((
+            format!("{path}.match"),
+            format!("`{key}`: keys and values must not be empty (Envoy sends none)"),
+        ));
+    }
+    Ok(BucketRule {
+        name: rule_name(raw.name.as_deref(), fallback_name, path)?,
+        matches: raw.matches.clone(),
+        quota: quota(raw, path)?,
+        share: share(raw.share.as_deref(), path)?,
     })
 }
 
@@ -232,7 +254,7 @@ fn rule_name(given: Option<&str>, fallback: &str, path: &str) -> Result<RuleName
     RuleName::new(given.unwrap_or(fallback)).map_err(|e| (format!("{path}.name"), e.to_string()))
 }
 
-fn quota(raw: &RawQuota, path: &str) -> Result<Quota, LoadError> {
+fn quota(raw: &RawBucketRule, path: &str) -> Result<Quota, LoadError> {
     let all = |field: &str, value: &str| {
         if value == "all" {
             Ok(())

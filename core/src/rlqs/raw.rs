@@ -18,9 +18,9 @@ pub struct RawRlqsConfig {
     /// Rules, tried in order: the first whose `match` a bucket id meets gives its quota.
     #[serde(default)]
     pub buckets: Vec<RawBucketRule>,
-    /// What a bucket no rule matches gets (default: `allow: all`).
+    /// What a bucket no rule matches gets (default: `allow: all`): a rule without `match`.
     #[serde(default)]
-    pub default: Option<RawQuota>,
+    pub default: Option<RawBucketRule>,
     /// A bucket no Envoy has used for this long is abandoned: the server tells the Envoys to
     /// forget it (`abandon_action`) and keeps no state for it (default: 5m).
     #[serde(default)]
@@ -52,30 +52,4 @@ pub struct RawBucketRule {
     /// one used, the default) or `equal`.
     #[serde(default)]
     pub share: Option<String>,
-}
-
-impl RawBucketRule {
-    /// The rule's quota, as written.
-    pub fn quota(&self) -> RawQuota {
-        RawQuota {
-            limit: self.limit.clone(),
-            allow: self.allow.clone(),
-            deny: self.deny.clone(),
-        }
-    }
-}
-
-/// A quota: exactly one of `limit`, `allow` or `deny`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawQuota {
-    /// A sluice limit (any algorithm and its parameters).
-    #[serde(default)]
-    pub limit: Option<RawLimit>,
-    /// `all`: every request allowed, no limit kept.
-    #[serde(default)]
-    pub allow: Option<String>,
-    /// `all`: every request denied.
-    #[serde(default)]
-    pub deny: Option<String>,
 }

@@ -23,7 +23,7 @@ fn the_first_rule_a_bucket_id_meets_gives_its_quota_and_the_default_the_rest() {
         ]}}"#
     ))
     .unwrap();
-    let rule = |entries: &[(&str, &str)]| config.quota("d", &bucket(entries)).unwrap();
+    let rule = |entries: &[(&str, &str)]| config.rule_for("d", &bucket(entries)).unwrap();
     assert_eq!(
         rule(&[("name", "per-key"), ("key", "vip-1")]).quota,
         Quota::AllowAll
@@ -44,7 +44,11 @@ fn the_first_rule_a_bucket_id_meets_gives_its_quota_and_the_default_the_rest() {
         (unmatched.name.as_str(), unmatched.quota),
         ("default", Quota::AllowAll)
     );
-    assert!(config.quota("other", &bucket(&[("name", "x")])).is_none());
+    assert!(
+        config
+            .rule_for("other", &bucket(&[("name", "x")]))
+            .is_none()
+    );
 }
 
 #[test]
@@ -128,4 +132,29 @@ fn a_domain_without_rules_allows_all_and_abandons_buckets_idle_five_minutes() {
     let (_, domain) = config.domains().next().unwrap();
     assert_eq!(domain.default.quota, Quota::AllowAll);
     assert_eq!(domain.idle_after.as_millis(), DEFAULT_IDLE_AFTER_MS);
+}
+
+#[test]
+fn the_default_is_a_rule_without_match_and_may_name_itself_and_its_share() {
+    let config = config(&format!(
+        r#"{{"domain": "d", "default": {{"limit": {LIMIT}, "share": "equal", "name": "rest"}}}}"#
+    ))
+    .unwrap();
+    let rule = config.rule_for("d", &bucket(&[("k", "v")])).unwrap();
+    assert_eq!((rule.name.as_str(), rule.share), ("rest", Share::Equal));
+    assert!(matches!(rule.quota, Quota::Limit(_)));
+    assert!(
+        config_error(r#"{"domain": "d", "default": {"match": {"k": "v"}, "allow": "all"}}"#)
+            .starts_with("default.match: the default takes every bucket no rule matches")
+    );
+    assert_eq!(
+        config_error(
+            r#"{"domain": "d", "buckets": [{"match": {"k": "v"}, "allow": "all", "name": "default"}]}"#
+        ),
+        "default.name: `default` names a rule too"
+    );
+}
+
+fn config_error(json: &str) -> String {
+    config(json).unwrap_err().to_string()
 }

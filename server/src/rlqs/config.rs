@@ -49,7 +49,7 @@ mod tests {
             ("key".to_owned(), "k1".to_owned()),
         ]);
         assert!(matches!(
-            config.quota("shop", &bucket).unwrap().quota,
+            config.rule_for("shop", &bucket).unwrap().quota,
             Quota::Limit(_)
         ));
 
