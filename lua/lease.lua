@@ -7,7 +7,8 @@
 -- ARGV[3]  the number of asks
 -- then per ask: the algorithm's number (1-6), want, held, returning, demand (units a second),
 -- max_units, max_outstanding, ttl (us), the rate holders share as units per period (us; 0
--- units: not paced), the number of parameters, the parameters.
+-- units: not paced), the span (us; 0: none, see below), the number of parameters, the
+-- parameters.
 -- KEYS[2i - 1], KEYS[2i]  ask i's state key and ledger key (one hash tag).
 --
 -- The ledger is a hash: each holder's units and demand, "<units>:<expires us>:<demand>", and
@@ -17,8 +18,13 @@
 -- pool, counts after it expires. When the algorithm cannot give a holder all it wants, the
 -- holder is told when the rest will be there; when the holders' demands add up to more than
 -- the nominal rate, each is told its max-min fair share of the rate, as a pace.
+-- An ask with a span (the quota service's, for an Envoy's token bucket) always gets a share of
+-- the whole rate: the max-min fair share, with what the holders' demands leave over split
+-- evenly among them; it is granted at most that share for the span, and stays in the ledger
+-- while it wants units, even holding none, so that its demand counts in the others' shares.
 -- Answers per ask (reply() in prelude.lua): granted, lease_ms, more_in_ms, limit, remaining,
--- pace_us, held (of the units the ask said were held, those the ledger still counted).
+-- pace_us, held (of the units the ask said were held, those the ledger still counted), and
+-- the share (units a second, times 1000; 0 unless the ask has a span).
 
 local POOL = '#pool'
 
@@ -32,7 +38,7 @@ end
 
 -- The max-min fair share of `capacity` among `demands` of the demand at index `own`: the
 -- smallest demands are met in full, the rest share what is left evenly.
-local function fair_share(demands, own, capacity)
+local function fair_share(demands, own, capacity, spread)
   local order = {}
   for i = 1, #demands do
     order[i] = i
@@ -41,14 +47,15 @@ local function fair_share(demands, own, capacity)
     return demands[a] < demands[b]
   end)
   local left = capacity
+  local given = {}
   for k, i in ipairs(order) do
-    local given = math.min(demands[i], left / (#demands - k + 1))
-    if i == own then
-      return given
-    end
-    left = left - given
+    given[i] = math.min(demands[i], left / (#demands - k + 1))
+    left = left - given[i]
   end
-  return 0
+  if spread then
+    return given[own] + left / #demands
+  end
+  return given[own]
 end
 
 local function lease(key, ledger, now, holder, run, ask, p)
@@ -87,7 +94,22 @@ local function lease(key, ledger, now, holder, run, ask, p)
     pool = pool + returning
     pool_expires = now + ttl
   end
+  -- The holders' demands, and this holder's share of the rate when they are over it (or
+  -- always, with a span).
+  local capacity = ask.nominal_units * 1000000 / ask.nominal_period
+  local spread = ask.span > 0
+  local total = 0
+  for _, d in ipairs(demands) do
+    total = total + d
+  end
+  local share = 0
+  if capacity > 0 and (spread or total > capacity) then
+    share = fair_share(demands, 1, capacity, spread)
+  end
   local wanted = math.max(0, math.min(want, max_units - held))
+  if spread then
+    wanted = math.min(wanted, math.floor(share * ask.span / 1000000))
+  end
   local from_pool = math.min(wanted, pool)
   pool = pool - from_pool
   local outstanding = others + pool + held + from_pool
@@ -112,21 +134,15 @@ local function lease(key, ledger, now, holder, run, ask, p)
   -- When the holders together ask for more than the nominal rate, the key is over its
   -- limit: each holder spends at its fair share of the rate, so that the holders together
   -- admit as evenly as the algorithm does, not in a bunch after each grant.
-  local capacity = ask.nominal_units * 1000000 / ask.nominal_period
-  local total = 0
-  for _, d in ipairs(demands) do
-    total = total + d
-  end
   local pace = 0
-  if capacity > 0 and total > capacity then
-    local share = fair_share(demands, 1, capacity)
-    if share > 0 then
-      pace = math.ceil(1000000 / share)
-    end
+  if share > 0 and total > capacity then
+    pace = math.ceil(1000000 / share)
   end
 
   mine = held + granted
-  if mine > 0 then
+  -- A holder with a span stays while it wants units: its demand is its claim to a share.
+  local stays = mine > 0 or (spread and ask.demand > 0)
+  if stays then
     redis.call('HSET', ledger, holder, string.format('%d:%d:%d', mine, now + ttl, ask.demand))
   else
     redis.call('HDEL', ledger, holder)
@@ -136,9 +152,9 @@ local function lease(key, ledger, now, holder, run, ask, p)
   elseif returning > 0 or from_pool > 0 then
     redis.call('HDEL', ledger, POOL)
   end
-  if mine > 0 or pool > 0 then
+  if stays or pool > 0 then
     local last = others_expire
-    if mine > 0 then
+    if stays then
       last = math.max(last, now + ttl)
     end
     if pool > 0 then
@@ -146,7 +162,11 @@ local function lease(key, ledger, now, holder, run, ask, p)
     end
     redis.call('PEXPIRE', ledger, ttl_ms(last - now))
   end
-  return {granted, ceil_ms(ttl), more_in, answer[2], answer[3], pace, held}
+  local share_milli = 0
+  if spread then
+    share_milli = math.floor(share * 1000)
+  end
+  return {granted, ceil_ms(ttl), more_in, answer[2], answer[3], pace, held, share_milli}
 end
 
 local now = clock(ARGV[1])
@@ -155,10 +175,10 @@ local n = tonumber(ARGV[3])
 local out = {}
 local at = 4
 for i = 1, n do
-  local count = tonumber(ARGV[at + 10])
+  local count = tonumber(ARGV[at + 11])
   local p = {}
   for j = 1, count do
-    p[j] = tonumber(ARGV[at + 10 + j])
+    p[j] = tonumber(ARGV[at + 11 + j])
   end
   local ask = {
     want = tonumber(ARGV[at + 1]),
@@ -170,10 +190,11 @@ for i = 1, n do
     ttl = tonumber(ARGV[at + 7]),
     nominal_units = tonumber(ARGV[at + 8]),
     nominal_period = tonumber(ARGV[at + 9]),
+    span = tonumber(ARGV[at + 10]),
   }
   local grant = lease(KEYS[2 * i - 1], KEYS[2 * i], now, holder, ALGORITHMS[tonumber(ARGV[at])],
     ask, p)
   out[i] = grant
-  at = at + 11 + count
+  at = at + 12 + count
 end
-return reply(out, '%d %d %d %d %d %d %d')
+return reply(out, '%d %d %d %d %d %d %d %d')

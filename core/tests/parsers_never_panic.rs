@@ -139,6 +139,7 @@ fn any_grant() -> impl Strategy<Value = LeaseGrant> {
             remaining,
             pace_us,
             kept,
+            share_per_ks: 0,
         },
     )
 }

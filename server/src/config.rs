@@ -11,6 +11,8 @@ use sluice_core::duration::Millis;
 use sluice_core::rls::answer::RlsHeaders;
 
 use crate::pem;
+use crate::rlqs::RlqsState;
+use crate::rlqs::config::WatchedConfig as RlqsWatchedConfig;
 use crate::rls::RlsState;
 use crate::rls::config::WatchedConfig;
 use crate::store::{Credentials, ScriptCalls, Topology};
@@ -170,7 +172,13 @@ pub struct Args {
     #[arg(long, env = "SLUICE_RLS_CONFIG", value_delimiter = ',')]
     pub rls_config: Vec<PathBuf>,
 
-    /// How often the rate limit configuration's files are checked for changes.
+    /// Serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3), for its
+    /// `rate_limit_quota` filter, with this configuration (docs/rlqs.md): files, or directories
+    /// of .yaml/.yml files (comma-separated).
+    #[arg(long, env = "SLUICE_RLQS_CONFIG", value_delimiter = ',')]
+    pub rlqs_config: Vec<PathBuf>,
+
+    /// How often the rate limit and quota configurations' files are checked for changes.
     #[arg(long, env = "SLUICE_RLS_RELOAD_EVERY", default_value = "1s")]
     pub rls_reload_every: Millis,
 
@@ -189,7 +197,7 @@ pub struct Args {
     pub rls_local_cache: usize,
 
     /// Serve the gRPC API on this address alone, not on --listen's.
-    #[arg(long, env = "SLUICE_GRPC_LISTEN", requires = "rls_config")]
+    #[arg(long, env = "SLUICE_GRPC_LISTEN")]
     pub grpc_listen: Option<SocketAddr>,
 
     /// Serve TLS with this PEM certificate (chain), with --tls-key: on every listener, or on
@@ -274,6 +282,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Envoy's gRPC rate limit service, with its configuration loaded.
     pub rls: Option<Arc<RlsState>>,
+    /// Envoy's Rate Limit Quota Service, with its configuration loaded.
+    pub rlqs: Option<Arc<RlqsState>>,
     /// TLS on the listeners.
     pub tls: Option<ListenerTls>,
     /// How long the server polls after each Redis call instead of sleeping, if it does
@@ -300,6 +310,7 @@ impl ServerConfig {
             replay_time: false,
             shutdown_grace: Duration::from_secs(10),
             rls: None,
+            rlqs: None,
             tls: None,
             busy_poll: None,
             idle_timeout: Duration::from_secs(30),
@@ -347,6 +358,12 @@ impl TryFrom<&Args> for ServerConfig {
     type Error = FlagError;
 
     fn try_from(args: &Args) -> Result<ServerConfig, FlagError> {
+        if args.grpc_listen.is_some() && args.rls_config.is_empty() && args.rlqs_config.is_empty() {
+            return Err(FlagError::new(
+                "--grpc-listen",
+                "serves the gRPC APIs, and needs --rls-config or --rlqs-config",
+            ));
+        }
         if args.request_timeout.as_millis() <= args.redis_timeout.as_millis() {
             return Err(FlagError::RequestTimeout {
                 request: args.request_timeout,
@@ -424,6 +441,7 @@ impl TryFrom<&Args> for ServerConfig {
             replay_time: args.replay_time,
             shutdown_grace: Duration::from_millis(args.shutdown_grace.as_millis()),
             rls: rls_state(args)?,
+            rlqs: rlqs_state(args)?,
             tls: listener_tls(args)?,
             busy_poll: (args.busy_poll_us > 0).then(|| Duration::from_micros(args.busy_poll_us)),
             idle_timeout: Duration::from_millis(args.idle_timeout.as_millis()),
@@ -482,6 +500,18 @@ fn log_filter(text: &str) -> Result<String, String> {
     tracing_subscriber::EnvFilter::try_new(text)
         .map(|_| text.to_owned())
         .map_err(|e| e.to_string())
+}
+
+fn rlqs_state(args: &Args) -> Result<Option<Arc<RlqsState>>, FlagError> {
+    if args.rlqs_config.is_empty() {
+        return Ok(None);
+    }
+    let config = RlqsWatchedConfig::load(args.rlqs_config.clone())
+        .map_err(|e| FlagError::new("--rlqs-config", e.to_string()))?;
+    Ok(Some(Arc::new(RlqsState {
+        config: Arc::new(config),
+        poll: Duration::from_millis(args.rls_reload_every.as_millis().max(1)),
+    })))
 }
 
 fn rls_state(args: &Args) -> Result<Option<Arc<RlsState>>, FlagError> {

@@ -21,6 +21,7 @@ use sluice_core::wire::{
 use crate::engine::Engine;
 use crate::log_throttle::FailureWarnings;
 use crate::metrics::Metrics;
+use crate::rlqs::RlqsState;
 use crate::rls::{RlsState, unary};
 
 /// What the handlers share.
@@ -35,6 +36,8 @@ pub struct AppState {
     pub replay_time: bool,
     /// Envoy's gRPC rate limit service, when configured.
     pub rls: Option<Arc<RlsState>>,
+    /// Envoy's Rate Limit Quota Service, when configured.
+    pub rlqs: Option<Arc<RlqsState>>,
     /// Warnings of failed requests, written at most once a second each.
     pub failure_warnings: Arc<FailureWarnings>,
 }

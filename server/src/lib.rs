@@ -53,6 +53,7 @@ use crate::config_files::Reload;
 use crate::engine::Engine;
 use crate::http::{AppState, Service, Shortcuts, router};
 use crate::metrics::Metrics;
+use crate::rlqs::RlqsState;
 use crate::rls::RlsState;
 use crate::store::Store;
 use crate::tls::{ConnectionLimits, Listening, TlsFor};
@@ -204,6 +205,9 @@ pub async fn serve_thread(
     if let Some(rls) = state.rls.as_ref().filter(|_| thread.primary) {
         background.push(watch_rls_config(rls, &state.metrics));
     }
+    if let Some(rlqs) = state.rlqs.as_ref().filter(|_| thread.primary) {
+        background.push(watch_rlqs_config(rlqs));
+    }
     if let Some(tls) = config.tls.as_ref().filter(|_| thread.primary) {
         background.push(tls.keep_reloading());
     }
@@ -292,19 +296,23 @@ pub async fn serve_thread(
     result
 }
 
-/// The rate limit service and gRPC health checking, as routes, and the task that keeps the
-/// health status.
+/// The rate limit and quota services and gRPC health checking, as routes, and the task that
+/// keeps the health status.
 fn grpc_router(state: &Arc<AppState>) -> (axum::Router, JoinHandle<()>) {
     let (health, health_task) = rls::service::health_service(state, HEALTH_CHECK_EVERY);
     let rate_limit = rls::service::rate_limit_service(Arc::clone(state));
+    let quota = rlqs::service::rate_limit_quota_service(Arc::clone(state));
     let route = |name: &str| format!("/{name}/{{*method}}");
     let router = axum::Router::new()
         .route_service(&route(RATE_LIMIT_SERVICE), rate_limit)
+        .route_service(&route(QUOTA_SERVICE), quota)
         .route_service(&route(HEALTH_SERVICE), health);
     (router, health_task)
 }
 
 const RATE_LIMIT_SERVICE: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rls::service::RlsService> as tonic::server::NamedService>::NAME;
+/// The quota service's name, as gRPC health checking reports it.
+pub const QUOTA_SERVICE: &str = <envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer<rlqs::service::RlqsService> as tonic::server::NamedService>::NAME;
 const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
 const HEALTH_CHECK_EVERY: Duration = Duration::from_secs(2);
 
@@ -325,6 +333,18 @@ fn watch_rls_config(rls: &Arc<RlsState>, metrics: &Arc<Metrics>) -> JoinHandle<(
         Reload::Failed(e) => {
             metrics.rls().config_load(false);
             tracing::error!(error = %e, "rate limit configuration not reloaded; the previous one stays in force");
+        }
+        Reload::Unchanged => {}
+    })
+}
+
+/// Reloads the quota configuration when its files change; streams take the new one at their
+/// next report.
+fn watch_rlqs_config(rlqs: &Arc<RlqsState>) -> JoinHandle<()> {
+    rlqs.config.keep_watching(rlqs.poll, move |reload| match reload {
+        Reload::Loaded => tracing::info!("quota configuration reloaded"),
+        Reload::Failed(e) => {
+            tracing::error!(error = %e, "quota configuration not reloaded; the previous one stays in force");
         }
         Reload::Unchanged => {}
     })
@@ -358,6 +378,7 @@ fn app_state(config: &ServerConfig, thread: &ServerThread) -> Arc<AppState> {
         token: config.token.clone(),
         replay_time: config.replay_time,
         rls: config.rls.clone(),
+        rlqs: config.rlqs.clone(),
         failure_warnings: Arc::clone(&thread.failure_warnings),
     })
 }

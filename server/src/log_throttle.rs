@@ -58,6 +58,8 @@ pub struct FailureWarnings {
     pub lease: LogThrottle,
     /// Envoy's `ShouldRateLimit`.
     pub should_rate_limit: LogThrottle,
+    /// The quota service's fundings.
+    pub quota_funding: LogThrottle,
 }
 
 #[cfg(test)]

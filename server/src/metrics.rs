@@ -16,6 +16,7 @@ use prometheus_client::registry::Registry;
 use sluice_core::wire::{LeaseAsk, LeaseGrant};
 
 use crate::label_budget::LabelBudget;
+use crate::rlqs::stats::RlqsStats;
 use crate::rls::stats::RlsStats;
 use crate::store::StoreError;
 
@@ -65,6 +66,7 @@ pub struct Metrics {
     decision_rules: LabelBudget,
     lease_rules: LabelBudget,
     rls: RlsStats,
+    rlqs: RlqsStats,
 }
 
 impl Default for Metrics {
@@ -165,6 +167,7 @@ impl Default for Metrics {
             decision_rules: budget("decision_rule"),
             lease_rules: budget("lease_rule"),
             rls: RlsStats::new(budget("stats_key")),
+            rlqs: RlqsStats::default(),
             registry,
             split_decision_races,
             tls_handshake_failures,
@@ -302,12 +305,18 @@ impl Metrics {
         &self.rls
     }
 
+    /// The quota service's metrics.
+    pub fn rlqs(&self) -> &RlqsStats {
+        &self.rlqs
+    }
+
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = encode_registry(&mut text, &self.registry);
         let _ = encode_registry(&mut text, self.rls.registry());
+        let _ = encode_registry(&mut text, self.rlqs.registry());
         let _ = encode_eof(&mut text);
         text
     }

@@ -18,6 +18,7 @@ mod network;
 mod redis_access;
 mod redis_cell;
 mod resilience;
+mod rlqs;
 mod rls;
 mod tls;
 mod unfit_redis;

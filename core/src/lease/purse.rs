@@ -126,6 +126,7 @@ mod tests {
             remaining: 900,
             pace_us,
             kept: None,
+            share_per_ks: 0,
         };
         a.grant(0, &grant);
         a

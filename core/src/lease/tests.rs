@@ -22,6 +22,7 @@ fn grant(granted: u64, lease_ms: u64, more_in_ms: u64) -> LeaseGrant {
         remaining: 40,
         pace_us: 0,
         kept: None,
+        share_per_ks: 0,
     }
 }
 

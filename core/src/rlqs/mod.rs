@@ -30,6 +30,7 @@
 //! assert!(config.rule_for("elsewhere", &other).is_none());
 //! ```
 
+pub mod bucket;
 pub mod raw;
 pub mod report;
 pub mod token_bucket;
@@ -139,16 +140,24 @@ impl RlqsConfig {
             .map(|(name, domain)| (name.as_str(), domain))
     }
 
+    /// The domain named `name`, if configured.
+    pub fn domain(&self, name: &str) -> Option<&Domain> {
+        self.domains.get(name)
+    }
+
     /// The rule that gives `bucket` of `domain` its quota; `None` for a domain not configured.
     pub fn rule_for(&self, domain: &str, bucket: &BTreeMap<String, String>) -> Option<&BucketRule> {
-        let domain = self.domains.get(domain)?;
-        Some(
-            domain
-                .rules
-                .iter()
-                .find(|rule| rule.covers(bucket))
-                .unwrap_or(&domain.default),
-        )
+        self.domain(domain).map(|domain| domain.rule_for(bucket))
+    }
+}
+
+impl Domain {
+    /// The rule that gives `bucket` its quota: the first that covers it, else the default.
+    pub fn rule_for(&self, bucket: &BTreeMap<String, String>) -> &BucketRule {
+        self.rules
+            .iter()
+            .find(|rule| rule.covers(bucket))
+            .unwrap_or(&self.default)
     }
 }
 

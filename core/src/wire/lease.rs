@@ -61,6 +61,12 @@ pub struct LeaseAsk {
     /// shares the limit's rate among holders when the key is over it.
     #[serde(default)]
     pub demand: u64,
+    /// When set, the holder takes a share of the limit's rate however little it asks for:
+    /// its max-min fair share, with what the holders' demands leave over split evenly among
+    /// them, granted for this many milliseconds at most (the quota service funds each refill
+    /// of an Envoy's token bucket so). 0: the holder asks for units as it needs them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub share_span_ms: u64,
 }
 
 /// The answers, one per ask, in order.
@@ -102,6 +108,14 @@ pub struct LeaseGrant {
     /// does unless a renewal comes late.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<u64>,
+    /// For an ask with a `share_span_ms`: the holder's share of the limit's rate, in units a
+    /// thousand seconds. 0 otherwise.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub share_per_ks: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_holder(name: &str) -> bool {
@@ -161,6 +175,15 @@ impl LeaseRequest {
         for (i, ask) in request.asks.iter().enumerate() {
             if let Some(reason) = lease_refusal(&ask.limit, &ask.terms) {
                 return Err(WireError::at(format!("asks[{i}]"), reason));
+            }
+            if ask.share_span_ms > MAX_LEASE_TTL_MS {
+                return Err(WireError::at(
+                    format!("asks[{i}].share_span_ms"),
+                    format!(
+                        "must be at most {MAX_LEASE_TTL_MS}, not {}",
+                        ask.share_span_ms
+                    ),
+                ));
             }
             if ask.demand > MAX_AMOUNT {
                 return Err(WireError::at(

@@ -96,6 +96,7 @@ fn grant(granted: u64) -> LeaseGrant {
         remaining: 500,
         pace_us: 0,
         kept: None,
+        share_per_ks: 0,
     }
 }
 

@@ -207,6 +207,7 @@ impl Leases {
                     held: terms.held,
                     returning: terms.returning,
                     demand: terms.demand,
+                    share_span_ms: 0,
                 });
                 call.sent.push(Sent {
                     slot: slot.to_owned(),
@@ -274,6 +275,7 @@ impl Leases {
                 held: 0,
                 returning,
                 demand: 0,
+                share_span_ms: 0,
             });
             call.sent.push(Sent {
                 slot: String::new(),

@@ -37,8 +37,8 @@ pub fn rate_limit_service(state: Arc<AppState>) -> RateLimitServiceServer<RlsSer
 }
 
 /// The health service, reporting the server as a whole (`""`) serving while decisions succeed
-/// (as `/readyz`: [`crate::engine::Engine::ready`]), and the rate limit service too when it has
-/// a configuration; and a task checking every `every`.
+/// (as `/readyz`: [`crate::engine::Engine::ready`]), and the rate limit and quota services too
+/// when each has a configuration; and a task checking every `every`.
 pub fn health_service(
     state: &Arc<AppState>,
     every: Duration,
@@ -49,6 +49,7 @@ pub fn health_service(
     let (reporter, service) = tonic_health::server::health_reporter();
     let weak = Arc::downgrade(state);
     let configured = state.rls.is_some();
+    let quotas = state.rlqs.is_some();
     let task = tokio::spawn(async move {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -61,24 +62,29 @@ pub fn health_service(
                 Ok(()) => ServingStatus::Serving,
                 Err(_) => ServingStatus::NotServing,
             };
-            report(&reporter, status, configured).await;
+            report(&reporter, status, configured, quotas).await;
         }
     });
     (service, task)
 }
 
-async fn report(reporter: &HealthReporter, status: ServingStatus, configured: bool) {
+async fn report(reporter: &HealthReporter, status: ServingStatus, rls: bool, rlqs: bool) {
     reporter.set_service_status("", status).await;
-    let service = if configured {
-        status
-    } else {
-        ServingStatus::NotServing
+    let served = |configured: bool| {
+        if configured {
+            status
+        } else {
+            ServingStatus::NotServing
+        }
     };
     reporter
         .set_service_status(
             <RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME,
-            service,
+            served(rls),
         )
+        .await;
+    reporter
+        .set_service_status(crate::QUOTA_SERVICE, served(rlqs))
         .await;
 }
 

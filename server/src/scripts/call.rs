@@ -246,8 +246,10 @@ impl LeaseCall {
             call.held.push(ask.held);
             let params = script_params(&ask.limit);
             // The buckets' over-limit regime is a steady rate, which holders over it share as
-            // a pace; windows admit in bursts by design, and are never paced (0 units).
+            // a pace; windows admit in bursts by design, and are never paced (0 units). A
+            // share for a span is of the nominal rate, whatever the algorithm.
             let (units, period) = match ask.limit {
+                _ if ask.share_span_ms > 0 => ask.limit.nominal_rate(),
                 Limit::TokenBucket(_) | Limit::LeakyBucket(_) | Limit::Gcra(_) => {
                     ask.limit.nominal_rate()
                 }
@@ -265,6 +267,7 @@ impl LeaseCall {
                 ask.terms.ttl.as_micros().unsigned_abs(),
                 units,
                 period.as_micros().unsigned_abs(),
+                ask.share_span_ms.saturating_mul(1000),
                 params.len() as u64,
             ] {
                 call.args.push(number(n));
@@ -289,7 +292,7 @@ impl LeaseCall {
         numbers
             .chunks_exact(LEASE_NUMBERS)
             .zip(&self.held)
-            .map(|(seven, &held)| grant(seven, held).ok_or_else(|| BadReply::of(reply)))
+            .map(|(eight, &held)| grant(eight, held).ok_or_else(|| BadReply::of(reply)))
             .collect()
     }
 }

@@ -1,0 +1,59 @@
+//! Assignments as the protobuf bucket actions Envoy's filter takes.
+
+use std::collections::BTreeMap;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
+    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+};
+use envoy_types::pb::google::protobuf::{Duration, UInt32Value};
+use sluice_core::rlqs::bucket::{ASSIGNMENT_TTL_S, Assignment};
+
+/// The action assigning `assignment` to bucket `id`, for [`ASSIGNMENT_TTL_S`]: Envoy ignores an
+/// assignment without a time to live.
+pub fn assign(id: &BTreeMap<String, String>, assignment: &Assignment) -> BucketAction {
+    let strategy = match assignment {
+        Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
+        Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
+        Assignment::TokenBucket(bucket) => Strategy::TokenBucket(TokenBucket {
+            max_tokens: bucket.max_tokens,
+            tokens_per_fill: Some(UInt32Value {
+                value: bucket.tokens_per_fill,
+            }),
+            fill_interval: Some(seconds(u64::from(bucket.fill_interval_s))),
+        }),
+    };
+    BucketAction {
+        bucket_id: Some(bucket_id(id)),
+        bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(seconds(ASSIGNMENT_TTL_S)),
+            rate_limit_strategy: Some(RateLimitStrategy {
+                strategy: Some(strategy),
+            }),
+        })),
+    }
+}
+
+/// The action telling the Envoy to forget bucket `id`.
+pub fn abandon(id: &BTreeMap<String, String>) -> BucketAction {
+    BucketAction {
+        bucket_id: Some(bucket_id(id)),
+        bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+    }
+}
+
+fn bucket_id(id: &BTreeMap<String, String>) -> BucketId {
+    BucketId {
+        bucket: id.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    }
+}
+
+fn seconds(s: u64) -> Duration {
+    Duration {
+        seconds: i64::try_from(s).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}

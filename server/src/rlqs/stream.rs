@@ -1,0 +1,247 @@
+//! One Envoy's quota stream: its reports in, its buckets' assignments out.
+//!
+//! The stream is one holder in each of its buckets' lease ledgers. Once a second it funds the
+//! refills that are due (one lease call for all of them) and sends the assignments that
+//! changed or are due for renewal; a report is taken in at once, and a new bucket is funded
+//! and assigned at once, since the Envoy serves it by its `no_assignment_behavior` until then.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use sluice_core::rlqs::bucket::Bucket;
+use sluice_core::rlqs::report::Report;
+use sluice_core::rlqs::{DEFAULT_IDLE_AFTER_MS, RlqsConfig};
+use sluice_core::wire::{LeaseRequest, MAX_ASKS};
+use tokio::sync::mpsc;
+use tokio::time::MissedTickBehavior;
+use tonic::{Status, Streaming};
+
+use super::RlqsState;
+use super::action::{abandon, assign};
+use super::report::from_proto;
+use crate::http::AppState;
+
+/// How often a stream funds its buckets' refills and renews their assignments.
+pub const STEP_EVERY: Duration = Duration::from_secs(1);
+
+/// What the stream sends: assignments, or the status that ends it.
+pub type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
+
+/// A (domain, bucket id).
+type BucketName = (String, BTreeMap<String, String>);
+
+/// One Envoy's stream and its buckets.
+struct EnvoyStream {
+    state: Arc<AppState>,
+    /// This stream's name in the lease ledgers.
+    holder: String,
+    buckets: HashMap<BucketName, Bucket>,
+    opened: Instant,
+}
+
+/// Serves one stream until the Envoy closes it, it goes away, or sends what is refused.
+pub async fn serve(
+    state: Arc<AppState>,
+    rlqs: Arc<RlqsState>,
+    mut inbound: Streaming<RateLimitQuotaUsageReports>,
+    outbound: Outbound,
+) {
+    let mut stream = EnvoyStream::open(state);
+    let mut steps = tokio::time::interval(STEP_EVERY);
+    steps.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        let actions = tokio::select! {
+            message = inbound.message() => {
+                let message = match message {
+                    Ok(Some(message)) => message,
+                    // The Envoy closed its side, or the connection went.
+                    Ok(None) | Err(_) => return,
+                };
+                let config = rlqs.config.current();
+                if let Err(status) = stream.take_report(message, &config) {
+                    stream.state.metrics.rlqs().refused();
+                    tracing::debug!(%status, "quota report refused");
+                    let _ = outbound.send(Err(status)).await;
+                    return;
+                }
+                stream.step(&config).await
+            }
+            _ = steps.tick() => stream.step(&rlqs.config.current()).await,
+            () = outbound.closed() => return,
+        };
+        if !actions.is_empty() {
+            let response = RateLimitQuotaResponse {
+                bucket_action: actions,
+            };
+            if outbound.send(Ok(response)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl EnvoyStream {
+    fn open(state: Arc<AppState>) -> EnvoyStream {
+        state.metrics.rlqs().stream(true);
+        EnvoyStream {
+            state,
+            holder: holder_name(),
+            buckets: HashMap::new(),
+            opened: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Takes in one report: each bucket's use, under the rule the configuration now gives it.
+    fn take_report(
+        &mut self,
+        message: RateLimitQuotaUsageReports,
+        config: &RlqsConfig,
+    ) -> Result<(), Status> {
+        let Report { domain, usages } = from_proto(message)?;
+        let Some(rules) = config.domain(&domain) else {
+            return Err(Status::invalid_argument(format!(
+                "domain: `{domain}` is not a domain of this server's --rlqs-config"
+            )));
+        };
+        let stats = self.state.metrics.rlqs();
+        stats.report();
+        let now_ms = self.now_ms();
+        for usage in usages {
+            let rule = rules.rule_for(&usage.bucket);
+            stats.usage(&domain, rule.name.as_str(), usage.allowed, usage.denied);
+            let name = (domain.clone(), usage.bucket.clone());
+            let bucket = match self.buckets.get_mut(&name) {
+                Some(bucket) => {
+                    bucket.follow(&name.0, &name.1, rule, now_ms);
+                    bucket
+                }
+                None => {
+                    stats.buckets(1);
+                    let bucket = Bucket::new(&name.0, &name.1, rule, now_ms);
+                    self.buckets.entry(name.clone()).or_insert(bucket)
+                }
+            };
+            bucket.report(&usage, now_ms);
+        }
+        Ok(())
+    }
+
+    /// Abandons idle buckets, funds the refills due, and gives the actions to send.
+    async fn step(&mut self, config: &RlqsConfig) -> Vec<BucketAction> {
+        let now_ms = self.now_ms();
+        let mut actions = self.abandon_idle(config, now_ms);
+        let stats = self.state.metrics.rlqs();
+        for ((domain, id), bucket) in &mut self.buckets {
+            if let Some(assignment) = bucket.blanket()
+                && bucket.due(&assignment, now_ms)
+            {
+                stats.assigned(
+                    domain,
+                    bucket.rule.as_str(),
+                    &assignment,
+                    bucket.last_sent(),
+                );
+                bucket.sent(assignment, now_ms);
+                actions.push(assign(id, &assignment));
+            }
+        }
+        let due: Vec<_> = self
+            .buckets
+            .iter()
+            .filter_map(|(name, bucket)| Some((name.clone(), bucket.funding_ask(now_ms)?)))
+            .collect();
+        for chunk in due.chunks(MAX_ASKS) {
+            let request = LeaseRequest {
+                holder: self.holder.clone(),
+                asks: chunk.iter().map(|(_, ask)| ask.clone()).collect(),
+            };
+            let grants = match self.state.engine.lease(&request, None).await {
+                Ok(response) => response.grants,
+                Err(e) => {
+                    stats.funding_failed();
+                    if let Some(left_out) = self
+                        .state
+                        .failure_warnings
+                        .quota_funding
+                        .due(Instant::now())
+                    {
+                        tracing::warn!(error = %e, left_out, "quota funding failed: Envoys keep their assignments until they lapse");
+                    }
+                    continue;
+                }
+            };
+            for ((name, _), grant) in chunk.iter().zip(&grants) {
+                let Some(bucket) = self.buckets.get_mut(name) else {
+                    continue;
+                };
+                if let Some(assignment) = bucket.funded(grant, now_ms)
+                    && bucket.due(&assignment, now_ms)
+                {
+                    stats.assigned(
+                        &name.0,
+                        bucket.rule.as_str(),
+                        &assignment,
+                        bucket.last_sent(),
+                    );
+                    bucket.sent(assignment, now_ms);
+                    actions.push(assign(&name.1, &assignment));
+                }
+            }
+        }
+        actions
+    }
+
+    /// Forgets the buckets no report has shown a request for in their domain's `idle_after`,
+    /// telling the Envoy to forget them too.
+    fn abandon_idle(&mut self, config: &RlqsConfig, now_ms: u64) -> Vec<BucketAction> {
+        let stats = self.state.metrics.rlqs();
+        let mut actions = Vec::new();
+        self.buckets.retain(|(domain, id), bucket| {
+            let idle_after = config.domain(domain).map(|d| d.idle_after);
+            let idle_after =
+                idle_after.or(sluice_core::duration::Millis::new(DEFAULT_IDLE_AFTER_MS));
+            let idle = idle_after.is_some_and(|after| bucket.idle(now_ms, after));
+            if idle {
+                stats.forgotten(domain, bucket.rule.as_str(), bucket.last_sent(), true);
+                stats.buckets(-1);
+                actions.push(abandon(id));
+            }
+            !idle
+        });
+        actions
+    }
+}
+
+impl Drop for EnvoyStream {
+    fn drop(&mut self) {
+        let stats = self.state.metrics.rlqs();
+        for ((domain, _), bucket) in &self.buckets {
+            stats.forgotten(domain, bucket.rule.as_str(), bucket.last_sent(), false);
+        }
+        stats.buckets(-(self.buckets.len() as i64));
+        stats.stream(false);
+    }
+}
+
+/// A name no other stream has, on this server or another: the holder in the ledgers.
+fn holder_name() -> String {
+    static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static STREAMS: AtomicU64 = AtomicU64::new(0);
+    let process = *PROCESS.get_or_init(|| RandomState::new().hash_one(std::process::id()));
+    format!(
+        "rlqs:{process:016x}:{}",
+        STREAMS.fetch_add(1, Ordering::Relaxed)
+    )
+}

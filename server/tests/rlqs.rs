@@ -1,0 +1,403 @@
+//! Envoy's Rate Limit Quota Service against a real redis-server, through the client stubs
+//! `envoy-types` generates from Envoy's protos: shares funded from the limit, blanket quotas,
+//! abandonment, refusals and health. (Envoy itself drives it in tests/e2e/rlqs_envoy.rs.)
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::server;
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use futures::channel::mpsc;
+use sluice_harness::RedisServer;
+use sluice_server::RunningServer;
+use sluice_server::rlqs::RlqsState;
+use sluice_server::rlqs::config::WatchedConfig;
+use sluice_server::store::Topology;
+use tonic::{Code, Streaming};
+
+const SHOP: &str = "domain: shop\n\
+buckets:\n\
+\x20 - match: {name: open}\n\
+\x20   allow: all\n\
+\x20 - match: {name: per-key, key: \"*\"}\n\
+\x20   name: per-key\n\
+\x20   limit: {algorithm: gcra, rate: 20, per: 1s, burst: 20}\n\
+default: {deny: all}\n";
+
+async fn start(
+    config: &str,
+    tune: impl FnOnce(&mut sluice_server::ServerConfig),
+) -> (tempfile::TempDir, RedisServer, RunningServer) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("shop.yaml"), config).unwrap();
+    let redis = RedisServer::start().unwrap();
+    let rlqs = Arc::new(RlqsState {
+        config: Arc::new(WatchedConfig::load(vec![dir.path().to_owned()]).unwrap()),
+        poll: Duration::from_millis(50),
+    });
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.rlqs = Some(rlqs);
+        tune(c);
+    })
+    .await;
+    (dir, redis, server)
+}
+
+/// One Envoy's side of a quota stream.
+struct Envoy {
+    reports: mpsc::UnboundedSender<RateLimitQuotaUsageReports>,
+    answers: Streaming<RateLimitQuotaResponse>,
+}
+
+type Id<'a> = &'a [(&'a str, &'a str)];
+
+fn id(entries: Id) -> BucketId {
+    BucketId {
+        bucket: entries
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+impl Envoy {
+    async fn connect(server: &RunningServer) -> Result<Envoy, tonic::Status> {
+        Envoy::connect_with(server, None).await
+    }
+
+    async fn connect_with(
+        server: &RunningServer,
+        token: Option<&str>,
+    ) -> Result<Envoy, tonic::Status> {
+        let mut client = RateLimitQuotaServiceClient::connect(server.url())
+            .await
+            .unwrap();
+        let (reports, inbound) = mpsc::unbounded();
+        let mut request = tonic::Request::new(inbound);
+        if let Some(token) = token {
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        }
+        let answers = client.stream_rate_limit_quotas(request).await?.into_inner();
+        Ok(Envoy { reports, answers })
+    }
+
+    /// Reports each bucket's (allowed, denied) over `elapsed_s`.
+    fn report(&self, domain: &str, elapsed_s: i64, usages: &[(Id, u64, u64)]) {
+        let message = RateLimitQuotaUsageReports {
+            domain: domain.to_owned(),
+            bucket_quota_usages: usages
+                .iter()
+                .map(|(bucket, allowed, denied)| BucketQuotaUsage {
+                    bucket_id: Some(id(bucket)),
+                    time_elapsed: Some(ProtoDuration {
+                        seconds: elapsed_s,
+                        nanos: 0,
+                    }),
+                    num_requests_allowed: *allowed,
+                    num_requests_denied: *denied,
+                })
+                .collect(),
+        };
+        self.reports.unbounded_send(message).unwrap();
+    }
+
+    /// The actions for `bucket` that arrive within `within`, in order.
+    async fn actions_for(&mut self, bucket: Id<'_>, within: Duration) -> Vec<Action> {
+        let wanted = id(bucket);
+        self.actions(within)
+            .await
+            .into_iter()
+            .filter(|(id, _)| *id == wanted)
+            .map(|(_, action)| action)
+            .collect()
+    }
+
+    /// Every action that arrives within `within`, in order.
+    async fn actions(&mut self, within: Duration) -> Vec<(BucketId, Action)> {
+        let mut seen = Vec::new();
+        let _ = tokio::time::timeout(within, async {
+            while let Some(response) = self.answers.message().await.unwrap() {
+                seen.extend(
+                    response
+                        .bucket_action
+                        .into_iter()
+                        .map(|a| (a.bucket_id.unwrap(), a.bucket_action.unwrap())),
+                );
+            }
+        })
+        .await;
+        seen
+    }
+
+    /// The first action for `bucket`, waiting up to 5 s.
+    async fn first_for(&mut self, bucket: Id<'_>) -> Action {
+        let wanted = id(bucket);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let response = self
+                    .answers
+                    .message()
+                    .await
+                    .unwrap()
+                    .expect("the stream ended");
+                if let Some(action) = response
+                    .bucket_action
+                    .into_iter()
+                    .find(|a| a.bucket_id.as_ref() == Some(&wanted))
+                {
+                    return action.bucket_action.unwrap();
+                }
+            }
+        })
+        .await
+        .expect("no action for the bucket within 5 s")
+    }
+
+    /// The status that ended the stream, waiting up to 5 s.
+    async fn ended_with(&mut self) -> tonic::Status {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Err(status) = self.answers.message().await {
+                    return status;
+                }
+            }
+        })
+        .await
+        .expect("the stream did not end")
+    }
+}
+
+/// The strategy an action assigns, with its time to live in seconds.
+fn strategy(action: &Action) -> (Strategy, i64) {
+    let Action::QuotaAssignmentAction(assignment) = action else {
+        panic!("not an assignment: {action:?}");
+    };
+    let ttl = assignment.assignment_time_to_live.unwrap().seconds;
+    (
+        assignment.rate_limit_strategy.unwrap().strategy.unwrap(),
+        ttl,
+    )
+}
+
+/// Requests a second a token bucket assignment refills.
+fn rate(action: &Action) -> f64 {
+    match strategy(action).0 {
+        Strategy::TokenBucket(b) => {
+            f64::from(b.tokens_per_fill.unwrap().value) / b.fill_interval.unwrap().seconds as f64
+        }
+        Strategy::BlanketRule(rule) if rule == BlanketRule::DenyAll as i32 => 0.0,
+        other => panic!("not a limit: {other:?}"),
+    }
+}
+
+const K1: Id = &[("name", "per-key"), ("key", "k1")];
+
+#[tokio::test]
+async fn a_new_bucket_is_funded_and_assigned_at_once_with_a_time_to_live() {
+    let (_dir, _redis, server) = start(SHOP, |_| {}).await;
+    let mut envoy = Envoy::connect(&server).await.unwrap();
+    envoy.report("shop", 0, &[(K1, 1, 0)]);
+    let action = envoy.first_for(K1).await;
+    let (Strategy::TokenBucket(bucket), ttl) = strategy(&action) else {
+        panic!("not a token bucket: {action:?}");
+    };
+    assert_eq!(
+        ttl, 10,
+        "Envoy ignores an assignment without a time to live"
+    );
+    assert_eq!(
+        (
+            bucket.max_tokens,
+            bucket.tokens_per_fill.unwrap().value,
+            bucket.fill_interval.unwrap().seconds
+        ),
+        (20, 20, 1),
+        "alone, the Envoy is funded the whole rate, a second at a time"
+    );
+}
+
+#[tokio::test]
+async fn two_envoys_share_a_limit_by_what_each_is_offered_and_never_more_than_it() {
+    let (_dir, _redis, server) = start(SHOP, |_| {}).await;
+    let mut a = Envoy::connect(&server).await.unwrap();
+    let mut b = Envoy::connect(&server).await.unwrap();
+    a.report("shop", 0, &[(K1, 1, 0)]);
+    a.first_for(K1).await;
+    b.report("shop", 0, &[(K1, 1, 0)]);
+    b.first_for(K1).await;
+    // Offered 100/s at A and 5/s at B: B gets its 5, A the 15 left.
+    a.report("shop", 5, &[(K1, 100, 400)]);
+    b.report("shop", 5, &[(K1, 25, 0)]);
+    let settle = Duration::from_millis(3500);
+    let (a_seen, b_seen) = tokio::join!(a.actions_for(K1, settle), b.actions_for(K1, settle));
+    let (a_rate, b_rate) = (rate(a_seen.last().unwrap()), rate(b_seen.last().unwrap()));
+    assert_eq!(b_rate, 5.0, "B's demand met in full");
+    assert!(
+        (14.0..=15.0).contains(&a_rate),
+        "A gets what is left: {a_rate}"
+    );
+    assert!(a_rate + b_rate <= 20.0);
+    // The traffic moves to B: the shares follow at the next reports.
+    a.report("shop", 5, &[(K1, 10, 0)]);
+    b.report("shop", 5, &[(K1, 25, 475)]);
+    let (a_seen, b_seen) = tokio::join!(a.actions_for(K1, settle), b.actions_for(K1, settle));
+    let (a_rate, b_rate) = (rate(a_seen.last().unwrap()), rate(b_seen.last().unwrap()));
+    assert_eq!(a_rate, 2.0);
+    assert!(
+        (17.0..=18.0).contains(&b_rate),
+        "B gets what is left: {b_rate}"
+    );
+}
+
+#[tokio::test]
+async fn each_client_of_a_per_client_rule_has_a_limit_of_its_own() {
+    let (_dir, _redis, server) = start(SHOP, |_| {}).await;
+    let mut envoy = Envoy::connect(&server).await.unwrap();
+    const K2: Id = &[("name", "per-key"), ("key", "k2")];
+    envoy.report("shop", 0, &[(K1, 1, 0), (K2, 1, 0)]);
+    let seen = envoy.actions(Duration::from_millis(500)).await;
+    let rate_of = |bucket: Id| {
+        let wanted = id(bucket);
+        let (_, action) = seen.iter().find(|(id, _)| *id == wanted).unwrap();
+        rate(action)
+    };
+    assert_eq!(
+        (rate_of(K1), rate_of(K2)),
+        (20.0, 20.0),
+        "each key funded the whole rate: k1's use is not k2's"
+    );
+}
+
+#[tokio::test]
+async fn unlimited_and_unlisted_buckets_get_blanket_rules_and_idle_ones_are_abandoned() {
+    let (_dir, _redis, server) = start(&format!("{SHOP}idle_after: 2s\n"), |_| {}).await;
+    let mut envoy = Envoy::connect(&server).await.unwrap();
+    const OPEN: Id = &[("name", "open")];
+    const OTHER: Id = &[("name", "other")];
+    envoy.report("shop", 0, &[(OPEN, 1, 0), (OTHER, 1, 0)]);
+    let seen = envoy.actions(Duration::from_millis(500)).await;
+    let strategy_of = |bucket: Id| {
+        let wanted = id(bucket);
+        let (_, action) = seen.iter().find(|(id, _)| *id == wanted).unwrap();
+        strategy(action).0
+    };
+    let allow = BlanketRule::AllowAll as i32;
+    let deny = BlanketRule::DenyAll as i32;
+    assert_eq!(strategy_of(OPEN), Strategy::BlanketRule(allow));
+    assert_eq!(
+        strategy_of(OTHER),
+        Strategy::BlanketRule(deny),
+        "the default"
+    );
+    // Reported with no request for the domain's idle_after (2 s): abandoned. A denied
+    // request is a use.
+    envoy.report("shop", 1, &[(OPEN, 0, 0), (OTHER, 0, 1)]);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    envoy.report("shop", 1, &[(OPEN, 0, 0), (OTHER, 0, 1)]);
+    // OPEN is abandoned at the step 3 s after the stream opened; OTHER no sooner than 2 s
+    // after this report, at the step after.
+    let seen = envoy.actions(Duration::from_millis(1800)).await;
+    assert!(
+        seen.contains(&(id(OPEN), Action::AbandonAction(Default::default()))),
+        "{seen:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|(id_, a)| *id_ == id(OTHER) && matches!(a, Action::AbandonAction(_)))
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_report_ends_its_stream_with_the_field_named_and_no_other() {
+    let (_dir, _redis, server) = start(SHOP, |_| {}).await;
+    let mut good = Envoy::connect(&server).await.unwrap();
+    let mut bad = Envoy::connect(&server).await.unwrap();
+    good.report("shop", 0, &[(K1, 1, 0)]);
+    good.first_for(K1).await;
+    bad.report("shop", 0, &[(&[("name", "")], 1, 0)]);
+    let status = bad.ended_with().await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "bucket_quota_usages[0].bucket_id.bucket: `name`: keys and values must not be empty"
+    );
+    let mut elsewhere = Envoy::connect(&server).await.unwrap();
+    elsewhere.report("elsewhere", 0, &[(K1, 1, 0)]);
+    let status = elsewhere.ended_with().await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().starts_with("domain: `elsewhere`"),
+        "{status:?}"
+    );
+    // The good stream goes on: its assignment is renewed.
+    let renewed = good.actions_for(K1, Duration::from_secs(5)).await;
+    assert!(!renewed.is_empty(), "no renewal after the others ended");
+}
+
+#[tokio::test]
+async fn the_token_guards_the_quota_stream_and_a_server_without_a_configuration_says_so() {
+    let (_dir, _redis, server) = start(SHOP, |c| c.token = Some("s3cret".into())).await;
+    let mut refused = Envoy::connect(&server).await.map(drop).err();
+    if refused.is_none() {
+        let mut envoy = Envoy::connect(&server).await.unwrap();
+        envoy.report("shop", 0, &[(K1, 1, 0)]);
+        refused = Some(envoy.ended_with().await);
+    }
+    assert_eq!(refused.unwrap().code(), Code::Unauthenticated);
+    let mut envoy = Envoy::connect_with(&server, Some("s3cret")).await.unwrap();
+    envoy.report("shop", 0, &[(K1, 1, 0)]);
+    envoy.first_for(K1).await;
+
+    let redis = RedisServer::start().unwrap();
+    let bare = server_without_quotas(&redis).await;
+    let status = Envoy::connect(&bare).await.map(drop).unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented);
+    assert!(status.message().contains("--rlqs-config"));
+}
+
+async fn server_without_quotas(redis: &RedisServer) -> RunningServer {
+    server(Topology::Standalone(redis.url()), |_| {}).await
+}
+
+#[tokio::test]
+async fn grpc_health_says_the_quota_service_serves_when_configured() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let (_dir, _redis, server) = start(SHOP, |_| {}).await;
+    let channel = tonic::transport::Channel::from_shared(server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    let service = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService".to_owned();
+    let mut status = None;
+    for _ in 0..100 {
+        status = health
+            .check(HealthCheckRequest {
+                service: service.clone(),
+            })
+            .await
+            .ok()
+            .map(|r| r.into_inner().status);
+        if status == Some(ServingStatus::Serving as i32) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, Some(ServingStatus::Serving as i32));
+}
