@@ -11,6 +11,7 @@ mod filter;
 mod host_loading;
 mod in_envoy;
 mod lease;
+mod rlqs_protocol;
 mod rls_reference;
 mod robustness;
 mod simulator;

@@ -3,12 +3,11 @@
 //! Envoy's API package (`xds-protos`), driven by `tests/e2e/rls_reference.py`.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::rls::answer::RlsHeaders;
-use sluice_e2e::venv_python;
+use sluice_e2e::run_stub_client;
 use sluice_harness::RedisServer;
 use sluice_server::ServerConfig;
 use sluice_server::rls::RlsState;
@@ -30,23 +29,7 @@ async fn the_reference_services_documented_examples_give_the_documented_answers(
     let server = sluice_server::spawn(settings, ([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
-    let (grpc, metrics) = (
-        server.addr().to_string(),
-        format!("{}/metrics", server.url()),
-    );
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(venv_python())
-            .arg(root.join("tests/e2e/rls_reference.py"))
-            .args(["--grpc", &grpc, "--metrics", &metrics])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    print!("{stdout}");
-    assert!(output.status.success(), "{stdout}{stderr}");
+    let stdout = run_stub_client(&root.join("tests/e2e/rls_reference.py"), &server).await;
     assert!(stdout.contains("11 examples ok"), "{stdout}");
     server.stop().await.unwrap();
 }

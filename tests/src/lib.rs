@@ -13,7 +13,8 @@ pub mod misbehaving;
 pub mod probe;
 pub mod real_envoy;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use sluice_harness::RedisServer;
 use sluice_host::envoy::{Completed, Envoy};
@@ -35,6 +36,29 @@ pub fn venv_python() -> PathBuf {
         python.display()
     );
     python
+}
+
+/// Runs the Python client `script` (with Envoy's stubs, [`venv_python`]) against `server`'s
+/// gRPC API (`--grpc HOST:PORT --metrics URL`), prints what it printed, and gives it back; the
+/// test fails, with its output, if the script does.
+pub async fn run_stub_client(script: &Path, server: &RunningServer) -> String {
+    let mut command = Command::new(venv_python());
+    command
+        .arg(script)
+        .args(["--grpc", &server.addr().to_string()])
+        .args(["--metrics", &format!("{}/metrics", server.url())]);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("the client's thread")
+        .expect("the client runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    print!("{stdout}");
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
 }
 
 /// The filter built by `make wasm` (or `SLUICE_WASM`).

@@ -8,4 +8,5 @@ mod fidelity;
 pub mod filter;
 mod lease;
 mod native;
+pub mod rlqs;
 mod shipped;

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::real_envoy::{Backends, MutualTls, any_port, get, localize, repo_root};
+use sluice_e2e::real_envoy::{Backends, MutualTls, get};
 use sluice_harness::Envoy;
 
 use super::filter::WORKERS;
@@ -38,18 +38,7 @@ fn backends_with_limits(dir: &Path, server_args: &[&str]) -> Backends {
 
 /// `envoy/envoy-ratelimit.yaml` pointed at `backends`.
 fn shipped_ratelimit_config(backends: &Backends) -> String {
-    let shipped = std::fs::read_to_string(repo_root().join("envoy/envoy-ratelimit.yaml"))
-        .expect("envoy/envoy-ratelimit.yaml");
-    localize(
-        &shipped,
-        &[
-            ("0.0.0.0:10000", any_port()),
-            ("127.0.0.1:9901", any_port()),
-            ("sluice-server:8080", backends.server_addr()),
-            ("echo:5678", backends.upstream.addr()),
-        ],
-        &[],
-    )
+    super::shipped::pointed_at("envoy-ratelimit.yaml", backends)
 }
 
 #[test]

@@ -16,7 +16,7 @@ fn shipped(name: &str) -> String {
 }
 
 /// A shipped config pointed at `backends`: the listener and admin on free loopback ports.
-fn pointed_at(name: &str, backends: &Backends) -> String {
+pub(super) fn pointed_at(name: &str, backends: &Backends) -> String {
     let wasm = sluice_e2e::filter_wasm_path();
     localize(
         &shipped(name),
@@ -40,6 +40,10 @@ fn shipped_configs() -> Vec<(&'static str, Backends)> {
     vec![
         ("envoy.yaml", Backends::start(&[])),
         ("envoy-ratelimit.yaml", ratelimit_backends()),
+        (
+            "envoy-rlqs.yaml",
+            super::rlqs::rlqs_backends(&repo_root().join("envoy/rlqs")),
+        ),
     ]
 }
 

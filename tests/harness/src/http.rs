@@ -3,7 +3,7 @@
 //! kernel spreads connections.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 use crate::HarnessError;
@@ -42,6 +42,21 @@ pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Result<Ans
     request(addr, "GET", path, headers)
 }
 
+/// As [`get`], from the local address `source` (on loopback, any of 127.0.0.0/8): a client of
+/// its own to an Envoy that tells clients apart by address.
+pub fn get_from(
+    source: IpAddr,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Answer, HarnessError> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.bind(&SocketAddr::new(source, 0).into())?;
+    socket.connect_timeout(&addr.into(), TIMEOUT)?;
+    exchange(socket.into(), addr, "GET", path, headers)
+}
+
 /// Sends one request without a body and reads the whole answer.
 pub fn request(
     addr: SocketAddr,
@@ -49,7 +64,22 @@ pub fn request(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Result<Answer, HarnessError> {
-    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
+    exchange(
+        TcpStream::connect_timeout(&addr, TIMEOUT)?,
+        addr,
+        method,
+        path,
+        headers,
+    )
+}
+
+fn exchange(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Answer, HarnessError> {
     stream.set_read_timeout(Some(TIMEOUT))?;
     stream.set_nodelay(true)?;
     let mut head = format!("{method} {path} HTTP/1.1\r\n");

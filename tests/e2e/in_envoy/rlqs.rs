@@ -1,0 +1,214 @@
+//! Envoy's native quota filter (`envoy.filters.http.rate_limit_quota`) with sluice-server as
+//! its Rate Limit Quota Service, in real Envoys with two workers each: `envoy/envoy-rlqs.yaml`
+//! and `envoy/rlqs/edge.yaml` as shipped, and two Envoys sharing one hot bucket for a minute,
+//! held to the bound `docs/rlqs.md` states.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sluice_e2e::real_envoy::{Backends, burst, count_status, get, repo_root};
+use sluice_harness::{Envoy, http};
+
+use super::filter::WORKERS;
+
+/// Sluice-server serving the quota configuration in `dir`.
+pub fn rlqs_backends(dir: &Path) -> Backends {
+    Backends::start(&["--rlqs-config", dir.to_str().expect("a UTF-8 path")])
+}
+
+/// `envoy/envoy-rlqs.yaml` pointed at `backends`.
+fn shipped_rlqs_config(backends: &Backends) -> String {
+    super::shipped::pointed_at("envoy-rlqs.yaml", backends)
+}
+
+#[test]
+fn the_shipped_quota_config_limits_each_key_and_each_client_with_its_deny_response() {
+    let backends = rlqs_backends(&repo_root().join("envoy/rlqs"));
+    let envoy = Envoy::start(&shipped_rlqs_config(&backends), WORKERS).expect("Envoy starts");
+    // An API key: gcra 10/s, burst 20. Alone, this Envoy is funded the whole rate, a second
+    // at a time: a bucket of 10 tokens refilled at 10/s. Its first request passes by
+    // no_assignment_behavior (ALLOW_ALL) and brings the first assignment.
+    let key = [("x-api-key", "k1")];
+    assert_eq!(get(&envoy, "/api/orders", &key).status, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let answers = burst(&envoy, "/api/orders", &key, 60, 6);
+    let took = started.elapsed().as_secs_f64();
+    let passed = count_status(&answers, 200);
+    assert_eq!(passed + count_status(&answers, 429), answers.len());
+    let bound = 10 + (10.0 * took).ceil() as usize;
+    assert!(
+        (9..=bound).contains(&passed),
+        "{passed} of 60 passed in {took:.2}s: not within 9..={bound}"
+    );
+    let denied = answers.iter().find(|a| a.status == 429).expect("a 429");
+    assert_eq!(denied.text(), "over the quota of your API key\n");
+    assert_eq!(denied.header("x-quota-bucket"), Some("per-key"));
+    // internal-* keys are not limited.
+    let internal = burst(
+        &envoy,
+        "/api/orders",
+        &[("x-api-key", "internal-batch")],
+        40,
+        4,
+    );
+    assert_eq!(count_status(&internal, 200), 40);
+    // Each client address under /api/ without a key: 100 a minute, 5 tokens every 3 s.
+    let ingress = envoy.listener("ingress").expect("ingress");
+    let from = |client: [u8; 4], n: usize| -> Vec<http::Answer> {
+        (0..n)
+            .map(|_| {
+                http::get_from(IpAddr::from(client), ingress, "/api/x", &[]).expect("an answer")
+            })
+            .collect()
+    };
+    assert_eq!(from([127, 0, 0, 2], 1)[0].status, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    let first = from([127, 0, 0, 2], 30);
+    let limited = first
+        .iter()
+        .find(|a| a.status == 429)
+        .expect("client 2 limited");
+    assert_eq!(limited.header("x-quota-bucket"), None, "Envoy's own 429");
+    let other = from([127, 0, 0, 3], 3);
+    assert_eq!(
+        count_status(&other, 200),
+        3,
+        "client 3 has a limit of its own"
+    );
+}
+
+/// What one request found: when it was sent (from the load's start), through which Envoy, and
+/// whether it passed.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    at: Duration,
+    envoy: usize,
+    passed: bool,
+}
+
+/// Sends requests for bucket `key` to each Envoy at the rates `rates` gives for the time since
+/// the start (requests a second, one per Envoy), until `length`: one connection a request,
+/// from two threads an Envoy, each at half the rate.
+fn paced_load(
+    envoys: &[&Envoy],
+    key: &str,
+    length: Duration,
+    rates: impl Fn(Duration) -> [f64; 2] + Sync,
+) -> Vec<Sent> {
+    let sent = Mutex::new(Vec::new());
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for (e, envoy) in envoys.iter().enumerate() {
+            let ingress = envoy.listener("ingress").expect("ingress");
+            for _ in 0..2 {
+                let (sent, rates) = (&sent, &rates);
+                scope.spawn(move || {
+                    let mut next = Duration::ZERO;
+                    while next < length {
+                        let now = start.elapsed();
+                        if now < next {
+                            std::thread::sleep(next - now);
+                        }
+                        let at = start.elapsed();
+                        let answer = http::get(ingress, "/api/hot", &[("x-api-key", key)])
+                            .expect("an answer");
+                        assert!(matches!(answer.status, 200 | 429), "{answer:?}");
+                        sent.lock().expect("the log").push(Sent {
+                            at,
+                            envoy: e,
+                            passed: answer.status == 200,
+                        });
+                        let per_thread = rates(at)[e] / 2.0;
+                        next += Duration::from_secs_f64(1.0 / per_thread);
+                    }
+                });
+            }
+        }
+    });
+    sent.into_inner().expect("the log")
+}
+
+/// The bucket the minute test shares: 20 a second, bursts of 20.
+const HOT: &str = "domain: edge\n\
+buckets:\n\
+\x20 - match: {name: per-key, key: \"*\"}\n\
+\x20   name: per-key\n\
+\x20   limit: {algorithm: gcra, rate: 20, per: 1s, burst: 20}\n";
+
+#[test]
+fn two_envoys_share_a_hot_bucket_within_the_bound_and_follow_the_traffic() {
+    let dir = tempfile::tempdir().expect("a directory");
+    std::fs::write(dir.path().join("edge.yaml"), HOT).expect("the configuration");
+    let backends = rlqs_backends(dir.path());
+    let config = shipped_rlqs_config(&backends);
+    let a = Envoy::start(&config, WORKERS).expect("Envoy A");
+    let b = Envoy::start(&config, WORKERS).expect("Envoy B");
+    // 80 a second offered, four times the limit, for a minute: 40 at each Envoy for 25 s,
+    // then 5 at A and 75 at B.
+    let moved_at = Duration::from_secs(25);
+    let length = Duration::from_secs(60);
+    let sent = paced_load(&[&a, &b], "hot", length, |t| {
+        if t < moved_at {
+            [40.0, 40.0]
+        } else {
+            [5.0, 75.0]
+        }
+    });
+    let passed = |envoy: usize, from: Duration, to: Duration| {
+        sent.iter()
+            .filter(|s| s.envoy == envoy && s.passed && s.at >= from && s.at < to)
+            .count()
+    };
+    let offered =
+        |from: Duration, to: Duration| sent.iter().filter(|s| s.at >= from && s.at < to).count();
+    let end = sent.iter().map(|s| s.at).max().expect("requests") + Duration::from_millis(1);
+    let total = passed(0, Duration::ZERO, end) + passed(1, Duration::ZERO, end);
+    let seconds = end.as_secs_f64();
+    // The bound (docs/rlqs.md): the algorithm's own for the time plus one funding span (1 s),
+    // plus each Envoy's bucket (a funding's 10 or 20 tokens), plus what no_assignment_behavior
+    // let through before the first assignment (the first round trip: 100 ms of traffic).
+    let algorithm = 20.0 + 20.0 * (seconds + 1.0);
+    let buckets = 2.0 * 20.0;
+    let first_round_trip = offered(Duration::ZERO, Duration::from_millis(100)) as f64;
+    let bound = (algorithm + buckets + first_round_trip).ceil() as usize;
+    eprintln!(
+        "{} requests offered in {seconds:.1}s, {total} admitted (exact limit {:.0}, bound {bound})",
+        sent.len(),
+        20.0 * seconds
+    );
+    assert!(
+        total <= bound,
+        "{total} admitted, over the bound of {bound}"
+    );
+    assert!(
+        total as f64 >= 0.8 * 20.0 * seconds,
+        "{total} admitted: the Envoys left a fifth of the limit unused"
+    );
+    // While both are offered 40/s, a fair split gives each 10/s; neither starves.
+    for envoy in 0..2 {
+        let got = passed(envoy, Duration::ZERO, moved_at);
+        let fair = 10.0 * moved_at.as_secs_f64();
+        eprintln!("Envoy {envoy}: {got} admitted in the first 25 s (fair split {fair:.0})");
+        assert!(
+            got as f64 >= fair / 3.0,
+            "Envoy {envoy} starved: {got} of a fair {fair:.0}"
+        );
+    }
+    // Once the traffic moved, the shares follow within the adaptation time (docs/rlqs.md: one
+    // report, 5 s, and two fundings, 2 s): A gets its 5/s, B the 15/s left.
+    let settled = moved_at + Duration::from_secs(7);
+    let span = (end - settled).as_secs_f64();
+    let (a_rate, b_rate) = (
+        passed(0, settled, end) as f64 / span,
+        passed(1, settled, end) as f64 / span,
+    );
+    eprintln!("after the move: A {a_rate:.1}/s, B {b_rate:.1}/s");
+    assert!(a_rate >= 4.0, "A's 5/s not met: {a_rate:.1}/s");
+    assert!(
+        b_rate >= 12.0,
+        "B did not take the share A left: {b_rate:.1}/s"
+    );
+}
