@@ -40,6 +40,9 @@ pub struct AppState {
     pub rlqs: Option<Arc<RlqsState>>,
     /// Warnings of failed requests, written at most once a second each.
     pub failure_warnings: Arc<FailureWarnings>,
+    /// Turns true when the server begins to shut down: what never ends by itself (a quota
+    /// stream) ends then.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// A listener's service: the calls that are nearly all its traffic (`POST /v1/decide`, and

@@ -198,7 +198,9 @@ pub async fn serve_thread(
             "TLS for the gRPC listener alone, and no gRPC listener",
         ));
     }
-    let state = app_state(&config, &thread);
+    // Every server stops taking connections at once when `shutdown` completes.
+    let (stopping_tx, stopping_rx) = watch::channel(false);
+    let state = app_state(&config, &thread, stopping_rx.clone());
     let mut app = router(Arc::clone(&state));
     let mut grpc_app = None;
     let mut background = Vec::new();
@@ -237,8 +239,6 @@ pub async fn serve_thread(
         }
         None => app = app.merge(grpc),
     }
-    // Every server stops taking connections at once when `shutdown` completes.
-    let (stopping_tx, stopping_rx) = watch::channel(false);
     let stopped = move || {
         let mut stopping = stopping_rx.clone();
         async move {
@@ -351,7 +351,12 @@ fn watch_rlqs_config(rlqs: &Arc<RlqsState>) -> JoinHandle<()> {
 }
 
 /// The state every handler shares: the engine over a Redis connection, metrics, settings.
-fn app_state(config: &ServerConfig, thread: &ServerThread) -> Arc<AppState> {
+/// `stopping` turns true when the server begins to shut down.
+fn app_state(
+    config: &ServerConfig,
+    thread: &ServerThread,
+    stopping: watch::Receiver<bool>,
+) -> Arc<AppState> {
     let metrics = Arc::clone(&thread.metrics);
     let store = Store::connect_calling(
         config.topology.clone(),
@@ -380,6 +385,7 @@ fn app_state(config: &ServerConfig, thread: &ServerThread) -> Arc<AppState> {
         rls: config.rls.clone(),
         rlqs: config.rlqs.clone(),
         failure_warnings: Arc::clone(&thread.failure_warnings),
+        stopping,
     })
 }
 
@@ -408,7 +414,9 @@ pub async fn spawn(config: ServerConfig, listen: SocketAddr) -> std::io::Result<
 /// A server in this process that is reached by calling it (see [`memory`]); it must be
 /// created within a Tokio runtime, and lives as long as any clone of it.
 pub fn in_process(config: ServerConfig) -> memory::InProcessServer {
-    let state = app_state(&config, &ServerThread::alone());
+    // Never shut down: it lives as long as its callers.
+    let (_, never) = watch::channel(false);
+    let state = app_state(&config, &ServerThread::alone(), never);
     let shortcuts = Shortcuts {
         decide: true,
         should_rate_limit: false,

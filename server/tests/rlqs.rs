@@ -401,3 +401,21 @@ async fn grpc_health_says_the_quota_service_serves_when_configured() {
     }
     assert_eq!(status, Some(ServingStatus::Serving as i32));
 }
+
+#[tokio::test]
+async fn a_server_shutting_down_ends_its_streams_so_envoys_resubscribe_elsewhere() {
+    let (_dir, _redis, server) = start(SHOP, |c| c.shutdown_grace = Duration::from_secs(30)).await;
+    let mut envoy = Envoy::connect(&server).await.unwrap();
+    envoy.report("shop", 0, &[(K1, 1, 0)]);
+    envoy.first_for(K1).await;
+    let started = std::time::Instant::now();
+    let stopping = tokio::spawn(server.stop());
+    let status = envoy.ended_with().await;
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    stopping.await.unwrap().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the stream held the shutdown for {:?} of its 30 s grace",
+        started.elapsed()
+    );
+}

@@ -111,10 +111,16 @@ fn a_bad_policy_would_be_refused_by_that_check() {
 #[test]
 fn the_compose_file_and_the_workflow_are_valid_and_name_only_files_that_exist() {
     let out = check_envoy(&["compose-and-workflows"]);
-    assert!(
-        out.contains("envoy/docker-compose.yml: valid YAML"),
-        "{out}"
-    );
+    for compose in [
+        "docker-compose.yml",
+        "docker-compose.ratelimit.yml",
+        "docker-compose.rlqs.yml",
+    ] {
+        assert!(
+            out.contains(&format!("envoy/{compose}: valid YAML")),
+            "{out}"
+        );
+    }
     assert!(
         out.contains(".github/workflows/envoy.yml: valid YAML"),
         "{out}"

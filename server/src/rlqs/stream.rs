@@ -57,6 +57,14 @@ pub async fn serve(
     let mut stream = EnvoyStream::open(state);
     let mut steps = tokio::time::interval(STEP_EVERY);
     steps.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut stopping = stream.state.stopping.clone();
+    let shutdown = async move {
+        // A server that never shuts down drops its sender: then this never completes.
+        if stopping.wait_for(|s| *s).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::pin!(shutdown);
     loop {
         let actions = tokio::select! {
             message = inbound.message() => {
@@ -76,6 +84,13 @@ pub async fn serve(
             }
             _ = steps.tick() => stream.step(&rlqs.config.current()).await,
             () = outbound.closed() => return,
+            () = &mut shutdown => {
+                // The Envoy opens a new stream, to another replica, at its next report; its
+                // assignments live until then.
+                let status = Status::unavailable("sluice-server is shutting down");
+                let _ = outbound.send(Err(status)).await;
+                return;
+            }
         };
         if !actions.is_empty() {
             let response = RateLimitQuotaResponse {

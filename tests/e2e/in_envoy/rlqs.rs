@@ -212,3 +212,87 @@ fn two_envoys_share_a_hot_bucket_within_the_bound_and_follow_the_traffic() {
         "B did not take the share A left: {b_rate:.1}/s"
     );
 }
+
+/// One API key's limit for the failure test: 10 a second.
+const TEN: &str = "domain: edge\n\
+buckets:\n\
+\x20 - match: {name: per-key, key: \"*\"}\n\
+\x20   name: per-key\n\
+\x20   limit: {algorithm: gcra, rate: 10, per: 1s, burst: 10}\n";
+
+/// The sum of the samples of metric `name` on sluice-server's `/metrics`.
+fn server_metric(backends: &Backends, name: &str) -> f64 {
+    let page = http::get(backends.server_addr(), "/metrics", &[])
+        .expect("/metrics")
+        .text();
+    page.lines()
+        .filter(|line| {
+            line.starts_with(&format!("{name} ")) || line.starts_with(&format!("{name}{{"))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn envoys_keep_their_shares_while_redis_is_down_and_resubscribe_after_a_server_restart() {
+    let dir = tempfile::tempdir().expect("a directory");
+    std::fs::write(dir.path().join("edge.yaml"), TEN).expect("the configuration");
+    let mut backends = rlqs_backends(dir.path());
+    let config = shipped_rlqs_config(&backends);
+    let config = match std::env::var("EXPIRED") {
+        Ok(v) => config.replace("reuse_last_assignment: {}", &v),
+        Err(_) => config,
+    };
+    let envoy = Envoy::start(&config, WORKERS).expect("Envoy");
+    let key = [("x-api-key", "k1")];
+    assert_eq!(get(&envoy, "/api/orders", &key).status, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    let rate_over = |length: Duration| {
+        let sent = paced_load(&[&envoy], "k1", length, |_| [30.0, 0.0]);
+        sent.iter().filter(|s| s.passed).count() as f64 / length.as_secs_f64()
+    };
+    let before = rate_over(Duration::from_secs(5));
+    eprintln!("before: {before:.1}/s of 30 offered");
+    assert!((8.0..=13.0).contains(&before), "{before:.1}/s");
+
+    // Redis goes away for longer than an assignment lives (10 s). The Envoy keeps its last
+    // assignment until it lapses (renewed at most 3.3 s before Redis went), then the shipped
+    // expired_assignment_behavior lets requests pass; the server counts the fundings it could
+    // not make. Envoy 1.40 would crash here were the behavior's timeout not set.
+    backends.redis.kill();
+    let failures = server_metric(&backends, "sluice_rlqs_funding_failures_total");
+    let sent = paced_load(&[&envoy], "k1", Duration::from_secs(15), |_| [30.0, 0.0]);
+    let rate_in = |from: u64, to: u64| {
+        let (from, to) = (Duration::from_secs(from), Duration::from_secs(to));
+        sent.iter()
+            .filter(|s| s.passed && s.at >= from && s.at < to)
+            .count() as f64
+            / (to - from).as_secs_f64()
+    };
+    let (kept, lapsed) = (rate_in(0, 6), rate_in(11, 15));
+    eprintln!("redis down: {kept:.1}/s in its first 6 s, {lapsed:.1}/s from 11 s on");
+    assert!(
+        (7.0..=14.0).contains(&kept),
+        "{kept:.1}/s while the assignment lived"
+    );
+    assert!(
+        lapsed >= 27.0,
+        "{lapsed:.1}/s of 30 once it lapsed (fail-open)"
+    );
+    assert!(server_metric(&backends, "sluice_rlqs_funding_failures_total") > failures + 5.0);
+    backends.redis.restart().expect("redis restarts");
+
+    // The server restarts: the Envoy opens a new stream at its next report, and is funded.
+    backends.restart_server();
+    sluice_e2e::real_envoy::eventually(
+        "a new stream with the bucket",
+        Duration::from_secs(12),
+        || server_metric(&backends, "sluice_rlqs_buckets") >= 1.0,
+    );
+    let after = rate_over(Duration::from_secs(5));
+    eprintln!("after the restart: {after:.1}/s");
+    assert!(
+        (8.0..=13.0).contains(&after),
+        "{after:.1}/s after the restart"
+    );
+}
