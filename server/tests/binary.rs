@@ -36,6 +36,7 @@ fn every_setting_is_a_flag_and_an_environment_variable() {
         ("--log", "SLUICE_LOG"),
         ("--shutdown-grace", "SLUICE_SHUTDOWN_GRACE"),
         ("--rls-config", "SLUICE_RLS_CONFIG"),
+        ("--rlqs-config", "SLUICE_RLQS_CONFIG"),
         ("--rls-reload-every", "SLUICE_RLS_RELOAD_EVERY"),
         ("--rls-response-headers", "SLUICE_RLS_RESPONSE_HEADERS"),
         ("--rls-local-cache", "SLUICE_RLS_LOCAL_CACHE"),
@@ -123,6 +124,24 @@ fn a_bad_setting_stops_the_server_with_a_message_naming_it() {
     assert_refused(
         &["--redis", "htp://user:hunter2@redis:6379"],
         "--redis: `htp://user:***@redis:6379` is not a Redis URL",
+    );
+    assert_refused(
+        &["--grpc-listen", "127.0.0.1:0"],
+        "--grpc-listen: serves the gRPC APIs, and needs --rls-config or --rlqs-config",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let quotas = dir.path().join("edge.yaml");
+    std::fs::write(
+        &quotas,
+        "domain: edge\nbuckets:\n  - match: {key: \"*\"}\n    limit: {algorithm: gcra, rate: 10, per: 1s}\n",
+    )
+    .unwrap();
+    assert_refused(
+        &["--rlqs-config", quotas.to_str().unwrap()],
+        &format!(
+            "--rlqs-config: {}: buckets[0].limit: algorithm `gcra` needs `burst`",
+            quotas.display()
+        ),
     );
 }
 

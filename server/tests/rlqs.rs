@@ -419,3 +419,21 @@ async fn a_server_shutting_down_ends_its_streams_so_envoys_resubscribe_elsewhere
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_reloaded_configuration_takes_effect_at_each_envoys_next_report() {
+    let (dir, _redis, server) = start(SHOP, |_| {}).await;
+    let mut envoy = Envoy::connect(&server).await.unwrap();
+    envoy.report("shop", 0, &[(K1, 1, 0)]);
+    assert_eq!(rate(&envoy.first_for(K1).await), 20.0);
+    std::fs::write(
+        dir.path().join("shop.yaml"),
+        SHOP.replace("rate: 20, per: 1s, burst: 20", "rate: 5, per: 1s, burst: 5"),
+    )
+    .unwrap();
+    // The server looks every 50 ms here; the stream takes the new rule at the next report.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    envoy.report("shop", 5, &[(K1, 10, 0)]);
+    let seen = envoy.actions_for(K1, Duration::from_millis(1500)).await;
+    assert_eq!(seen.last().map(rate), Some(5.0), "{seen:?}");
+}
