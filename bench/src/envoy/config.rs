@@ -55,10 +55,39 @@ descriptors:
       sluice: {algorithm: gcra, rate: 1000000, per: 1s, burst: 1000000}
 ";
 
+/// sluice-server's gRPC configuration of the limit the ways in are measured over
+/// ([`super::limit`]), for each `api_key` of domain `bench-limited`.
+pub fn rls_limited() -> String {
+    let (rate, burst) = (super::LIMIT_RATE, super::LIMIT_BURST);
+    format!(
+        "domain: bench-limited
+descriptors:
+  - key: api_key
+    rate_limit:
+      unit: second
+      requests_per_unit: {rate}
+      sluice: {{algorithm: gcra, rate: {rate}, per: 1s, burst: {burst}}}
+"
+    )
+}
+
+/// sluice-server's quota configuration of that limit, for each API key's bucket.
+pub fn rlqs_limited() -> String {
+    format!(
+        "domain: bench
+buckets:
+  - match: {{key: \"*\"}}
+    name: bench
+    limit: {}
+",
+        super::limit()
+    )
+}
+
 /// The whole Envoy configuration of `setup`.
 pub fn envoy_yaml(setup: Setup, addresses: &Addresses, wasm: &Wasm<'_>) -> String {
     let filters = http_filters(setup, wasm);
-    let rate_limits = if setup == Setup::NativeGrpc {
+    let rate_limits = if matches!(setup, Setup::NativeGrpc | Setup::NativeGrpcLimited) {
         "
                   rate_limits:
                   - actions:
@@ -185,21 +214,57 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
         Setup::SluiceLeaseLimited => wasm_filter(
             "sluice",
             wasm.sluice,
-            &sluice_policy(&super::lease_limit(), Some(LEASE)),
+            &sluice_policy(&super::limit(), Some(LEASE)),
         ),
-        Setup::NativeGrpc => "
+        Setup::NativeGrpc => native_ratelimit("bench"),
+        Setup::NativeGrpcLimited => native_ratelimit("bench-limited"),
+        Setup::RlqsLimited => "
+          - name: envoy.filters.http.rate_limit_quota
+            typed_config:
+              \"@type\": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
+              domain: bench
+              rlqs_server: {envoy_grpc: {cluster_name: sluice_rls}}
+              bucket_matchers:
+                on_no_match:
+                  action:
+                    name: per-key
+                    typed_config:
+                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
+                      bucket_id_builder:
+                        bucket_id_builder:
+                          key:
+                            custom_value:
+                              name: key
+                              typed_config:
+                                \"@type\": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                                header_name: x-api-key
+                      reporting_interval: 5s
+                      # Nothing admitted before a bucket's first assignment, so that the
+                      # bound needs no term for it.
+                      no_assignment_behavior:
+                        fallback_rate_limit: {blanket_rule: DENY_ALL}
+                      expired_assignment_behavior:
+                        expired_assignment_behavior_timeout: 315360000s
+                        fallback_rate_limit: {blanket_rule: ALLOW_ALL}"
+            .to_owned(),
+    }
+}
+
+/// Envoy's native `ratelimit` filter asking sluice-server about `domain`.
+fn native_ratelimit(domain: &str) -> String {
+    format!(
+        "
           - name: envoy.filters.http.ratelimit
             typed_config:
               \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: bench
+              domain: {domain}
               timeout: 0.1s
               failure_mode_deny: false
               rate_limit_service:
                 transport_api_version: V3
                 grpc_service:
-                  envoy_grpc: {cluster_name: sluice_rls}"
-            .to_owned(),
-    }
+                  envoy_grpc: {{cluster_name: sluice_rls}}"
+    )
 }
 
 /// A proxy-wasm filter running `file` in V8 with `configuration`.

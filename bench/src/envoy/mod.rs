@@ -53,8 +53,13 @@ pub enum Setup {
     NativeGrpc,
     /// sluice's filter with a limit that denies nearly everything: the deny cache at work.
     SluiceDenying,
-    /// sluice's filter in lease mode with the limit the lease's bound is measured with.
+    /// sluice's filter in lease mode with the limit the ways in are measured over.
     SluiceLeaseLimited,
+    /// Envoy's native `ratelimit` filter with that limit.
+    NativeGrpcLimited,
+    /// Envoy's native `rate_limit_quota` filter with that limit, sluice-server its quota
+    /// service.
+    RlqsLimited,
 }
 
 impl Setup {
@@ -81,6 +86,8 @@ impl Setup {
             Setup::NativeGrpc => "grpc",
             Setup::SluiceDenying => "denying",
             Setup::SluiceLeaseLimited => "lease-limited",
+            Setup::NativeGrpcLimited => "grpc-limited",
+            Setup::RlqsLimited => "rlqs-limited",
         }
     }
 
@@ -97,7 +104,9 @@ impl Setup {
             Setup::SluiceLease => format!("sluice wasm, lease `{}`", config::LEASE),
             Setup::NativeGrpc => "native `ratelimit` -> sluice-server gRPC".into(),
             Setup::SluiceDenying => "sluice wasm, per request, denying".into(),
-            Setup::SluiceLeaseLimited => "sluice wasm, lease, limited".into(),
+            Setup::SluiceLeaseLimited => format!("sluice wasm, lease `{}`", config::LEASE),
+            Setup::NativeGrpcLimited => "native `ratelimit` -> sluice-server gRPC".into(),
+            Setup::RlqsLimited => "native `rate_limit_quota` -> sluice-server RLQS".into(),
         }
     }
 }
@@ -153,26 +162,41 @@ pub struct Results {
     pub seconds: u64,
     /// `(keys, setup, runs)`.
     pub runs: Vec<(Keys, Setup, Vec<Run>)>,
-    /// The lease's admissions against its limit.
-    pub lease_bound: LeaseBound,
+    /// Each way in over [`limit`], on the same traffic.
+    pub over_limit: Vec<OverLimit>,
 }
 
-/// The lease mode's admissions against the exact limit, on hot keys over their limit.
+/// One way in on the hot keys, each offered far more than [`limit`] allows, from Envoy's
+/// first request on.
 #[derive(Debug, Clone)]
-pub struct LeaseBound {
-    /// The limit (JSON).
-    pub limit: String,
+pub struct OverLimit {
+    /// The way in.
+    pub setup: Setup,
     /// Seconds of traffic.
     pub seconds: f64,
     /// Requests admitted.
     pub admitted: u64,
     /// Requests denied.
     pub denied: u64,
+    /// Messages Envoy sent sluice-server: lease asks, `ShouldRateLimit` calls, or usage reports.
+    pub messages: u64,
     /// What the algorithm alone admits at most: for every key, its burst and its rate over
     /// the span.
     pub exact: u64,
-    /// The bound lease mode states: `exact` plus `max_total_share` of each key's burst.
+    /// The bound the way in states.
     pub bound: u64,
+}
+
+impl OverLimit {
+    /// Requests answered a second.
+    pub fn rate(&self) -> f64 {
+        (self.admitted + self.denied) as f64 / self.seconds
+    }
+
+    /// Messages to sluice-server per 1,000 requests.
+    pub fn messages_per_1000(&self) -> f64 {
+        self.messages as f64 * 1000.0 / (self.admitted + self.denied).max(1) as f64
+    }
 }
 
 /// The processes every run shares.
@@ -188,8 +212,12 @@ impl Stack {
     fn start() -> anyhow::Result<Stack> {
         let redis = RedisServer::start()?;
         let rls_dir = tempfile::tempdir()?;
-        let rls = rls_dir.path().join("bench.yaml");
-        std::fs::write(&rls, config::RLS_CONFIG)?;
+        let rls = rls_dir.path().join("rls");
+        std::fs::create_dir(&rls)?;
+        std::fs::write(rls.join("bench.yaml"), config::RLS_CONFIG)?;
+        std::fs::write(rls.join("limited.yaml"), config::rls_limited())?;
+        let rlqs = rls_dir.path().join("rlqs.yaml");
+        std::fs::write(&rlqs, config::rlqs_limited())?;
         let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
         let addresses = config::Addresses {
             ingress: local(free_port()?),
@@ -202,6 +230,8 @@ impl Stack {
             vec![
                 "--rls-config".into(),
                 rls.display().to_string(),
+                "--rlqs-config".into(),
+                rlqs.display().to_string(),
                 "--threads".into(),
                 threads.into(),
             ]
@@ -373,34 +403,49 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
             slot.2.push(run);
         }
     }
-    eprintln!("envoy: lease mode over its limit");
-    let lease_bound = lease_bound(&stack, &wasm, seconds)?;
+    let mut over_limit = Vec::new();
+    for setup in OVER_LIMIT {
+        eprintln!("envoy: {} over its limit", setup.name());
+        over_limit.push(measure_over_limit(&stack, &wasm, setup, seconds)?);
+    }
     Ok(Results {
         seconds,
         runs,
-        lease_bound,
+        over_limit,
     })
 }
 
-/// The rate (a second) and burst of the limit the lease's bound is measured with: far below
-/// what the hot keys are offered.
-const LEASE_LIMIT_RATE: u32 = 200;
-const LEASE_LIMIT_BURST: u32 = 100;
+/// The ways in measured over a limit, on the same traffic.
+pub const OVER_LIMIT: [Setup; 3] = [
+    Setup::SluiceLeaseLimited,
+    Setup::NativeGrpcLimited,
+    Setup::RlqsLimited,
+];
+
+/// The rate (a second) and burst of the limit the ways in are measured over: far below what
+/// the hot keys are offered.
+pub const LIMIT_RATE: u32 = 200;
+/// See [`LIMIT_RATE`].
+pub const LIMIT_BURST: u32 = 200;
 
 /// That limit, as a rule's `limit`.
-fn lease_limit() -> String {
-    format!(
-        r#"{{"algorithm": "gcra", "rate": {LEASE_LIMIT_RATE}, "per": "1s", "burst": {LEASE_LIMIT_BURST}}}"#
-    )
+pub fn limit() -> String {
+    format!(r#"{{"algorithm": "gcra", "rate": {LIMIT_RATE}, "per": "1s", "burst": {LIMIT_BURST}}}"#)
 }
 /// The lease's `max_total_share` (its default).
 const MAX_TOTAL_SHARE: f64 = 0.5;
 
-/// Lease mode on hot keys offered far more than [`LEASE_LIMIT`], from the first request on.
-fn lease_bound(stack: &Stack, wasm: &config::Wasm<'_>, seconds: u64) -> anyhow::Result<LeaseBound> {
-    let yaml = config::envoy_yaml(Setup::SluiceLeaseLimited, &stack.addresses, wasm);
+/// `setup` on the hot keys offered far more than [`limit`], from Envoy's first request.
+fn measure_over_limit(
+    stack: &Stack,
+    wasm: &config::Wasm<'_>,
+    setup: Setup,
+    seconds: u64,
+) -> anyhow::Result<OverLimit> {
+    let yaml = config::envoy_yaml(setup, &stack.addresses, wasm);
     let mut envoy = Envoy::start(&yaml, WORKERS)?;
     let runtime = load_runtime()?;
+    let reports_before = quota_reports(stack)?;
     let started = Instant::now();
     let measured = runtime.block_on(load::run_requests(
         stack.addresses.ingress,
@@ -411,22 +456,51 @@ fn lease_bound(stack: &Stack, wasm: &config::Wasm<'_>, seconds: u64) -> anyhow::
     ))?;
     // The span from the first request sent to the last answered.
     let span = started.elapsed().as_secs_f64();
+    let messages = match setup {
+        Setup::SluiceLeaseLimited => envoy.stat("cluster.sluice.upstream_rq_total")?,
+        Setup::NativeGrpcLimited => envoy.stat("cluster.sluice_rls.upstream_rq_total")?,
+        _ => quota_reports(stack)? - reports_before,
+    };
     envoy.stop();
     if measured.errors > 0 {
         bail!(
-            "{} requests failed in lease mode over its limit",
-            measured.errors
+            "{} requests failed with {} over its limit",
+            measured.errors,
+            setup.name()
         );
     }
     let keys = Keys::Hot.count() as f64;
-    let (rate, burst) = (f64::from(LEASE_LIMIT_RATE), f64::from(LEASE_LIMIT_BURST));
+    let (rate, burst) = (f64::from(LIMIT_RATE), f64::from(LIMIT_BURST));
     let exact = keys * (burst + rate * span);
-    Ok(LeaseBound {
-        limit: lease_limit(),
+    // docs/algorithms.md: lease mode adds what the holders may hold; the quota filter the
+    // algorithm's bound over one more fill interval (1 s) and one refill of each Envoy's
+    // bucket (its share over 1 s), with no request admitted before the first assignment
+    // (`no_assignment_behavior` denies here); the native filter asks per request.
+    let bound = match setup {
+        Setup::SluiceLeaseLimited => exact + keys * MAX_TOTAL_SHARE * burst,
+        Setup::RlqsLimited => keys * (burst + rate * (span + 1.0)) + keys * rate,
+        _ => exact,
+    };
+    Ok(OverLimit {
+        setup,
         seconds: span,
         admitted: measured.requests,
         denied: measured.limited,
+        messages,
         exact: exact.floor() as u64,
-        bound: (exact + keys * MAX_TOTAL_SHARE * burst).floor() as u64,
+        bound: bound.floor() as u64,
     })
+}
+
+/// The usage reports sluice-server has taken in, from its `/metrics`.
+fn quota_reports(stack: &Stack) -> anyhow::Result<u64> {
+    let page = sluice_harness::http::get(stack.addresses.server, "/metrics", &[])?.text();
+    let line = page
+        .lines()
+        .find(|line| line.starts_with("sluice_rlqs_reports_total "))
+        .context("sluice_rlqs_reports_total is not on /metrics")?;
+    let value = line.rsplit(' ').next().unwrap_or_default();
+    value
+        .parse::<u64>()
+        .with_context(|| format!("sluice_rlqs_reports_total is `{value}`"))
 }

@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use crate::duration::Millis;
 use crate::file_error::FileError;
 use crate::key::{LimitKey, RuleName};
-use crate::limit::Limit;
+use crate::limit::{LeakMode, Limit};
 use crate::rls::wildcard_match;
 
 use self::raw::{RawBucketRule, RawRlqsConfig};
@@ -276,8 +276,9 @@ fn quota(raw: &RawBucketRule, path: &str) -> Result<Quota, LoadError> {
     };
     match (&raw.limit, &raw.allow, &raw.deny) {
         (Some(limit), None, None) => Limit::try_from(limit.clone())
-            .map(Quota::Limit)
-            .map_err(|e| (format!("{path}.limit"), e.to_string())),
+            .map_err(|e| e.to_string())
+            .and_then(|limit| quota_limit(limit).map(Quota::Limit))
+            .map_err(|reason| (format!("{path}.limit"), reason)),
         (None, Some(allow), None) => all("allow", allow).map(|()| Quota::AllowAll),
         (None, None, Some(deny)) => all("deny", deny).map(|()| Quota::DenyAll),
         _ => Err((
@@ -285,6 +286,28 @@ fn quota(raw: &RawBucketRule, path: &str) -> Result<Quota, LoadError> {
             "give exactly one of `limit`, `allow: all` and `deny: all`".into(),
         )),
     }
+}
+
+/// `limit`, if Envoy's token bucket can keep it: Envoy admits or denies (it does not delay),
+/// and refills once a second, each second's refill funded at once out of the algorithm, so the
+/// limit must admit a second of its rate at once.
+fn quota_limit(limit: Limit) -> Result<Limit, String> {
+    if let Limit::LeakyBucket(l) = &limit
+        && matches!(l.mode(), LeakMode::Shaping { .. })
+    {
+        return Err(
+            "a shaping leaky bucket delays requests, which Envoy's quota filter cannot: use `mode: meter`".into(),
+        );
+    }
+    let (units, period) = limit.nominal_rate();
+    let one_second = (units.saturating_mul(1000)).div_ceil(period.as_millis().max(1));
+    if limit.capacity() < one_second {
+        return Err(format!(
+            "admits {} at once, less than one second of its rate ({one_second}): Envoy refills its token buckets once a second, and sluice funds each second's refill at once; raise `burst` (or `limit`) to {one_second}",
+            limit.capacity()
+        ));
+    }
+    Ok(limit)
 }
 
 fn share(raw: Option<&str>, path: &str) -> Result<Share, LoadError> {

@@ -103,6 +103,20 @@ fn every_error_names_the_file_the_path_and_the_reason() {
     );
     assert_eq!(
         refused(
+            r#"{"domain": "d", "buckets": [{"match": {"k": "v"}, "limit": {"algorithm": "gcra", "rate": 200, "per": "1s", "burst": 100}}]}"#
+        ),
+        "buckets[0].limit: admits 100 at once, less than one second of its rate (200): Envoy refills its token buckets once a second, and sluice funds each second's refill at once; raise `burst` (or `limit`) to 200"
+    );
+    assert!(
+        refused(
+            r#"{"domain": "d", "buckets": [{"match": {"k": "v"}, "limit": {"algorithm": "leaky_bucket", "rate": 5, "per": "1s", "burst": 5, "mode": "shaping", "max_wait": "1s"}}]}"#
+        )
+        .starts_with("buckets[0].limit: a shaping leaky bucket delays requests")
+    );
+    // A window admits its whole limit at once: 100 a minute is kept.
+    config(r#"{"domain": "d", "buckets": [{"match": {"k": "v"}, "limit": {"algorithm": "sliding_window", "limit": 100, "window": "1m"}}]}"#).unwrap();
+    assert_eq!(
+        refused(
             r#"{"domain": "d", "buckets": [{"match": {"k": "v"}, "allow": "all", "share": "fair"}]}"#
         ),
         "buckets[0].share: must be `demand` or `equal`, not `fair`"

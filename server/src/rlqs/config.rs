@@ -37,7 +37,7 @@ mod tests {
             "domain: shop\n\
              buckets:\n\
              \x20 - match: {name: per-key, key: \"*\"}\n\
-             \x20   limit: {algorithm: token_bucket, rate: 100, per: 1s, burst: 50}\n\
+             \x20   limit: {algorithm: token_bucket, rate: 100, per: 1s, burst: 100}\n\
              \x20   share: equal\n\
              default: {deny: all}\n\
              idle_after: 10m\n",
