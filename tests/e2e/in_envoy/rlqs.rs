@@ -8,14 +8,21 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::real_envoy::{Backends, burst, count_status, get, repo_root};
+use sluice_e2e::real_envoy::{Backends, MutualTls, burst, count_status, get, repo_root};
 use sluice_harness::{Envoy, http};
 
 use super::filter::WORKERS;
 
 /// Sluice-server serving the quota configuration in `dir`.
 pub fn rlqs_backends(dir: &Path) -> Backends {
-    Backends::start(&["--rlqs-config", dir.to_str().expect("a UTF-8 path")])
+    rlqs_backends_with(dir, &[])
+}
+
+/// As [`rlqs_backends`], with the server's `flags` besides.
+fn rlqs_backends_with(dir: &Path, flags: &[String]) -> Backends {
+    let mut args = vec!["--rlqs-config", dir.to_str().expect("a UTF-8 path")];
+    args.extend(flags.iter().map(String::as_str));
+    Backends::start(&args)
 }
 
 /// `envoy/envoy-rlqs.yaml` pointed at `backends`.
@@ -294,5 +301,25 @@ fn envoys_keep_their_shares_while_redis_is_down_and_resubscribe_after_a_server_r
     assert!(
         (8.0..=13.0).contains(&after),
         "{after:.1}/s after the restart"
+    );
+}
+
+#[test]
+fn envoy_reaches_the_quota_service_over_tls_with_a_client_certificate() {
+    let tls = MutualTls::new();
+    let backends = rlqs_backends_with(&repo_root().join("envoy/rlqs"), &tls.server_args());
+    let config = tls.on_cluster(&shipped_rlqs_config(&backends), "sluice_rlqs");
+    let envoy = Envoy::start(&config, WORKERS).expect("Envoy");
+    let key = [("x-api-key", "k-tls")];
+    assert_eq!(get(&envoy, "/api/orders", &key).status, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    // The key's assignment (10 tokens) came over TLS: a burst is limited.
+    let answers = burst(&envoy, "/api/orders", &key, 40, 4);
+    assert!(count_status(&answers, 429) > 0, "nothing limited");
+    assert!(
+        envoy
+            .stat("cluster.sluice_rlqs.ssl.handshake")
+            .expect("stats")
+            >= 1
     );
 }
