@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use futures::channel::mpsc;
-use sluice_harness::RedisServer;
+use sluice_harness::{RedisCluster, RedisServer};
 use sluice_server::RunningServer;
 use sluice_server::rlqs::RlqsState;
 use sluice_server::rlqs::config::WatchedConfig;
@@ -37,19 +37,29 @@ async fn start(
     config: &str,
     tune: impl FnOnce(&mut sluice_server::ServerConfig),
 ) -> (tempfile::TempDir, RedisServer, RunningServer) {
+    let redis = RedisServer::start().unwrap();
+    let (dir, server) = start_on(Topology::Standalone(redis.url()), config, tune).await;
+    (dir, redis, server)
+}
+
+/// A server for `topology` serving the quota configuration `config`, with `tune` applied.
+async fn start_on(
+    topology: Topology,
+    config: &str,
+    tune: impl FnOnce(&mut sluice_server::ServerConfig),
+) -> (tempfile::TempDir, RunningServer) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("shop.yaml"), config).unwrap();
-    let redis = RedisServer::start().unwrap();
     let rlqs = Arc::new(RlqsState {
         config: Arc::new(WatchedConfig::load(vec![dir.path().to_owned()]).unwrap()),
         poll: Duration::from_millis(50),
     });
-    let server = server(Topology::Standalone(redis.url()), |c| {
+    let server = server(topology, |c| {
         c.rlqs = Some(rlqs);
         tune(c);
     })
     .await;
-    (dir, redis, server)
+    (dir, server)
 }
 
 /// One Envoy's side of a quota stream.
@@ -258,6 +268,38 @@ async fn two_envoys_share_a_limit_by_what_each_is_offered_and_never_more_than_it
         (17.0..=18.0).contains(&b_rate),
         "B gets what is left: {b_rate}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_each_bucket_is_funded_on_its_own_node() {
+    let cluster = RedisCluster::start().unwrap();
+    let (_dir, server) = start_on(Topology::Cluster(cluster.urls()), SHOP, |_| {}).await;
+    let (mut a, mut b) = (
+        Envoy::connect(&server).await.unwrap(),
+        Envoy::connect(&server).await.unwrap(),
+    );
+    // Keys on several nodes, funded in one step: each ask is its own call there.
+    let keys: Vec<String> = (0..6).map(|k| format!("k{k}")).collect();
+    let ids: Vec<[(&str, &str); 2]> = keys
+        .iter()
+        .map(|k| [("name", "per-key"), ("key", k.as_str())])
+        .collect();
+    let first: Vec<(Id, u64, u64)> = ids.iter().map(|id| (&id[..], 1, 0)).collect();
+    a.report("shop", 0, &first);
+    let seen = a.actions(Duration::from_millis(500)).await;
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    assert!(seen.iter().all(|(_, action)| rate(action) == 20.0));
+    // A second Envoy on one key: the two, offered alike, share its 20/s.
+    b.report("shop", 0, &[(&ids[0][..], 1, 0)]);
+    a.report("shop", 5, &[(&ids[0][..], 100, 0)]);
+    b.report("shop", 5, &[(&ids[0][..], 100, 0)]);
+    let settle = Duration::from_millis(3500);
+    let (a_seen, b_seen) = tokio::join!(
+        a.actions_for(&ids[0], settle),
+        b.actions_for(&ids[0], settle)
+    );
+    let (a_rate, b_rate) = (rate(a_seen.last().unwrap()), rate(b_seen.last().unwrap()));
+    assert_eq!((a_rate, b_rate), (10.0, 10.0));
 }
 
 #[tokio::test]
