@@ -152,8 +152,13 @@ impl Envoy {
 
     /// The first action for `bucket`, waiting up to 5 s.
     async fn first_for(&mut self, bucket: Id<'_>) -> Action {
+        self.first_within(bucket, Duration::from_secs(5)).await
+    }
+
+    /// The first action for `bucket`, waiting up to `within`.
+    async fn first_within(&mut self, bucket: Id<'_>, within: Duration) -> Action {
         let wanted = id(bucket);
-        tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::time::timeout(within, async {
             loop {
                 let response = self
                     .answers
@@ -171,7 +176,7 @@ impl Envoy {
             }
         })
         .await
-        .expect("no action for the bucket within 5 s")
+        .unwrap_or_else(|_| panic!("no action for the bucket within {within:?}"))
     }
 
     /// The status that ended the stream, waiting up to 5 s.
@@ -252,21 +257,25 @@ async fn two_envoys_share_a_limit_by_what_each_is_offered_and_never_more_than_it
     let settle = Duration::from_millis(3500);
     let (a_seen, b_seen) = tokio::join!(a.actions_for(K1, settle), b.actions_for(K1, settle));
     let (a_rate, b_rate) = (rate(a_seen.last().unwrap()), rate(b_seen.last().unwrap()));
-    assert_eq!(b_rate, 5.0, "B's demand met in full");
-    assert!(
-        (14.0..=15.0).contains(&a_rate),
-        "A gets what is left: {a_rate}"
-    );
+    assert_share(b_rate, 5.0, "B's demand met in full");
+    assert_share(a_rate, 15.0, "A gets what is left");
     assert!(a_rate + b_rate <= 20.0);
     // The traffic moves to B: the shares follow at the next reports.
     a.report("shop", 5, &[(K1, 10, 0)]);
     b.report("shop", 5, &[(K1, 25, 475)]);
     let (a_seen, b_seen) = tokio::join!(a.actions_for(K1, settle), b.actions_for(K1, settle));
     let (a_rate, b_rate) = (rate(a_seen.last().unwrap()), rate(b_seen.last().unwrap()));
-    assert_eq!(a_rate, 2.0);
+    assert_share(a_rate, 2.0, "A's demand met in full");
+    assert_share(b_rate, 18.0, "B gets what is left");
+}
+
+/// A funded rate is the share, or a token less: a funding that comes a little early (its
+/// step's timer is late the second before) finds the algorithm a token short, and the Envoy is
+/// assigned what was granted.
+fn assert_share(rate: f64, share: f64, what: &str) {
     assert!(
-        (17.0..=18.0).contains(&b_rate),
-        "B gets what is left: {b_rate}"
+        (share - 1.0..=share).contains(&rate),
+        "{what}: {rate}/s assigned, a share of {share}"
     );
 }
 
@@ -299,7 +308,8 @@ async fn on_a_redis_cluster_each_bucket_is_funded_on_its_own_node() {
         b.actions_for(&ids[0], settle)
     );
     let (a_rate, b_rate) = (rate(a_seen.last().unwrap()), rate(b_seen.last().unwrap()));
-    assert_eq!((a_rate, b_rate), (10.0, 10.0));
+    assert_share(a_rate, 10.0, "A, offered as B is");
+    assert_share(b_rate, 10.0, "B, offered as A is");
 }
 
 #[tokio::test]
@@ -342,23 +352,20 @@ async fn unlimited_and_unlisted_buckets_get_blanket_rules_and_idle_ones_are_aban
         Strategy::BlanketRule(deny),
         "the default"
     );
-    // Reported with no request for the domain's idle_after (2 s): abandoned. A denied
-    // request is a use.
-    envoy.report("shop", 1, &[(OPEN, 0, 0), (OTHER, 0, 1)]);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    envoy.report("shop", 1, &[(OPEN, 0, 0), (OTHER, 0, 1)]);
-    // OPEN is abandoned at the step 3 s after the stream opened; OTHER no sooner than 2 s
-    // after this report, at the step after.
-    let seen = envoy.actions(Duration::from_millis(1800)).await;
-    assert!(
-        seen.contains(&(id(OPEN), Action::AbandonAction(Default::default()))),
-        "{seen:?}"
-    );
-    assert!(
-        !seen
-            .iter()
-            .any(|(id_, a)| *id_ == id(OTHER) && matches!(a, Action::AbandonAction(_)))
-    );
+    // Reported with no request for the domain's idle_after (2 s): abandoned, while OTHER,
+    // which a report shows in use (a denied request is a use) every second, is not.
+    let abandoned = Action::AbandonAction(Default::default());
+    let mut seen = Vec::new();
+    let started = std::time::Instant::now();
+    while !seen.contains(&(id(OPEN), abandoned)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "OPEN never abandoned: {seen:?}"
+        );
+        envoy.report("shop", 1, &[(OPEN, 0, 0), (OTHER, 0, 1)]);
+        seen.extend(envoy.actions(Duration::from_secs(1)).await);
+    }
+    assert!(!seen.contains(&(id(OTHER), abandoned)), "{seen:?}");
 }
 
 #[tokio::test]
@@ -383,9 +390,9 @@ async fn a_malformed_report_ends_its_stream_with_the_field_named_and_no_other() 
         status.message().starts_with("domain: `elsewhere`"),
         "{status:?}"
     );
-    // The good stream goes on: its assignment is renewed.
-    let renewed = good.actions_for(K1, Duration::from_secs(5)).await;
-    assert!(!renewed.is_empty(), "no renewal after the others ended");
+    // The good stream goes on: its assignment is renewed (every 3.3 s, at a step a second;
+    // a loaded machine's steps come late).
+    good.first_within(K1, Duration::from_secs(8)).await;
 }
 
 #[tokio::test]
