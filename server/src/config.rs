@@ -510,7 +510,7 @@ fn rlqs_state(args: &Args) -> Result<Option<Arc<RlqsState>>, FlagError> {
         .map_err(|e| FlagError::new("--rlqs-config", e.to_string()))?;
     Ok(Some(Arc::new(RlqsState {
         config: Arc::new(config),
-        poll: Duration::from_millis(args.rls_reload_every.as_millis().max(1)),
+        poll: reload_every(args),
     })))
 }
 
@@ -524,6 +524,11 @@ fn rls_state(args: &Args) -> Result<Option<Arc<RlsState>>, FlagError> {
         config,
         args.rls_local_cache,
         args.rls_response_headers.into(),
-        Duration::from_millis(args.rls_reload_every.as_millis().max(1)),
+        reload_every(args),
     ))))
+}
+
+/// How often both configurations' files are looked at (`--rls-reload-every`).
+fn reload_every(args: &Args) -> Duration {
+    Duration::from_millis(args.rls_reload_every.as_millis())
 }

@@ -494,13 +494,7 @@ fn measure_over_limit(
 
 /// The usage reports sluice-server has taken in, from its `/metrics`.
 fn quota_reports(stack: &Stack) -> anyhow::Result<u64> {
-    let page = sluice_harness::http::get(stack.addresses.server, "/metrics", &[])?.text();
-    let line = page
-        .lines()
-        .find(|line| line.starts_with("sluice_rlqs_reports_total "))
-        .context("sluice_rlqs_reports_total is not on /metrics")?;
-    let value = line.rsplit(' ').next().unwrap_or_default();
-    value
-        .parse::<u64>()
-        .with_context(|| format!("sluice_rlqs_reports_total is `{value}`"))
+    let reports =
+        sluice_harness::http::metric(stack.addresses.server, "sluice_rlqs_reports_total")?;
+    Ok(reports as u64)
 }

@@ -288,6 +288,12 @@ impl Limit {
         }
     }
 
+    /// Whether it is a shaping leaky bucket: one that delays requests, not only admits or
+    /// denies them.
+    pub fn shapes(&self) -> bool {
+        matches!(self, Limit::LeakyBucket(l) if matches!(l.mode(), LeakMode::Shaping { .. }))
+    }
+
     /// The longest a shaping leaky bucket may hold a request; 0 for every other limit.
     pub fn max_wait_ms(&self) -> u64 {
         match self {

@@ -26,6 +26,11 @@ use crate::wire::{LeaseAsk, LeaseGrant, LeaseTerms};
 /// the server or an outage of Redis.
 pub const ASSIGNMENT_TTL_S: u64 = 10;
 
+const ASSIGNMENT_TTL: Millis = match Millis::new(ASSIGNMENT_TTL_S * 1000) {
+    Some(ttl) => ttl,
+    None => panic!("the assignment TTL is not zero"),
+};
+
 /// An assignment is sent again when this much of its time to live has passed, though nothing
 /// changed: well before it lapses, even if a renewal is lost.
 pub const RENEW_AFTER_MS: u64 = ASSIGNMENT_TTL_S * 1000 / 3;
@@ -95,11 +100,15 @@ impl Bucket {
         rule: &BucketRule,
         now_ms: u64,
     ) -> Bucket {
+        Bucket::under(rule, super::bucket_key(domain, id), now_ms)
+    }
+
+    fn under(rule: &BucketRule, key: LimitKey, now_ms: u64) -> Bucket {
         Bucket {
             rule: rule.name.clone(),
             quota: rule.quota,
             share: rule.share,
-            key: super::bucket_key(domain, id),
+            key,
             demand_per_s: None,
             last_used_ms: now_ms,
             next_funding_ms: now_ms,
@@ -109,18 +118,13 @@ impl Bucket {
     }
 
     /// Whether `rule` gives it the quota it has; when not (the configuration changed), it
-    /// starts over under `rule`.
-    pub fn follow(
-        &mut self,
-        domain: &str,
-        id: &BTreeMap<String, String>,
-        rule: &BucketRule,
-        now_ms: u64,
-    ) {
+    /// starts over under `rule`, remembering what the Envoy was last sent.
+    pub fn follow(&mut self, rule: &BucketRule, now_ms: u64) {
         if self.rule != rule.name || self.quota != rule.quota || self.share != rule.share {
-            let sent = self.sent;
-            *self = Bucket::new(domain, id, rule, now_ms);
-            self.sent = sent;
+            *self = Bucket {
+                sent: self.sent,
+                ..Bucket::under(rule, self.key.clone(), now_ms)
+            };
         }
     }
 
@@ -162,7 +166,7 @@ impl Bucket {
                 max_units: MAX_AMOUNT,
                 max_outstanding: MAX_AMOUNT,
                 // The ledger counts the Envoy's demand as long as its assignment may live.
-                ttl: Millis::new(ASSIGNMENT_TTL_S * 1000).unwrap_or(Millis::MIN),
+                ttl: ASSIGNMENT_TTL,
             },
             want: MAX_AMOUNT,
             held: 0,
@@ -362,13 +366,13 @@ mod tests {
         let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
         b.report(&usage(5, 10, 0), 0);
         b.sent(Assignment::DenyAll, 0);
-        b.follow("shop", &id("k"), &rule(Share::Demand), 10);
+        b.follow(&rule(Share::Demand), 10);
         assert_eq!(b.funding_ask(0).unwrap().demand, 2, "the same rule: kept");
         let allow = BucketRule {
             quota: Quota::AllowAll,
             ..rule(Share::Demand)
         };
-        b.follow("shop", &id("k"), &allow, 10);
+        b.follow(&allow, 10);
         assert_eq!(b.blanket(), Some(Assignment::AllowAll));
         assert_eq!(b.funding_ask(10), None);
         assert_eq!(b.last_sent(), Some(Assignment::DenyAll));

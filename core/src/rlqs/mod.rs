@@ -40,13 +40,18 @@ use std::collections::BTreeMap;
 use crate::duration::Millis;
 use crate::file_error::FileError;
 use crate::key::{LimitKey, RuleName};
-use crate::limit::{LeakMode, Limit};
+use crate::limit::Limit;
 use crate::rls::wildcard_match;
 
 use self::raw::{RawBucketRule, RawRlqsConfig};
 
 /// How long a bucket nobody uses is kept when the configuration does not say.
 pub const DEFAULT_IDLE_AFTER_MS: u64 = 5 * 60 * 1000;
+
+const DEFAULT_IDLE_AFTER: Millis = match Millis::new(DEFAULT_IDLE_AFTER_MS) {
+    Some(idle) => idle,
+    None => panic!("the default idle_after is not zero"),
+};
 
 /// What a bucket gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +150,13 @@ impl RlqsConfig {
         self.domains.get(name)
     }
 
+    /// How long a bucket of `domain` may go unused before it is abandoned: the domain's
+    /// `idle_after`, or the default for a domain no longer configured.
+    pub fn idle_after(&self, domain: &str) -> Millis {
+        self.domain(domain)
+            .map_or(DEFAULT_IDLE_AFTER, |d| d.idle_after)
+    }
+
     /// The rule that gives `bucket` of `domain` its quota; `None` for a domain not configured.
     pub fn rule_for(&self, domain: &str, bucket: &BTreeMap<String, String>) -> Option<&BucketRule> {
         self.domain(domain).map(|domain| domain.rule_for(bucket))
@@ -220,7 +232,7 @@ fn load_domain(raw: &RawRlqsConfig) -> Result<Domain, LoadError> {
     }
     let idle_after = raw
         .idle_after
-        .or(Millis::new(DEFAULT_IDLE_AFTER_MS))
+        .or(Some(DEFAULT_IDLE_AFTER))
         .filter(|idle| idle.as_millis() >= 1000)
         .ok_or_else(|| {
             (
@@ -292,9 +304,7 @@ fn quota(raw: &RawBucketRule, path: &str) -> Result<Quota, LoadError> {
 /// and refills once a second, each second's refill funded at once out of the algorithm, so the
 /// limit must admit a second of its rate at once.
 fn quota_limit(limit: Limit) -> Result<Limit, String> {
-    if let Limit::LeakyBucket(l) = &limit
-        && matches!(l.mode(), LeakMode::Shaping { .. })
-    {
+    if limit.shapes() {
         return Err(
             "a shaping leaky bucket delays requests, which Envoy's quota filter cannot: use `mode: meter`".into(),
         );

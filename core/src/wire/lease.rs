@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::{MAX_ASKS, MAX_HOLDER_LEN, WireError, parse_with_path};
 use crate::duration::Millis;
 use crate::key::{LimitKey, RuleName};
-use crate::limit::{LeakMode, Limit, MAX_AMOUNT};
+use crate::limit::{Limit, MAX_AMOUNT};
 
 /// The longest lease.
 pub const MAX_LEASE_TTL_MS: u64 = 60_000;
@@ -128,9 +128,7 @@ fn is_holder(name: &str) -> bool {
 
 /// Why a lease's terms or limit cannot be leased; `None` when they can.
 pub fn lease_refusal(limit: &Limit, terms: &LeaseTerms) -> Option<String> {
-    if let Limit::LeakyBucket(l) = limit
-        && matches!(l.mode(), LeakMode::Shaping { .. })
-    {
+    if limit.shapes() {
         return Some(
             "a shaping leaky bucket cannot be leased: each request needs its own delay".into(),
         );

@@ -5,6 +5,7 @@
 //! changed or are due for renewal; a report is taken in at once, and a new bucket is funded
 //! and assigned at once, since the Envoy serves it by its `no_assignment_behavior` until then.
 
+use std::collections::hash_map::Entry;
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
@@ -16,10 +17,10 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use sluice_core::rlqs::bucket::Bucket;
+use sluice_core::rlqs::RlqsConfig;
+use sluice_core::rlqs::bucket::{Assignment, Bucket};
 use sluice_core::rlqs::report::Report;
-use sluice_core::rlqs::{DEFAULT_IDLE_AFTER_MS, RlqsConfig};
-use sluice_core::wire::{LeaseRequest, MAX_ASKS};
+use sluice_core::wire::{LeaseAsk, LeaseRequest, MAX_ASKS};
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tonic::{Status, Streaming};
@@ -27,6 +28,7 @@ use tonic::{Status, Streaming};
 use super::RlqsState;
 use super::action::{abandon, assign};
 use super::report::from_proto;
+use super::stats::RlqsStats;
 use crate::http::AppState;
 
 /// How often a stream funds its buckets' refills and renews their assignments.
@@ -136,16 +138,15 @@ impl EnvoyStream {
         for usage in usages {
             let rule = rules.rule_for(&usage.bucket);
             stats.usage(&domain, rule.name.as_str(), usage.allowed, usage.denied);
-            let name = (domain.clone(), usage.bucket.clone());
-            let bucket = match self.buckets.get_mut(&name) {
-                Some(bucket) => {
-                    bucket.follow(&name.0, &name.1, rule, now_ms);
+            let bucket = match self.buckets.entry((domain.clone(), usage.bucket.clone())) {
+                Entry::Occupied(known) => {
+                    let bucket = known.into_mut();
+                    bucket.follow(rule, now_ms);
                     bucket
                 }
-                None => {
+                Entry::Vacant(new) => {
                     stats.buckets(1);
-                    let bucket = Bucket::new(&name.0, &name.1, rule, now_ms);
-                    self.buckets.entry(name.clone()).or_insert(bucket)
+                    new.insert(Bucket::new(&domain, &usage.bucket, rule, now_ms))
                 }
             };
             bucket.report(&usage, now_ms);
@@ -158,29 +159,21 @@ impl EnvoyStream {
         let now_ms = self.now_ms();
         let mut actions = self.abandon_idle(config, now_ms);
         let stats = self.state.metrics.rlqs();
-        for ((domain, id), bucket) in &mut self.buckets {
-            if let Some(assignment) = bucket.blanket()
-                && bucket.due(&assignment, now_ms)
-            {
-                stats.assigned(
-                    domain,
-                    bucket.rule.as_str(),
-                    &assignment,
-                    bucket.last_sent(),
-                );
-                bucket.sent(assignment, now_ms);
-                actions.push(assign(id, &assignment));
+        for (name, bucket) in &mut self.buckets {
+            if let Some(assignment) = bucket.blanket() {
+                send_if_due(stats, name, bucket, assignment, now_ms, &mut actions);
             }
         }
-        let due: Vec<_> = self
+        let (names, asks): (Vec<BucketName>, Vec<LeaseAsk>) = self
             .buckets
             .iter()
             .filter_map(|(name, bucket)| Some((name.clone(), bucket.funding_ask(now_ms)?)))
-            .collect();
-        for chunk in due.chunks(MAX_ASKS) {
+            .unzip();
+        let mut asks = asks.into_iter();
+        for chunk in names.chunks(MAX_ASKS) {
             let request = LeaseRequest {
                 holder: self.holder.clone(),
-                asks: chunk.iter().map(|(_, ask)| ask.clone()).collect(),
+                asks: asks.by_ref().take(chunk.len()).collect(),
             };
             let grants = match self.state.engine.lease(&request, None).await {
                 Ok(response) => response.grants,
@@ -197,21 +190,12 @@ impl EnvoyStream {
                     continue;
                 }
             };
-            for ((name, _), grant) in chunk.iter().zip(&grants) {
+            for (name, grant) in chunk.iter().zip(&grants) {
                 let Some(bucket) = self.buckets.get_mut(name) else {
                     continue;
                 };
-                if let Some(assignment) = bucket.funded(grant, now_ms)
-                    && bucket.due(&assignment, now_ms)
-                {
-                    stats.assigned(
-                        &name.0,
-                        bucket.rule.as_str(),
-                        &assignment,
-                        bucket.last_sent(),
-                    );
-                    bucket.sent(assignment, now_ms);
-                    actions.push(assign(&name.1, &assignment));
+                if let Some(assignment) = bucket.funded(grant, now_ms) {
+                    send_if_due(stats, name, bucket, assignment, now_ms, &mut actions);
                 }
             }
         }
@@ -224,10 +208,7 @@ impl EnvoyStream {
         let stats = self.state.metrics.rlqs();
         let mut actions = Vec::new();
         self.buckets.retain(|(domain, id), bucket| {
-            let idle_after = config.domain(domain).map(|d| d.idle_after);
-            let idle_after =
-                idle_after.or(sluice_core::duration::Millis::new(DEFAULT_IDLE_AFTER_MS));
-            let idle = idle_after.is_some_and(|after| bucket.idle(now_ms, after));
+            let idle = bucket.idle(now_ms, config.idle_after(domain));
             if idle {
                 stats.forgotten(domain, bucket.rule.as_str(), bucket.last_sent(), true);
                 stats.buckets(-1);
@@ -236,6 +217,28 @@ impl EnvoyStream {
             !idle
         });
         actions
+    }
+}
+
+/// Adds `assignment` for bucket `name` to `actions`, and counts it, if it is new or due for
+/// renewal.
+fn send_if_due(
+    stats: &RlqsStats,
+    (domain, id): &BucketName,
+    bucket: &mut Bucket,
+    assignment: Assignment,
+    now_ms: u64,
+    actions: &mut Vec<BucketAction>,
+) {
+    if bucket.due(&assignment, now_ms) {
+        stats.assigned(
+            domain,
+            bucket.rule.as_str(),
+            &assignment,
+            bucket.last_sent(),
+        );
+        bucket.sent(assignment, now_ms);
+        actions.push(assign(id, &assignment));
     }
 }
 

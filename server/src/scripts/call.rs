@@ -248,12 +248,15 @@ impl LeaseCall {
             // The buckets' over-limit regime is a steady rate, which holders over it share as
             // a pace; windows admit in bursts by design, and are never paced (0 units). A
             // share for a span is of the nominal rate, whatever the algorithm.
-            let (units, period) = match ask.limit {
-                _ if ask.share_span_ms > 0 => ask.limit.nominal_rate(),
-                Limit::TokenBucket(_) | Limit::LeakyBucket(_) | Limit::Gcra(_) => {
-                    ask.limit.nominal_rate()
-                }
-                _ => (0, Millis::MIN),
+            let shared_rate = ask.share_span_ms > 0
+                || matches!(
+                    ask.limit,
+                    Limit::TokenBucket(_) | Limit::LeakyBucket(_) | Limit::Gcra(_)
+                );
+            let (units, period) = if shared_rate {
+                ask.limit.nominal_rate()
+            } else {
+                (0, Millis::MIN)
             };
             call.args
                 .push(number(ask.limit.algorithm().ordinal() as u64 + 1));

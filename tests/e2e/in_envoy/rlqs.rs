@@ -229,15 +229,7 @@ buckets:\n\
 
 /// The sum of the samples of metric `name` on sluice-server's `/metrics`.
 fn server_metric(backends: &Backends, name: &str) -> f64 {
-    let page = http::get(backends.server_addr(), "/metrics", &[])
-        .expect("/metrics")
-        .text();
-    page.lines()
-        .filter(|line| {
-            line.starts_with(&format!("{name} ")) || line.starts_with(&format!("{name}{{"))
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    http::metric(backends.server_addr(), name).expect("/metrics")
 }
 
 #[test]

@@ -42,6 +42,20 @@ pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Result<Ans
     request(addr, "GET", path, headers)
 }
 
+/// The sum of the samples of metric `name` (whatever their labels) on `addr`'s `/metrics`
+/// (Prometheus text); 0 when it has none.
+pub fn metric(addr: SocketAddr, name: &str) -> Result<f64, HarnessError> {
+    let page = get(addr, "/metrics", &[])?.text();
+    Ok(page
+        .lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with([' ', '{']))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
 /// As [`get`], from the local address `source` (on loopback, any of 127.0.0.0/8): a client of
 /// its own to an Envoy that tells clients apart by address.
 pub fn get_from(
