@@ -31,6 +31,9 @@ const ASSIGNMENT_TTL: Millis = match Millis::new(ASSIGNMENT_TTL_S * 1000) {
     None => panic!("the assignment TTL is not zero"),
 };
 
+/// How often the server looks at a stream's buckets: fundings happen on these steps.
+pub const FUNDING_STEP_MS: u64 = 1000;
+
 /// An assignment is sent again when this much of its time to live has passed, though nothing
 /// changed: well before it lapses, even if a renewal is lost.
 pub const RENEW_AFTER_MS: u64 = ASSIGNMENT_TTL_S * 1000 / 3;
@@ -84,7 +87,9 @@ pub struct Bucket {
     demand_per_s: Option<f64>,
     /// When a report last showed a request.
     last_used_ms: u64,
-    /// When its share is next funded.
+    /// When its share is next funded: one span after the last funding was due (not after it
+    /// was made), so that a bucket funded between the stream's steps, at a report, is funded
+    /// at every step after, not every other one.
     next_funding_ms: u64,
     /// The time a funding covers: the fill interval of the token bucket it pays for.
     funding_span_ms: u64,
@@ -204,7 +209,12 @@ impl Bucket {
             self.next_funding_ms = now_ms;
             return None;
         }
-        self.next_funding_ms = now_ms + span_ms;
+        // The next is one span on from when this one was due; a stream that stalled (or could
+        // not fund) makes up at most one span, funding at each step until it has.
+        self.next_funding_ms = self
+            .next_funding_ms
+            .saturating_add(span_ms)
+            .max(now_ms.saturating_sub(span_ms));
         let funded_per_s = grant.granted as f64 * 1000.0 / span_ms as f64;
         Some(match EnvoyTokenBucket::at_most(funded_per_s, 0) {
             Some(bucket) => Assignment::TokenBucket(bucket),
@@ -305,6 +315,25 @@ mod tests {
             Some(Assignment::DenyAll),
             "the algorithm had nothing left"
         );
+    }
+
+    #[test]
+    fn a_bucket_funded_between_steps_is_funded_at_every_step_after() {
+        // A report at 300 ms funds the bucket off the stream's steps, which come each second
+        // a few milliseconds late or early.
+        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 300);
+        b.funding_ask(300).unwrap();
+        b.funded(&grant(20, 20.0), 300);
+        let step = |k: u64| k * FUNDING_STEP_MS + [3, 0, 9, 1][k as usize % 4];
+        assert_eq!(b.funding_ask(step(1)), None, "funded 0.7 s before");
+        let mut funded = 0;
+        for step in (2..=21).map(step) {
+            if b.funding_ask(step).is_some() {
+                b.funded(&grant(20, 20.0), step);
+                funded += 1;
+            }
+        }
+        assert_eq!(funded, 20, "one funding a step, as the span is one step");
     }
 
     #[test]

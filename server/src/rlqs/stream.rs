@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use sluice_core::rlqs::RlqsConfig;
-use sluice_core::rlqs::bucket::{Assignment, Bucket};
+use sluice_core::rlqs::bucket::{Assignment, Bucket, FUNDING_STEP_MS};
 use sluice_core::rlqs::report::Report;
 use sluice_core::wire::{LeaseAsk, LeaseRequest, MAX_ASKS};
 use tokio::sync::mpsc;
@@ -32,7 +32,7 @@ use super::stats::RlqsStats;
 use crate::http::AppState;
 
 /// How often a stream funds its buckets' refills and renews their assignments.
-pub const STEP_EVERY: Duration = Duration::from_secs(1);
+pub const STEP_EVERY: Duration = Duration::from_millis(FUNDING_STEP_MS);
 
 /// What the stream sends: assignments, or the status that ends it.
 pub type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
