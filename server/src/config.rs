@@ -111,6 +111,11 @@ pub struct Args {
     #[arg(long, env = "SLUICE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 
+    /// Ask for the bearer token on /metrics too (which shows rule names and descriptor keys).
+    /// /healthz, /readyz and gRPC health never ask for it.
+    #[arg(long, env = "SLUICE_METRICS_NEED_TOKEN", requires = "token")]
+    pub metrics_need_token: bool,
+
     /// Accept the caller's time from the x-sluice-replay-time-us header (for replays only).
     #[arg(long, env = "SLUICE_REPLAY_TIME")]
     pub replay_time: bool,
@@ -276,6 +281,8 @@ pub struct ServerConfig {
     pub key_prefix: String,
     /// Bearer token.
     pub token: Option<String>,
+    /// Whether `/metrics` asks for the bearer token too.
+    pub metrics_need_token: bool,
     /// Replay mode.
     pub replay_time: bool,
     /// Shutdown grace.
@@ -307,6 +314,7 @@ impl ServerConfig {
             script_calls: ScriptCalls::default(),
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             token: None,
+            metrics_need_token: false,
             replay_time: false,
             shutdown_grace: Duration::from_secs(10),
             rls: None,
@@ -438,6 +446,7 @@ impl TryFrom<&Args> for ServerConfig {
             script_calls: args.redis_scripts,
             key_prefix: args.key_prefix.clone(),
             token: args.token.clone(),
+            metrics_need_token: args.metrics_need_token,
             replay_time: args.replay_time,
             shutdown_grace: Duration::from_millis(args.shutdown_grace.as_millis()),
             rls: rls_state(args)?,

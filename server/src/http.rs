@@ -32,6 +32,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The bearer token callers must present, if any.
     pub token: Option<String>,
+    /// Whether `/metrics` asks for the token too.
+    pub metrics_need_token: bool,
     /// Whether callers may supply the time (replay mode).
     pub replay_time: bool,
     /// Envoy's gRPC rate limit service, when configured.
@@ -275,14 +277,39 @@ pub(crate) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), &'s
     let Some(token) = &state.token else {
         return Ok(());
     };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match presented {
-        Some(p) if constant_time_eq(p.as_bytes(), token.as_bytes()) => Ok(()),
-        Some(_) => Err("authorization: wrong bearer token"),
-        None => Err("authorization: a bearer token is required"),
+    let presented = bearer_token(headers)?;
+    if constant_time_eq(presented, token.as_bytes()) {
+        Ok(())
+    } else {
+        Err("authorization: wrong bearer token")
+    }
+}
+
+/// The token of the one `Authorization: Bearer <token>` header, read as RFC 9110 reads it: the
+/// scheme in any case, whitespace around the value not part of it (so HTTP/1.1 and HTTP/2,
+/// whose parsers differ there, read one header alike). Two such headers are refused: a proxy
+/// and this server could each read a different one.
+fn bearer_token(headers: &HeaderMap) -> Result<&[u8], &'static str> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err(if headers.contains_key(header::AUTHORIZATION) {
+            "authorization: more than one Authorization header"
+        } else {
+            "authorization: a bearer token is required"
+        });
+    };
+    let value = value.as_bytes().trim_ascii();
+    let scheme_ends = value
+        .iter()
+        .position(|&b| b == b' ' || b == b'\t')
+        .unwrap_or(value.len());
+    let (scheme, token) = value.split_at(scheme_ends);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return Err("authorization: a bearer token is required");
+    }
+    match token.trim_ascii_start() {
+        [] => Err("authorization: a bearer token is required"),
+        token => Ok(token),
     }
 }
 
@@ -315,7 +342,12 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if state.metrics_need_token
+        && let Err(e) = authorize(&state, &headers)
+    {
+        return error(StatusCode::UNAUTHORIZED, e.to_owned());
+    }
     state
         .metrics
         .set_redis_functions(state.engine.store().calls_functions());
@@ -340,7 +372,7 @@ mod tests {
     use http_body_util::StreamBody;
     use hyper::body::Frame;
 
-    use super::whole_body;
+    use super::{bearer_token, whole_body};
 
     type Chunks = futures::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>;
 
@@ -375,5 +407,52 @@ mod tests {
         assert_eq!(gathered(&[20_000, 20_000, 25_537], 65_536), None);
         assert_eq!(gathered(&[65_537], 65_536), None);
         assert_eq!(gathered(&[1; 101], 100), None);
+    }
+
+    fn token_of(values: &[&str]) -> Result<String, &'static str> {
+        let mut headers = axum::http::HeaderMap::new();
+        for value in values {
+            headers.append(
+                axum::http::header::AUTHORIZATION,
+                axum::http::HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        bearer_token(&headers).map(|t| String::from_utf8_lossy(t).into_owned())
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case_and_whitespace_around_the_value_is_not_the_token() {
+        for value in [
+            "Bearer T",
+            "bearer T",
+            "BEARER T",
+            "Bearer T ",
+            " Bearer  T\t",
+        ] {
+            assert_eq!(token_of(&[value]).as_deref(), Ok("T"), "{value:?}");
+        }
+        for value in ["Basic T", "BearerT", "Bearer", "Bearer   ", "T"] {
+            assert_eq!(
+                token_of(&[value]),
+                Err("authorization: a bearer token is required"),
+                "{value:?}"
+            );
+        }
+        assert_eq!(
+            token_of(&[]),
+            Err("authorization: a bearer token is required")
+        );
+    }
+
+    #[test]
+    fn two_authorization_headers_are_refused_even_when_one_is_right() {
+        assert_eq!(
+            token_of(&["Bearer T", "Bearer T"]),
+            Err("authorization: more than one Authorization header")
+        );
+        assert_eq!(
+            token_of(&["Bearer wrong", "Bearer T"]),
+            Err("authorization: more than one Authorization header")
+        );
     }
 }

@@ -11,6 +11,7 @@
 //! - [`busy_poll`]: polling instead of sleeping while Redis calls come and go.
 //! - [`engine`]: the decision procedure.
 //! - [`http`]: `/v1/decide`, `/healthz`, `/readyz`, `/metrics`.
+//! - [`health`]: readiness, for `/readyz` and gRPC health checking alike.
 //! - [`rls`]: Envoy's gRPC rate limit service API, with the reference service's configuration,
 //!   served beside `/v1/` when a configuration is given.
 //!
@@ -24,6 +25,7 @@ pub mod clock;
 pub mod config;
 pub mod config_files;
 pub mod engine;
+pub mod health;
 pub mod http;
 pub mod label_budget;
 pub mod log_throttle;
@@ -299,7 +301,7 @@ pub async fn serve_thread(
 /// The rate limit and quota services and gRPC health checking, as routes, and the task that
 /// keeps the health status.
 fn grpc_router(state: &Arc<AppState>) -> (axum::Router, JoinHandle<()>) {
-    let (health, health_task) = rls::service::health_service(state, HEALTH_CHECK_EVERY);
+    let (health, health_task) = health::health_service(state, HEALTH_CHECK_EVERY);
     let rate_limit = rls::service::rate_limit_service(Arc::clone(state));
     let quota = rlqs::service::rate_limit_quota_service(Arc::clone(state));
     let route = |name: &str| format!("/{name}/{{*method}}");
@@ -310,7 +312,8 @@ fn grpc_router(state: &Arc<AppState>) -> (axum::Router, JoinHandle<()>) {
     (router, health_task)
 }
 
-const RATE_LIMIT_SERVICE: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rls::service::RlsService> as tonic::server::NamedService>::NAME;
+/// The rate limit service's name, as gRPC health checking reports it.
+pub const RATE_LIMIT_SERVICE: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rls::service::RlsService> as tonic::server::NamedService>::NAME;
 /// The quota service's name, as gRPC health checking reports it.
 pub const QUOTA_SERVICE: &str = <envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer<rlqs::service::RlqsService> as tonic::server::NamedService>::NAME;
 const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
@@ -381,6 +384,7 @@ fn app_state(
         engine: Engine::new(store, config.key_prefix.clone(), Arc::clone(&metrics)),
         metrics,
         token: config.token.clone(),
+        metrics_need_token: config.metrics_need_token,
         replay_time: config.replay_time,
         rls: config.rls.clone(),
         rlqs: config.rlqs.clone(),

@@ -31,6 +31,7 @@ fn every_setting_is_a_flag_and_an_environment_variable() {
         ("--redis-timeout", "SLUICE_REDIS_TIMEOUT"),
         ("--key-prefix", "SLUICE_KEY_PREFIX"),
         ("--token", "SLUICE_TOKEN"),
+        ("--metrics-need-token", "SLUICE_METRICS_NEED_TOKEN"),
         ("--replay-time", "SLUICE_REPLAY_TIME"),
         ("--log-format", "SLUICE_LOG_FORMAT"),
         ("--log", "SLUICE_LOG"),

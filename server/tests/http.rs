@@ -118,6 +118,36 @@ async fn a_bearer_token_is_required_when_configured() {
         (wrong.status, wrong.json()["error"].as_str().unwrap()),
         (401, "authorization: wrong bearer token")
     );
+    // RFC 9110: the scheme in any case; the space around a field value is not part of it.
+    // Both protocols read one header alike (HTTP/1.1's parser trims it, HTTP/2's does not).
+    let elsewhere = one_check("r", "other", LIMIT);
+    for http in [Http::http1(), Http::h2c()] {
+        for value in [
+            "bearer s3cret",
+            "BEARER s3cret",
+            "Bearer s3cret ",
+            "Bearer  s3cret",
+        ] {
+            let answer = http
+                .decide(&server.url(), &elsewhere, &[("authorization", value)])
+                .await;
+            assert_eq!(answer.status, 200, "{value:?}: {}", answer.body);
+        }
+        let twice = http
+            .decide(
+                &server.url(),
+                &body,
+                &[
+                    ("authorization", "Bearer s3cret"),
+                    ("authorization", "Bearer guess"),
+                ],
+            )
+            .await;
+        assert_eq!(
+            (twice.status, twice.json()["error"].as_str().unwrap()),
+            (401, "authorization: more than one Authorization header")
+        );
+    }
     let right = http
         .decide(&server.url(), &body, &[("authorization", "Bearer s3cret")])
         .await;
@@ -125,6 +155,46 @@ async fn a_bearer_token_is_required_when_configured() {
     assert_eq!(right.content_type, "application/json");
     let answer: sluice_core::wire::DecideResponse = serde_json::from_str(&right.body).unwrap();
     assert!(answer.results[0].allowed, "{}", right.body);
+    // Health and metrics ask for no token unless told to (README, `--metrics-need-token`).
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let answer = http.get(&format!("{}{path}", server.url())).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_ask_for_the_token_when_told_to_and_health_never_does() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |c| {
+        c.token = Some("s3cret".into());
+        c.metrics_need_token = true;
+    })
+    .await;
+    let http = Http::http1();
+    let url = |path: &str| format!("{}{path}", server.url());
+    let bare = http.get(&url("/metrics")).await;
+    assert_eq!(
+        (bare.status, bare.json()["error"].as_str().unwrap()),
+        (401, "authorization: a bearer token is required")
+    );
+    assert!(!bare.body.contains("sluice_"), "{}", bare.body);
+    let with = http
+        .send(
+            "GET",
+            &url("/metrics"),
+            &[("authorization", "Bearer s3cret")],
+            "",
+        )
+        .await;
+    assert_eq!(with.status, 200, "{}", with.body);
+    assert!(
+        with.body.contains("sluice_decision_duration_seconds_count"),
+        "{}",
+        with.body
+    );
+    for path in ["/healthz", "/readyz"] {
+        assert_eq!(http.get(&url(path)).await.status, 200, "{path}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,8 @@
 //! The gRPC service: `ShouldRateLimit` from protobuf to [`RlsRequest`] and from [`Answer`]
-//! back, and gRPC health checking.
+//! back.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -18,8 +18,6 @@ use http::HeaderMap;
 use sluice_core::rls::answer::{Answer, Code};
 use sluice_core::rls::request::{LimitOverride, RlsDescriptor, RlsRequest};
 use tonic::{Request, Response, Status};
-use tonic_health::ServingStatus;
-use tonic_health::server::HealthReporter;
 
 use crate::http::{AppState, authorize, replay_time};
 
@@ -34,58 +32,6 @@ pub struct RlsService {
 /// The gRPC service, ready to route.
 pub fn rate_limit_service(state: Arc<AppState>) -> RateLimitServiceServer<RlsService> {
     RateLimitServiceServer::new(RlsService { state })
-}
-
-/// The health service, reporting the server as a whole (`""`) serving while decisions succeed
-/// (as `/readyz`: [`crate::engine::Engine::ready`]), and the rate limit and quota services too
-/// when each has a configuration; and a task checking every `every`.
-pub fn health_service(
-    state: &Arc<AppState>,
-    every: Duration,
-) -> (
-    tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
-    tokio::task::JoinHandle<()>,
-) {
-    let (reporter, service) = tonic_health::server::health_reporter();
-    let weak = Arc::downgrade(state);
-    let configured = state.rls.is_some();
-    let quotas = state.rlqs.is_some();
-    let task = tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            let Some(state) = weak.upgrade() else {
-                return;
-            };
-            let status = match state.engine.ready().await {
-                Ok(()) => ServingStatus::Serving,
-                Err(_) => ServingStatus::NotServing,
-            };
-            report(&reporter, status, configured, quotas).await;
-        }
-    });
-    (service, task)
-}
-
-async fn report(reporter: &HealthReporter, status: ServingStatus, rls: bool, rlqs: bool) {
-    reporter.set_service_status("", status).await;
-    let served = |configured: bool| {
-        if configured {
-            status
-        } else {
-            ServingStatus::NotServing
-        }
-    };
-    reporter
-        .set_service_status(
-            <RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME,
-            served(rls),
-        )
-        .await;
-    reporter
-        .set_service_status(crate::QUOTA_SERVICE, served(rlqs))
-        .await;
 }
 
 #[tonic::async_trait]
