@@ -337,6 +337,10 @@ fn watch_rls_config(rls: &Arc<RlsState>, metrics: &Arc<Metrics>) -> JoinHandle<(
             metrics.rls().config_load(false);
             tracing::error!(error = %e, "rate limit configuration not reloaded; the previous one stays in force");
         }
+        Reload::Refused(dropped) => {
+            metrics.rls().config_load(false);
+            tracing::error!(error = %dropped, "rate limit configuration not reloaded; the previous one stays in force");
+        }
         Reload::Unchanged => {}
     })
 }
@@ -348,6 +352,9 @@ fn watch_rlqs_config(rlqs: &Arc<RlqsState>) -> JoinHandle<()> {
         Reload::Loaded => tracing::info!("quota configuration reloaded"),
         Reload::Failed(e) => {
             tracing::error!(error = %e, "quota configuration not reloaded; the previous one stays in force");
+        }
+        Reload::Refused(dropped) => {
+            tracing::error!(error = %dropped, "quota configuration not reloaded; the previous one stays in force");
         }
         Reload::Unchanged => {}
     })

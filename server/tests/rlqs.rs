@@ -217,6 +217,7 @@ fn rate(action: &Action) -> f64 {
 }
 
 const K1: Id = &[("name", "per-key"), ("key", "k1")];
+const K2: Id = &[("name", "per-key"), ("key", "k2")];
 
 #[tokio::test]
 async fn a_new_bucket_is_funded_and_assigned_at_once_with_a_time_to_live() {
@@ -485,4 +486,19 @@ async fn a_reloaded_configuration_takes_effect_at_each_envoys_next_report() {
     envoy.report("shop", 5, &[(K1, 10, 0)]);
     let seen = envoy.actions_for(K1, Duration::from_millis(1500)).await;
     assert_eq!(seen.last().map(rate), Some(5.0), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_file_keeps_its_domain_and_every_stream_on_it() {
+    let (dir, _redis, server) = start(SHOP, |_| {}).await;
+    let mut envoy = Envoy::connect(&server).await.unwrap();
+    envoy.report("shop", 0, &[(K1, 1, 0)]);
+    assert_eq!(rate(&envoy.first_for(K1).await), 20.0);
+    // Deleted, as a careless `rm` then `cp` would: the reload that would drop `shop` is
+    // refused, so its reports are still served (they were refused and their streams ended).
+    std::fs::remove_file(dir.path().join("shop.yaml")).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    envoy.report("shop", 5, &[(K1, 10, 0), (K2, 1, 0)]);
+    let seen = envoy.actions_for(K2, Duration::from_millis(1500)).await;
+    assert_eq!(seen.last().map(rate), Some(20.0), "{seen:?}");
 }

@@ -215,6 +215,68 @@ async fn the_grpc_api_and_v1_decide_reach_the_same_decisions_for_every_algorithm
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_written_or_vanished_file_never_lifts_a_limit() {
+    let full = "domain: shop\ndescriptors:\n  - key: free\n    rate_limit: {unlimited: true}\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+    // A writer cut off before the limited descriptor: valid YAML, with the domain unlimited.
+    let cut = &full[..full.find("  - key: user").unwrap()];
+    let (dir, _redis, server) = start(&[("shop.yaml", full)], 0, true).await;
+    let mut grpc = client(&server).await;
+    let at = Some(1_700_000_040_000_000); // 40 s into a minute, in replay time.
+    let code = |grpc: &mut RateLimitServiceClient<Channel>| {
+        let mut grpc = grpc.clone();
+        async move {
+            let request = request("shop", vec![descriptor(&[("user", "a")])]);
+            match ask(&mut grpc, request, at).await {
+                Ok(answer) => answer.overall_code,
+                Err(status) => panic!("{status}"),
+            }
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(code(&mut grpc).await, Code::Ok as i32);
+    }
+    assert_eq!(code(&mut grpc).await, Code::OverLimit as i32);
+    let load_errors = || async {
+        let text = Http::http1()
+            .get(&format!("{}/metrics", server.url()))
+            .await
+            .body;
+        text.lines()
+            .find_map(|l| l.strip_prefix("ratelimit_service_config_load_error "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // Left cut off, then deleted: each change is looked at a few times (every 50 ms here),
+    // refused and counted, and the limit holds throughout.
+    std::fs::write(dir.path().join("shop.yaml"), cut).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(code(&mut grpc).await, Code::OverLimit as i32);
+    assert_eq!(load_errors().await, 1, "the cut-off file was refused");
+    std::fs::remove_file(dir.path().join("shop.yaml")).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(code(&mut grpc).await, Code::OverLimit as i32);
+    assert_eq!(load_errors().await, 2, "the vanished domain was refused");
+
+    // Restored whole, by renaming a complete file over it, with room for two more.
+    let staged = dir.path().join(".shop.yaml.new");
+    std::fs::write(
+        &staged,
+        full.replace("requests_per_unit: 3", "requests_per_unit: 5"),
+    )
+    .unwrap();
+    std::fs::rename(&staged, dir.path().join("shop.yaml")).unwrap();
+    let mut admitted = false;
+    for _ in 0..100 {
+        if code(&mut grpc).await == Code::Ok as i32 {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(admitted, "the restored file never loaded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_configuration_applies_to_the_next_request_and_a_broken_one_keeps_the_last() {
     let file = |n: u32| {
         format!(

@@ -145,6 +145,23 @@ impl RlqsConfig {
             .map(|(name, domain)| (name.as_str(), domain))
     }
 
+    /// Each domain and how many of its rules, the default included, can deny: a limit or
+    /// `DENY_ALL`.
+    pub fn limits_per_domain(&self) -> BTreeMap<String, usize> {
+        self.domains
+            .iter()
+            .map(|(name, domain)| {
+                let limits = domain
+                    .rules
+                    .iter()
+                    .chain([&domain.default])
+                    .filter(|rule| rule.quota != Quota::AllowAll)
+                    .count();
+                (name.clone(), limits)
+            })
+            .collect()
+    }
+
     /// The domain named `name`, if configured.
     pub fn domain(&self, name: &str) -> Option<&Domain> {
         self.domains.get(name)

@@ -217,6 +217,24 @@ impl RlsConfig {
         self.domains.keys().map(String::as_str)
     }
 
+    /// Each domain and how many of its descriptors hold a limit (not `unlimited`).
+    pub fn limits_per_domain(&self) -> BTreeMap<String, usize> {
+        fn limits(level: &Level) -> usize {
+            level
+                .nodes
+                .values()
+                .map(|node| {
+                    let own = node.rule.as_ref().is_some_and(|r| r.limit.is_some());
+                    usize::from(own) + limits(&node.children)
+                })
+                .sum()
+        }
+        self.domains
+            .iter()
+            .map(|(name, level)| (name.clone(), limits(level)))
+            .collect()
+    }
+
     /// The rule a descriptor ends at in `domain`, if any (the reference's `GetLimit`).
     pub fn lookup(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Found> {
         let (rule, stats_key) = self.rule_of(domain, entries)?;

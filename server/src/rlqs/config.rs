@@ -1,6 +1,8 @@
 //! The quota service's configuration files (`--rlqs-config`), loaded and reloaded as
 //! [`crate::config_files`] loads any, and validated by [`RlqsConfig::from_raw`].
 
+use std::collections::BTreeMap;
+
 use sluice_core::rlqs::RlqsConfig;
 use sluice_core::rlqs::raw::RawRlqsConfig;
 
@@ -16,6 +18,10 @@ impl FromFiles for RlqsConfig {
 
     fn from_raw(raws: Vec<RawRlqsConfig>) -> Result<RlqsConfig, FileError> {
         RlqsConfig::from_raw(raws)
+    }
+
+    fn limits_per_domain(&self) -> BTreeMap<String, usize> {
+        self.limits_per_domain()
     }
 }
 

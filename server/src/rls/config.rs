@@ -1,6 +1,7 @@
 //! The reference rate limit service's configuration files (envoyproxy/ratelimit's YAML), loaded
 //! and reloaded as [`crate::config_files`] loads any, and validated by [`RlsConfig::from_raw`].
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use sluice_core::rls::RlsConfig;
@@ -18,6 +19,10 @@ impl FromFiles for RlsConfig {
 
     fn from_raw(raws: Vec<RawRlsConfig>) -> Result<RlsConfig, FileError> {
         RlsConfig::from_raw(raws)
+    }
+
+    fn limits_per_domain(&self) -> BTreeMap<String, usize> {
+        self.limits_per_domain()
     }
 }
 
@@ -121,6 +126,10 @@ mod tests {
             "domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 20}\n",
         )
         .unwrap();
+        assert!(
+            matches!(watched.reload_if_changed(), Reload::Unchanged),
+            "a change waits for a second look"
+        );
         assert!(matches!(watched.reload_if_changed(), Reload::Loaded));
         assert_eq!(limit_of(&watched.current()), Some(20));
         assert_eq!(
@@ -134,6 +143,7 @@ mod tests {
             "domain: shop\ndescriptors: [{key: k, rate_limit: {unit: eon}}]\n",
         )
         .unwrap();
+        watched.reload_if_changed();
         let Reload::Failed(e) = watched.reload_if_changed() else {
             panic!("a broken file must fail to load");
         };
@@ -147,6 +157,78 @@ mod tests {
             Some(20),
             "the last good configuration stays"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    const SHOP: &str = "domain: shop\ndescriptors:\n  - key: free\n    rate_limit: {unlimited: true}\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
+    const API: &str = "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+
+    /// The limit `shop`'s `user` descriptor is held to under the configuration in force.
+    fn user_limit(watched: &WatchedConfig) -> Option<u64> {
+        watched
+            .current()
+            .lookup("shop", &[("user", "a")])
+            .map(|f| f.rule.requests_per_unit)
+    }
+
+    #[test]
+    fn a_file_still_being_written_is_loaded_only_once_two_looks_read_it_the_same() {
+        let dir = directory(&[("shop.yaml", SHOP)]);
+        let watched = WatchedConfig::load(vec![dir.clone()]).unwrap();
+        // Cut off before its limited descriptor: still valid YAML, and unlimited.
+        let cut = &SHOP[..SHOP.find("  - key: user").unwrap()];
+        std::fs::write(dir.join("shop.yaml"), cut).unwrap();
+        assert!(matches!(watched.reload_if_changed(), Reload::Unchanged));
+        std::fs::write(dir.join("shop.yaml"), SHOP.replace("100", "50")).unwrap();
+        assert!(
+            matches!(watched.reload_if_changed(), Reload::Unchanged),
+            "the file changed again since the last look: the writer is not done"
+        );
+        assert_eq!(user_limit(&watched), Some(100));
+        assert!(matches!(watched.reload_if_changed(), Reload::Loaded));
+        assert_eq!(user_limit(&watched), Some(50));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_reload_that_drops_a_domain_or_all_its_limits_is_refused_until_restored() {
+        let dir = directory(&[("a-shop.yaml", SHOP), ("api.yaml", API)]);
+        let watched = WatchedConfig::load(vec![dir.clone()]).unwrap();
+        let settle = |watched: &WatchedConfig| {
+            assert!(matches!(watched.reload_if_changed(), Reload::Unchanged));
+            watched.reload_if_changed()
+        };
+
+        std::fs::remove_file(dir.join("api.yaml")).unwrap();
+        let Reload::Refused(dropped) = settle(&watched) else {
+            panic!("a vanished domain must be refused");
+        };
+        assert_eq!(dropped.domains, ["api"]);
+        assert!(
+            dropped
+                .to_string()
+                .starts_with("the change would drop domain(s) api; restore"),
+            "{dropped}"
+        );
+        assert!(watched.current().lookup("api", &[("k", "v")]).is_some());
+        assert!(
+            matches!(watched.reload_if_changed(), Reload::Unchanged),
+            "refused once per change"
+        );
+
+        // The cut-off file, settled: it would leave `shop` with its unlimited descriptor only.
+        let cut = &SHOP[..SHOP.find("  - key: user").unwrap()];
+        std::fs::write(dir.join("a-shop.yaml"), cut).unwrap();
+        let Reload::Refused(dropped) = settle(&watched) else {
+            panic!("a domain left without a limit must be refused");
+        };
+        assert_eq!(dropped.limits_of, ["shop"]);
+        assert_eq!(user_limit(&watched), Some(100));
+
+        std::fs::write(dir.join("a-shop.yaml"), SHOP.replace("100", "70")).unwrap();
+        std::fs::write(dir.join("api.yaml"), API).unwrap();
+        assert!(matches!(settle(&watched), Reload::Loaded), "restored");
+        assert_eq!(user_limit(&watched), Some(70));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
