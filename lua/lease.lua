@@ -4,15 +4,19 @@
 --
 -- ARGV[1]  the time (see clock() in prelude.lua)
 -- ARGV[2]  the holder
--- ARGV[3]  the number of asks
+-- ARGV[3]  the holder's secret ("" for none)
+-- ARGV[4]  the number of asks
 -- then per ask: the algorithm's number (1-6), want, held, returning, demand (units a second),
 -- max_units, max_outstanding, ttl (us), the rate holders share as units per period (us; 0
 -- units: not paced), the span (us; 0: none, see below), the number of parameters, the
 -- parameters.
 -- KEYS[2i - 1], KEYS[2i]  ask i's state key and ledger key (one hash tag).
 --
--- The ledger is a hash: each holder's units and demand, "<units>:<expires us>:<demand>", and
--- '#pool' (no holder can be named so) for units given back, "<units>:<expires us>". Units given
+-- The ledger is a hash: each holder's units, demand and secret,
+-- "<units>:<expires us>:<demand>:<secret>", and '#pool' (no holder can be named so) for units
+-- given back, "<units>:<expires us>". A holder's entry binds its secret while it lives: an ask
+-- naming the holder with another secret could give back or disown units the holder still
+-- spends, so a call with such an ask writes nothing and answers "stranger <ask index>". Units given
 -- back go to the pool; a grant takes from the pool first, then from the algorithm: the most
 -- it admits now, as a request of that cost would consume them. Nothing a holder holds, nor the
 -- pool, counts after it expires. When the algorithm cannot give a holder all it wants, the
@@ -29,11 +33,21 @@
 local POOL = '#pool'
 
 local function entry(ledger, field, value)
-  local units, expires, demand = string.match(value, '^(%d+):(%d+):?(%d*)$')
+  local units, expires, demand, secret = string.match(value, '^(%d+):(%d+):?(%d*):?([%w_-]*)$')
   if not units then
     error({err = 'ERR sluice: ledger ' .. ledger .. ' holds "' .. value .. '" for ' .. field})
   end
-  return tonumber(units), tonumber(expires), tonumber(demand) or 0
+  return tonumber(units), tonumber(expires), tonumber(demand) or 0, secret
+end
+
+-- Whether a live entry of `holder` in `ledger` was bound by another secret.
+local function stranger(ledger, holder, secret, now)
+  local value = redis.call('HGET', ledger, holder)
+  if not value then
+    return false
+  end
+  local _, expires, _, bound = entry(ledger, holder, value)
+  return expires > now and bound ~= secret
 end
 
 -- The max-min fair share of `capacity` among `demands` of the demand at index `own`: the
@@ -58,7 +72,7 @@ local function fair_share(demands, own, capacity, spread)
   return given[own]
 end
 
-local function lease(key, ledger, now, holder, run, ask, p)
+local function lease(key, ledger, now, holder, secret, run, ask, p)
   local want, held, returning = ask.want, ask.held, ask.returning
   local max_units, max_total, ttl = ask.max_units, ask.max_total, ask.ttl
   local mine, pool, pool_expires, others = 0, 0, 0, 0
@@ -143,7 +157,8 @@ local function lease(key, ledger, now, holder, run, ask, p)
   -- A holder with a span stays while it wants units: its demand is its claim to a share.
   local stays = mine > 0 or (spread and ask.demand > 0)
   if stays then
-    redis.call('HSET', ledger, holder, string.format('%d:%d:%d', mine, now + ttl, ask.demand))
+    redis.call('HSET', ledger, holder,
+      string.format('%d:%d:%d:%s', mine, now + ttl, ask.demand, secret))
   else
     redis.call('HDEL', ledger, holder)
   end
@@ -171,9 +186,15 @@ end
 
 local now = clock(ARGV[1])
 local holder = ARGV[2]
-local n = tonumber(ARGV[3])
+local secret = ARGV[3]
+local n = tonumber(ARGV[4])
+for i = 1, n do
+  if stranger(KEYS[2 * i], holder, secret, now) then
+    return 'stranger ' .. (i - 1)
+  end
+end
 local out = {}
-local at = 4
+local at = 5
 for i = 1, n do
   local count = tonumber(ARGV[at + 11])
   local p = {}
@@ -192,8 +213,8 @@ for i = 1, n do
     nominal_period = tonumber(ARGV[at + 9]),
     span = tonumber(ARGV[at + 10]),
   }
-  local grant = lease(KEYS[2 * i - 1], KEYS[2 * i], now, holder, ALGORITHMS[tonumber(ARGV[at])],
-    ask, p)
+  local grant = lease(KEYS[2 * i - 1], KEYS[2 * i], now, holder, secret,
+    ALGORITHMS[tonumber(ARGV[at])], ask, p)
   out[i] = grant
   at = at + 12 + count
 end

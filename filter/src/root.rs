@@ -10,14 +10,14 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType, LogLevel};
 use sluice_core::deny_cache::fingerprint;
 use sluice_core::policy::Policy;
-use sluice_core::wire::{LEASE_PATH, LeaseRequest};
+use sluice_core::wire::{LEASE_PATH, LeaseRequest, holder_name, holder_secret};
 
 use crate::answer;
 use crate::cache::DenyCache;
 use crate::callout;
 use crate::cas;
 use crate::held::{Held, SharedHeld};
-use crate::lease::Leases;
+use crate::lease::{Holder, Leases};
 use crate::shared::{Shared, now_us};
 use crate::shared_data::{HostSharedData, SharedData};
 use crate::stats::Stats;
@@ -87,53 +87,62 @@ impl Root {
     }
 }
 
-/// This Envoy's name as a lease holder, the same for all its workers: Envoy's node id (or
-/// `envoy`) and the time the first of its VMs took it, kept in shared data under `key`.
-fn holder(context: &dyn Context, key: &str) -> String {
-    // The first name written stays, whichever VM configures first.
+/// This Envoy as a lease holder, the same for all its workers: a name of Envoy's node id (or
+/// `envoy`) and the time the first of its VMs took it, and a random secret that binds the name
+/// in the ledgers; kept in shared data under `key` as "<name> <secret>".
+fn holder(context: &dyn Context, key: &str) -> Holder {
+    // The first holder written stays, whichever VM configures first.
     cas::update(
         &HostSharedData,
         key,
         2,
-        |bytes| Some(String::from_utf8_lossy(bytes).into_owned()),
-        |name: &String| name.as_bytes().to_vec(),
+        |bytes| {
+            let text = std::str::from_utf8(bytes).ok()?;
+            let (name, secret) = text.split_once(' ')?;
+            Some(Holder {
+                name: name.to_owned(),
+                secret: secret.to_owned(),
+            })
+        },
+        |holder: &Holder| format!("{} {}", holder.name, holder.secret).into_bytes(),
         |taken| match taken {
-            Some(name) => (None, name),
+            Some(holder) => (None, holder),
             None => {
-                let name = new_holder_name(context);
-                (Some(name.clone()), name)
+                let holder = new_holder(context);
+                (Some(holder.clone()), holder)
             }
         },
     )
-    .unwrap_or_else(|| new_holder_name(context))
+    .unwrap_or_else(|| new_holder(context))
 }
 
-/// A holder name of Envoy's node id (or `envoy`) and the time now.
-fn new_holder_name(context: &dyn Context) -> String {
+fn new_holder(context: &dyn Context) -> Holder {
     let node = hostcalls::get_property(vec!["node", "id"])
         .ok()
         .flatten()
         .unwrap_or_default();
-    let node: String = String::from_utf8_lossy(&node)
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(64)
-        .collect();
     let started = context
         .get_current_time()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!(
-        "{}:{started:x}",
-        if node.is_empty() { "envoy" } else { &node }
-    )
+    let mut random = [0u8; 16];
+    let secret = match getrandom::fill(&mut random) {
+        Ok(()) => holder_secret(random),
+        Err(e) => {
+            // Envoy's WASI always has random_get; without it the name alone is the holder.
+            proxy_wasm::hostcalls::log(
+                LogLevel::Warn,
+                &format!("sluice: no random bytes for the lease holder's secret: {e}"),
+            )
+            .ok();
+            String::new()
+        }
+    };
+    Holder {
+        name: holder_name(&node, started),
+        secret,
+    }
 }
 
 impl Context for Root {

@@ -20,12 +20,32 @@ use futures::future::try_join_all;
 use sluice_core::key::redis_key;
 use sluice_core::record;
 use sluice_core::verdict::Verdict;
-use sluice_core::wire::{Check, DecideRequest, DecideResponse, LeaseRequest, LeaseResponse};
+use sluice_core::wire::{
+    Check, DecideRequest, DecideResponse, LeaseAsk, LeaseRequest, LeaseResponse,
+};
 
 use crate::clock::RedisClock;
 use crate::metrics::Metrics;
-use crate::scripts::{BatchCall, LeaseCall, ScriptCall, ScriptTime};
+use crate::scripts::{BatchCall, LeaseCall, LeaseReply, ScriptCall, ScriptTime};
 use crate::store::{Store, StoreError};
+
+/// Why a lease request got no grants.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// Redis failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An ask named a holder whose entry in that key's ledger another secret bound.
+    #[error(
+        "asks[{ask}]: holder `{holder}` holds this key's lease under another secret: send the secret its first ask sent, or take another holder name"
+    )]
+    Stranger {
+        /// The holder named.
+        holder: String,
+        /// The ask's index in the request.
+        ask: usize,
+    },
+}
 
 /// Decides requests against the store.
 pub struct Engine {
@@ -155,28 +175,44 @@ impl Engine {
         &self,
         request: &LeaseRequest,
         replay_us: Option<i64>,
-    ) -> Result<LeaseResponse, StoreError> {
+    ) -> Result<LeaseResponse, LeaseError> {
         let time = self.time(replay_us);
         let state_key = |ask: &sluice_core::wire::LeaseAsk| {
             redis_key(&self.key_prefix, &ask.rule, &ask.key, &ask.limit)
         };
-        let grants = if self.store.runs_batches() {
-            let call = LeaseCall::new(
+        let call = |asks: &[LeaseAsk]| {
+            LeaseCall::new(
                 time,
                 &request.holder,
-                request.asks.iter().map(|ask| (ask, state_key(ask))),
-            );
-            self.store.run_lease(&call).await
+                &request.secret,
+                asks.iter().map(|ask| (ask, state_key(ask))),
+            )
+        };
+        // One call on one Redis; on a Cluster one per ask, each atomic on its own key.
+        let per_call = if self.store.runs_batches() {
+            request.asks.len()
         } else {
-            let calls = request.asks.iter().map(|ask| {
-                let call = LeaseCall::new(time, &request.holder, [(ask, state_key(ask))]);
-                async move { self.store.run_lease(&call).await }
-            });
-            try_join_all(calls)
-                .await
-                .map(|grants| grants.into_iter().flatten().collect())
-        }
+            1
+        };
+        let replies = try_join_all(request.asks.chunks(per_call).map(|asks| {
+            let call = call(asks);
+            async move { self.store.run_lease(&call).await }
+        }))
+        .await
         .inspect_err(|e| self.metrics.redis_error(e))?;
+        let mut grants = Vec::with_capacity(request.asks.len());
+        for (chunk, reply) in replies.into_iter().enumerate() {
+            match reply {
+                LeaseReply::Granted(granted) => grants.extend(granted),
+                LeaseReply::Stranger(i) => {
+                    self.metrics.lease_stranger();
+                    return Err(LeaseError::Stranger {
+                        holder: request.holder.clone(),
+                        ask: chunk * per_call + i,
+                    });
+                }
+            }
+        }
         for (ask, grant) in request.asks.iter().zip(&grants) {
             self.metrics.lease(ask, grant);
         }

@@ -18,7 +18,7 @@ use sluice_core::wire::{
     REPLAY_TIME_HEADER, WireError, write_decide_response,
 };
 
-use crate::engine::Engine;
+use crate::engine::{Engine, LeaseError};
 use crate::log_throttle::FailureWarnings;
 use crate::metrics::Metrics;
 use crate::rlqs::RlqsState;
@@ -263,6 +263,7 @@ async fn lease(State(state): State<Arc<AppState>>, request: Request) -> Response
     };
     match state.engine.lease(&request, now_us).await {
         Ok(response) => axum::Json(response).into_response(),
+        Err(e @ LeaseError::Stranger { .. }) => error(StatusCode::CONFLICT, e.to_string()),
         Err(e) => {
             if let Some(left_out) = state.failure_warnings.lease.due(Instant::now()) {
                 tracing::warn!(error = %e, left_out, "lease failed");

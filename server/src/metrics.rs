@@ -62,6 +62,7 @@ pub struct Metrics {
     busy_poll_seconds: Counter<f64, AtomicU64>,
     lease_answers: Family<LeaseLabels, Counter>,
     lease_units: Family<LeaseLabels, Counter>,
+    lease_strangers: Counter,
     /// Rule names come from requests: bounded, as [`crate::label_budget`] says.
     decision_rules: LabelBudget,
     lease_rules: LabelBudget,
@@ -148,6 +149,13 @@ impl Default for Metrics {
             "Units leased to Envoys, given back by them, and lapsed (an Envoy renewed units whose lease had already ended), by rule and kind (granted, returned, lapsed)",
             lease_units.clone(),
         );
+        let lease_strangers = Counter::default();
+        registry.register(
+            "lease_strangers",
+            "Lease requests refused (409) because an ask named a holder whose ledger entry \
+             another secret bound: a caller using another Envoy's holder name",
+            lease_strangers.clone(),
+        );
         let label_overflow = Family::<OverflowLabels, Counter>::default();
         registry.register(
             "label_overflow",
@@ -174,6 +182,7 @@ impl Default for Metrics {
             busy_poll_seconds,
             lease_answers,
             lease_units,
+            lease_strangers,
             decisions,
             decision_counters: RwLock::default(),
             decision_seconds,
@@ -283,6 +292,11 @@ impl Metrics {
                 .get_or_create(&labels("lapsed"))
                 .inc_by(ask.held.saturating_sub(kept));
         }
+    }
+
+    /// Counts a lease request refused for naming another secret's holder.
+    pub fn lease_stranger(&self) {
+        self.lease_strangers.inc();
     }
 
     /// Counts a refused request.

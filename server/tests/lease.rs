@@ -10,7 +10,7 @@ use common::{Http, server};
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_core::wire::{DecideRequest, LeaseGrant, LeaseRequest};
 use sluice_harness::{RedisCluster, RedisServer};
-use sluice_server::engine::Engine;
+use sluice_server::engine::{Engine, LeaseError};
 use sluice_server::metrics::Metrics;
 use sluice_server::store::Topology;
 
@@ -294,4 +294,139 @@ async fn a_late_renewal_is_told_how_many_held_units_the_ledger_still_counts() {
         text.contains(r#"sluice_lease_units_total{rule="r",kind="lapsed"} 8"#),
         "{text}"
     );
+}
+
+/// One ask of `holder` with `secret` for key `k` of a gcra limit of 100 (50 a holder and in
+/// all, a lease of 1 s), at `now`.
+fn secret_ask(
+    holder: &str,
+    secret: &str,
+    (want, held, returning): (u64, u64, u64),
+) -> LeaseRequest {
+    let body = format!(
+        r#"{{"holder":"{holder}","secret":"{secret}","asks":[{{"rule":"r","key":"k","limit":{{"algorithm":"gcra","rate":1,"per":"1h","burst":100}},"terms":{{"max_units":50,"max_outstanding":50,"ttl":"1s"}},"want":{want},"held":{held},"returning":{returning}}}]}}"#
+    );
+    LeaseRequest::from_json(body.as_bytes()).unwrap()
+}
+
+/// Holder names are not secret; what a holder holds can be given back or disowned only with
+/// the secret its first ask bound, so no caller can spend a holder's units twice or lift the
+/// key's cap on what is outstanding.
+async fn only_a_holders_secret_acts_for_it(topology: Topology) {
+    let store = common::connected_store(topology).await;
+    let metrics = Arc::new(Metrics::default());
+    let engine = Engine::new(store, "secret".to_owned(), Arc::clone(&metrics));
+    let grant = |request: LeaseRequest, now: i64| {
+        let engine = &engine;
+        async move { engine.lease(&request, Some(now)).await }
+    };
+    let taken = grant(secret_ask("a", "sa", (50, 0, 0)), NOW).await.unwrap();
+    assert_eq!(taken.grants[0].granted, 50);
+
+    // The two attacks found: give a's units back in its name (for b to take them again while
+    // a spends them), and re-register a as holding nothing (for c to take 50 more).
+    for (secret, ask) in [("x", (0, 0, 50)), ("", (0, 0, 50)), ("x", (0, 0, 0))] {
+        let refused = grant(secret_ask("a", secret, ask), NOW + 1).await;
+        assert!(
+            matches!(refused, Err(LeaseError::Stranger { ask: 0, .. })),
+            "a stranger acted for a: {refused:?}"
+        );
+    }
+    let b = grant(secret_ask("b", "sb", (50, 0, 0)), NOW + 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.grants[0].granted, 0,
+        "a still holds all 50 the key may have outstanding"
+    );
+
+    // a itself gives back 20, which b may then take.
+    let a = grant(secret_ask("a", "sa", (0, 30, 20)), NOW + 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        a.grants[0].kept, None,
+        "the ledger counted all a said it held"
+    );
+    let b = grant(secret_ask("b", "sb", (50, 0, 0)), NOW + 4)
+        .await
+        .unwrap();
+    assert_eq!(b.grants[0].granted, 20);
+
+    // Once a's lease has ended, its name is free to bind again.
+    let later = NOW + 2_000_000;
+    let reused = grant(secret_ask("a", "new", (10, 0, 0)), later)
+        .await
+        .unwrap();
+    assert_eq!(reused.grants[0].granted, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_holders_secret_acts_for_it_on_one_redis() {
+    let redis = RedisServer::start().unwrap();
+    only_a_holders_secret_acts_for_it(Topology::Standalone(redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_holders_secret_acts_for_it_on_a_cluster() {
+    let cluster = RedisCluster::start().unwrap();
+    only_a_holders_secret_acts_for_it(Topology::Cluster(cluster.urls())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_gets_409_naming_the_ask_and_is_counted() {
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let http = Http::http1();
+    let lease = |body: String| {
+        let http = &http;
+        let url = format!("{}/v1/lease", server.url());
+        async move {
+            http.send("POST", &url, &[("content-type", "application/json")], body)
+                .await
+        }
+    };
+    let ask = r#"{"rule":"r","key":"k","limit":{"algorithm":"gcra","rate":1,"per":"1s","burst":5},"terms":{"max_units":2,"max_outstanding":4,"ttl":"10s"},"want":2}"#;
+    let first = lease(format!(r#"{{"holder":"h","secret":"s1","asks":[{ask}]}}"#)).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let other = ask.replace(r#""key":"k""#, r#""key":"k2""#);
+    let stranger = lease(format!(
+        r#"{{"holder":"h","secret":"s2","asks":[{other},{ask}]}}"#
+    ))
+    .await;
+    assert_eq!(stranger.status, 409, "{}", stranger.body);
+    assert_eq!(
+        stranger.json()["error"],
+        "asks[1]: holder `h` holds this key's lease under another secret: send the secret its first ask sent, or take another holder name"
+    );
+    let bad = lease(format!(
+        r#"{{"holder":"h","secret":"not a secret","asks":[{ask}]}}"#
+    ))
+    .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        bad.json()["error"],
+        "secret: must be at most 64 of A-Z a-z 0-9 _ -"
+    );
+    let metrics = http.get(&format!("{}/metrics", server.url())).await.body;
+    assert!(
+        metrics.contains("sluice_lease_strangers_total 1"),
+        "{metrics}"
+    );
+    // Nothing of the refused request was written: k2 was never leased.
+    let k2 = common::state_key(
+        "r",
+        "k2",
+        r#"{"algorithm":"gcra","rate":1,"per":"1s","burst":5}"#,
+    );
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg(&k2)
+        .query(
+            &mut redis::Client::open(redis.url())
+                .unwrap()
+                .get_connection()
+                .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(exists, 0);
 }

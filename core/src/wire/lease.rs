@@ -32,6 +32,13 @@ pub struct LeaseRequest {
     /// Who holds the leases: one Envoy, named the same by all its workers; 1 to 128 of
     /// `A-Z a-z 0-9 _ . : -`.
     pub holder: String,
+    /// A secret the holder chose (unguessable: 16 random bytes or more), the same in all its
+    /// requests; up to 64 of `A-Z a-z 0-9 _ -`. The first ask that puts the holder in a key's
+    /// ledger binds it there, and while that entry lives, an ask naming the holder with
+    /// another secret is refused: nobody else can give back or disown the units the holder
+    /// still spends. Empty (the default) binds the empty secret.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub secret: String,
     /// The asks, one per rule and key.
     pub asks: Vec<LeaseAsk>,
 }
@@ -118,12 +125,47 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-fn is_holder(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_HOLDER_LEN
-        && name
+/// The longest holder secret.
+pub const MAX_SECRET_LEN: usize = 64;
+
+fn is_secret(secret: &str) -> bool {
+    secret.len() <= MAX_SECRET_LEN
+        && secret
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+            .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+}
+
+/// Whether a holder name may hold `b`: `A-Z a-z 0-9 _ . : -`.
+fn is_holder_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"_.:-".contains(&b)
+}
+
+fn is_holder(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_HOLDER_LEN && name.bytes().all(is_holder_byte)
+}
+
+/// An Envoy's holder name: its node id (each byte a name may not hold, and `:`, made `-`; at
+/// most 64; `envoy` for none), `:`, and `started` in hex, so that a restarted Envoy is a new
+/// holder.
+pub fn holder_name(node: &[u8], started: u128) -> String {
+    let node: String = node
+        .iter()
+        .take(64)
+        .map(|&b| {
+            if b != b':' && is_holder_byte(b) {
+                char::from(b)
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let node = if node.is_empty() { "envoy" } else { &node };
+    format!("{node}:{started:x}")
+}
+
+/// A holder secret made of 16 random bytes, in hex.
+pub fn holder_secret(random: [u8; 16]) -> String {
+    format!("{:032x}", u128::from_be_bytes(random))
 }
 
 /// Why a lease's terms or limit cannot be leased; `None` when they can.
@@ -162,6 +204,12 @@ impl LeaseRequest {
                     "`{}` is not a holder name: use 1 to 128 of A-Z a-z 0-9 _ . : -",
                     request.holder
                 ),
+            ));
+        }
+        if !is_secret(&request.secret) {
+            return Err(WireError::at(
+                "secret",
+                format!("must be at most {MAX_SECRET_LEN} of A-Z a-z 0-9 _ -"),
             ));
         }
         if request.asks.is_empty() || request.asks.len() > MAX_ASKS {

@@ -54,7 +54,8 @@ pub use self::compact::{
 };
 pub use self::decide::{Check, DecideRequest, DecideResponse};
 pub use self::lease::{
-    LeaseAsk, LeaseGrant, LeaseRequest, LeaseResponse, LeaseTerms, MAX_LEASE_TTL_MS, lease_refusal,
+    LeaseAsk, LeaseGrant, LeaseRequest, LeaseResponse, LeaseTerms, MAX_LEASE_TTL_MS,
+    MAX_SECRET_LEN, holder_name, holder_secret, lease_refusal,
 };
 
 /// The path of the decision endpoint.

@@ -147,13 +147,22 @@ struct Pursed {
     purse: Purse,
 }
 
+/// Who this Envoy is in the lease ledgers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Its name, the same in every worker.
+    pub name: String,
+    /// The secret that binds the name (see [`sluice_core::wire::LeaseRequest::secret`]).
+    pub secret: String,
+}
+
 /// The leases of one configuration, seen from one worker's VM.
 pub struct Leases {
     /// Where the allowances are, shared by every worker.
     data: Rc<dyn SharedData>,
     /// The lease slots' keys, under the configuration's fingerprint.
     slot_keys: SlotKeys,
-    holder: String,
+    holder: Holder,
     /// The shortest tick any leased rule wants; `None` when no rule leases.
     tick: Option<Duration>,
     ticker: Rc<Ticker>,
@@ -166,7 +175,7 @@ impl Leases {
     pub fn new(
         data: Rc<dyn SharedData>,
         fingerprint: String,
-        holder: String,
+        holder: Holder,
         rules: &[Rule],
         ticker: Rc<Ticker>,
     ) -> Leases {

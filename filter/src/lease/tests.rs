@@ -50,7 +50,10 @@ impl Envoy {
         Leases::new(
             data,
             "fp".to_owned(),
-            "envoy:1".to_owned(),
+            Holder {
+                name: "envoy:1".to_owned(),
+                secret: "s".to_owned(),
+            },
             &self.policy.rules,
             ticker,
         )

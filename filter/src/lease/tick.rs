@@ -162,7 +162,8 @@ impl Leases {
             return None;
         }
         let request = LeaseRequest {
-            holder: self.holder.clone(),
+            holder: self.holder.name.clone(),
+            secret: self.holder.secret.clone(),
             asks: call.asks,
         };
         Some((request, SentAsks(call.sent)))

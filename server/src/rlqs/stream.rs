@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use sluice_core::rlqs::RlqsConfig;
 use sluice_core::rlqs::bucket::{Assignment, Bucket, FUNDING_STEP_MS};
 use sluice_core::rlqs::report::Report;
-use sluice_core::wire::{LeaseAsk, LeaseRequest, MAX_ASKS};
+use sluice_core::wire::{LeaseAsk, LeaseRequest, MAX_ASKS, holder_secret};
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tonic::{Status, Streaming};
@@ -45,6 +45,8 @@ struct EnvoyStream {
     state: Arc<AppState>,
     /// This stream's name in the lease ledgers.
     holder: String,
+    /// The secret that binds its entries there.
+    secret: String,
     buckets: HashMap<BucketName, Bucket>,
     opened: Instant,
 }
@@ -111,6 +113,7 @@ impl EnvoyStream {
         EnvoyStream {
             state,
             holder: holder_name(),
+            secret: secret(),
             buckets: HashMap::new(),
             opened: Instant::now(),
         }
@@ -173,6 +176,7 @@ impl EnvoyStream {
         for chunk in names.chunks(MAX_ASKS) {
             let request = LeaseRequest {
                 holder: self.holder.clone(),
+                secret: self.secret.clone(),
                 asks: asks.by_ref().take(chunk.len()).collect(),
             };
             let grants = match self.state.engine.lease(&request, None).await {
@@ -250,6 +254,19 @@ impl Drop for EnvoyStream {
         }
         stats.buckets(-(self.buckets.len() as i64));
         stats.stream(false);
+    }
+}
+
+/// The secret that binds the stream's holder name in the ledgers: 16 random bytes. (Should the
+/// OS have none to give, the name alone is the holder.)
+fn secret() -> String {
+    let mut random = [0u8; 16];
+    match getrandom::fill(&mut random) {
+        Ok(()) => holder_secret(random),
+        Err(e) => {
+            tracing::warn!(error = %e, "no random bytes for a quota stream's lease secret");
+            String::new()
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The scripts' arguments: checks and lease asks turned into `KEYS` and `ARGV`.
 
 use sluice_core::algorithm::exact::Ticks;
+use sluice_core::decimal;
 use sluice_core::duration::Millis;
 use sluice_core::key::ledger_key;
 use sluice_core::limit::{Algorithm, Limit};
@@ -223,10 +224,11 @@ pub struct LeaseCall {
 }
 
 impl LeaseCall {
-    /// The call for `asks` (each with its state key) of `holder`, at `time`.
+    /// The call for `asks` (each with its state key) of `holder` with `secret`, at `time`.
     pub fn new<'a>(
         time: ScriptTime,
         holder: &str,
+        secret: &str,
         asks: impl IntoIterator<Item = (&'a LeaseAsk, String)>,
     ) -> LeaseCall {
         // Lease calls are few (most requests are decided from what they grant), so their
@@ -237,6 +239,7 @@ impl LeaseCall {
             args: vec![
                 ScriptArg::Time(time).to_string(),
                 holder.to_owned(),
+                secret.to_owned(),
                 String::new(),
             ],
             held: Vec::new(),
@@ -280,7 +283,7 @@ impl LeaseCall {
             call.keys.insert(call.keys.len() - 1, state_key);
             count += 1;
         }
-        call.args[2] = number(count);
+        call.args[3] = number(count);
         call
     }
 
@@ -289,13 +292,34 @@ impl LeaseCall {
         SCRIPTS.lease()
     }
 
-    /// Splits the script's reply into one grant per ask.
-    pub fn decode(&self, reply: &redis::Value) -> Result<Vec<LeaseGrant>, BadReply> {
+    /// Splits the script's reply into one grant per ask, or says which ask named a holder
+    /// bound to another secret (the call then wrote nothing).
+    pub fn decode(&self, reply: &redis::Value) -> Result<LeaseReply, BadReply> {
+        if let redis::Value::BulkString(bytes) = reply
+            && let Some(index) = bytes.strip_prefix(b"stranger ")
+        {
+            return decimal::parse(index)
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|&i| i < self.held.len())
+                .map(LeaseReply::Stranger)
+                .ok_or_else(|| BadReply::of(reply));
+        }
         let numbers = reply_numbers(reply, self.held.len(), LEASE_NUMBERS)?;
         numbers
             .chunks_exact(LEASE_NUMBERS)
             .zip(&self.held)
             .map(|(eight, &held)| grant(eight, held).ok_or_else(|| BadReply::of(reply)))
-            .collect()
+            .collect::<Result<_, _>>()
+            .map(LeaseReply::Granted)
     }
+}
+
+/// What the lease script answered a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseReply {
+    /// A grant per ask, in order.
+    Granted(Vec<LeaseGrant>),
+    /// The ask at this index (within the call) named a holder whose entry in that key's
+    /// ledger was bound by another secret; nothing was written.
+    Stranger(usize),
 }

@@ -6,10 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use sluice_core::verdict::Verdict;
-use sluice_core::wire::LeaseGrant;
 
 use super::{Backend, Store, StoreError, Topology, load_library, query};
-use crate::scripts::{BatchCall, LeaseCall, LimitScript, ScriptCall, decode_reply};
+use crate::scripts::{BatchCall, LeaseCall, LeaseReply, LimitScript, ScriptCall, decode_reply};
 
 impl Store {
     /// Whether every key of a request may go to one script call: true but on a Cluster, where
@@ -27,10 +26,7 @@ impl Store {
     }
 
     /// Runs lease asks in one call of the lease script.
-    pub async fn run_lease(
-        self: &Arc<Self>,
-        call: &LeaseCall,
-    ) -> Result<Vec<LeaseGrant>, StoreError> {
+    pub async fn run_lease(self: &Arc<Self>, call: &LeaseCall) -> Result<LeaseReply, StoreError> {
         let reply = self.invoke(call.script(), &call.keys, &call.args).await?;
         Ok(call.decode(&reply)?)
     }
