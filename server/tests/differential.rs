@@ -27,7 +27,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::aio::MultiplexedConnection;
 use sluice_core::algorithm::{CheckInput, Request, State, Update, decide_all};
-use sluice_core::limit::{Algorithm, Limit};
+use sluice_core::limit::{Algorithm, Limit, MAX_LOG_ENTRIES};
 use sluice_core::verdict::Verdict;
 use sluice_harness::RedisServer;
 use sluice_server::scripts::{BatchCall, ScriptCall, ScriptTime};
@@ -60,7 +60,11 @@ fn amount() -> impl Strategy<Value = u64> {
 
 fn limit_strategy(algorithm: Algorithm) -> BoxedStrategy<Limit> {
     let json = match algorithm {
-        Algorithm::SlidingLog => (1u64..=30, duration())
+        // Small limits fill with the drawn costs; the largest one takes costs of any size.
+        Algorithm::SlidingLog => (
+            prop_oneof![4 => 1u64..=30, 1 => Just(MAX_LOG_ENTRIES), 1 => 1..=MAX_LOG_ENTRIES],
+            duration(),
+        )
             .prop_map(|(limit, window)| {
                 format!(r#"{{"algorithm":"sliding_log","limit":{limit},"window":"{window}"}}"#)
             })
@@ -139,7 +143,7 @@ fn stored_form(state: &State) -> Option<String> {
         State::SlidingLog(s) => s
             .entries
             .iter()
-            .map(i64::to_string)
+            .map(|e| format!("{}:{:016}/{}", e.at_us, e.end, e.units))
             .collect::<Vec<_>>()
             .join(","),
     })
@@ -163,8 +167,11 @@ async fn stored(
         if entries.is_empty() {
             return None;
         }
-        let scores: Vec<String> = entries.iter().map(|(_, s)| s.to_string()).collect();
-        Some(scores.join(","))
+        let entries: Vec<String> = entries
+            .iter()
+            .map(|(member, at)| format!("{at}:{member}"))
+            .collect();
+        Some(entries.join(","))
     } else {
         redis::cmd("GET").arg(key).query_async(redis).await.unwrap()
     }

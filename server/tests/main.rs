@@ -22,3 +22,4 @@ mod rlqs;
 mod rls;
 mod tls;
 mod unfit_redis;
+mod worst_case;

@@ -449,7 +449,8 @@ async fn a_cluster_over_tls_with_a_password_is_reached_on_every_node() {
 }
 
 /// Every path of every script through `server`, each answered 200: each algorithm alone past
-/// its limit with denials counted (a sliding log trims its oldest entries), two in one call,
+/// its limit with denials counted (a sliding log trims its oldest units, part of an entry
+/// among them), two in one call,
 /// and a lease taken and given back.
 async fn decide_everything(server: &str) {
     let http = Http::http1();
@@ -468,13 +469,18 @@ async fn decide_everything(server: &str) {
             }
             _ => format!(r#"{{"algorithm":"{algorithm}","rate":1,"per":"1m","burst":3}}"#),
         };
-        let counted = format!(
-            r#"{{"checks":[{{"rule":"one","key":"k","limit":{limit},"count_denied":true}}]}}"#
-        );
+        let counted = |cost: u64| {
+            format!(
+                r#"{{"checks":[{{"rule":"one","key":"k","limit":{limit},"count_denied":true,"cost":{cost}}}]}}"#
+            )
+        };
         let two = format!(
             r#"{{"checks":[{{"rule":"a","key":"k","limit":{limit}}},{{"rule":"b","key":"k","limit":{limit}}}]}}"#
         );
-        for body in std::iter::repeat_n(counted, 8).chain([two]) {
+        // The first takes the whole limit as one entry, which the counted denials after it
+        // then trim part of.
+        let bodies = std::iter::once(counted(3)).chain(std::iter::repeat_n(counted(1), 7));
+        for body in bodies.chain([two]) {
             let answer = post("/v1/decide", body).await;
             assert_eq!(answer.status, 200, "{algorithm}: {}", answer.body);
         }

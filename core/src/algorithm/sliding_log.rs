@@ -1,18 +1,22 @@
-//! Sliding log: every admitted unit is an entry stamped with its time; exact.
+//! Sliding log: every admitted request is an entry stamped with its time and weighted by its
+//! cost; exact.
 //!
 //! Semantics (the contract `lua/sliding_log.lua` meets, with a sorted set per key):
 //! - `now` is raised to the newest entry's time if it lags it.
-//! - Entries at or before `now - window` are dropped; the rest are counted, all of them,
-//!   including entries stamped later than a caller's own clock. (Counting only the range up to
-//!   the caller's `now` is the classic bug: callers with older clocks see fewer entries and get
-//!   in.)
-//! - Admit when `count + cost <= limit`; then add `cost` entries at `now`. In Redis each entry
-//!   is a member of its own (`<now>:<n>`, `n` one more than the largest already at that
-//!   microsecond), so two requests in the same millisecond, or microsecond, are two entries.
-//! - With `count_denied`, a denied request adds its entries too, and the log keeps only its
-//!   newest `2 x limit` entries, so memory stays bounded while an abuser stays out.
-//! - `retry_after` of a denial is when enough of the oldest entries have left the window for
-//!   the same cost to fit; `reset` is when the newest entry leaves it. The key expires then.
+//! - Entries at or before `now - window` are dropped; the units of the rest are counted, all of
+//!   them, including entries stamped later than a caller's own clock. (Counting only the range
+//!   up to the caller's `now` is the classic bug: callers with older clocks see fewer entries
+//!   and get in.)
+//! - Admit when `count + cost <= limit`; then add one entry of `cost` units at `now`. In Redis
+//!   an entry is a member `<end>/<units>`, `end` the log's running total of units through it
+//!   (16 digits, so that members of one microsecond sort in the order they came), so two
+//!   requests in the same microsecond are two entries, and a request of any cost is one: what
+//!   a call can make Redis store or scan does not grow with its cost.
+//! - With `count_denied`, a denied request adds its entry too, and the log keeps only its
+//!   newest `2 x limit` units (the oldest entry kept may keep part of its units), so memory
+//!   stays bounded while an abuser stays out.
+//! - `retry_after` of a denial is when enough of the oldest units have left the window for the
+//!   same cost to fit; `reset` is when the newest entry leaves it. The key expires then.
 //!
 //! Bound: exactly `limit` in any interval of `window`.
 
@@ -21,11 +25,29 @@ use super::{Outcome, Request, Update};
 use crate::limit::WindowLimit;
 use crate::verdict::Verdict;
 
-/// The log: entry times in microseconds, oldest first.
+/// One admitted (or counted) request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Its time, in microseconds.
+    pub at_us: i64,
+    /// The log's running total of units through this entry; strictly increasing.
+    pub end: u64,
+    /// Its units (at least 1).
+    pub units: u64,
+}
+
+impl Entry {
+    /// The running total before this entry's units.
+    fn start(&self) -> u64 {
+        self.end - self.units
+    }
+}
+
+/// The log: its entries, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct State {
-    /// Entry times, ascending.
-    pub entries: Vec<i64>,
+    /// Entries in ascending time (and running total).
+    pub entries: Vec<Entry>,
 }
 
 /// Decides one request; see the module documentation.
@@ -33,17 +55,19 @@ pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outco
     let window_us = limit.window().as_micros();
     let cap = limit.limit();
     let mut entries = state.map(|s| s.entries.clone()).unwrap_or_default();
+    let last_end = entries.last().map_or(0, |e| e.end);
     let now = entries
         .last()
-        .map_or(req.now_us, |&newest| newest.max(req.now_us));
+        .map_or(req.now_us, |newest| newest.at_us.max(req.now_us));
     let trimmed_from = entries.len();
-    entries.retain(|&t| t > now - window_us);
+    entries.retain(|e| e.at_us > now - window_us);
     let trimmed = entries.len() != trimmed_from;
-    let count = entries.len() as u64;
-    let until_newest_leaves = |entries: &[i64]| {
+    let base = entries.first().map_or(last_end, Entry::start);
+    let count = last_end - base;
+    let until_newest_leaves = |entries: &[Entry]| {
         entries
             .last()
-            .map_or(0, |&t| i128::from(t + window_us - now))
+            .map_or(0, |e| i128::from(e.at_us + window_us - now))
     };
 
     if req.cost > cap {
@@ -59,23 +83,32 @@ pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outco
     }
     let allowed = count + req.cost <= cap;
     let mut changed = trimmed;
-    if allowed || req.count_denied {
-        entries.extend(std::iter::repeat_n(now, req.cost as usize));
-        changed |= req.cost > 0;
-        if !allowed {
-            let keep = 2 * cap as usize;
-            if entries.len() > keep {
-                entries.drain(..entries.len() - keep);
-            }
+    let mut held = count;
+    let mut dropped = 0;
+    if req.cost > 0 && (allowed || req.count_denied) {
+        entries.push(Entry {
+            at_us: now,
+            end: last_end + req.cost,
+            units: req.cost,
+        });
+        changed = true;
+        held += req.cost;
+        if !allowed && held > 2 * cap {
+            dropped = held - 2 * cap;
+            held = 2 * cap;
+            drop_oldest_units(&mut entries, base + dropped);
         }
     }
-    let held = entries.len() as u64;
     let retry_after_ms = if allowed {
         0
     } else {
-        // The k-th oldest entry must leave for `cost` more to fit; k <= held since cost <= cap.
-        let k = (held + req.cost - cap) as usize;
-        ceil_ms(i128::from(entries[k - 1] + window_us - now))
+        // The entry holding the k-th oldest unit kept must leave for `cost` more to fit.
+        let k = held + req.cost - cap;
+        let entry = entries
+            .iter()
+            .find(|e| e.end >= base + dropped + k)
+            .map_or(now, |e| e.at_us);
+        ceil_ms(i128::from(entry + window_us - now))
     };
     let verdict = Verdict {
         allowed,
@@ -91,7 +124,21 @@ pub fn decide(limit: &WindowLimit, state: Option<&State>, req: Request) -> Outco
     }
 }
 
-fn write_if(changed: bool, entries: Vec<i64>, lifetime: impl Fn(&[i64]) -> i128) -> Update<State> {
+/// Drops every unit up to running total `cut`: whole entries, and part of the one `cut` falls in.
+fn drop_oldest_units(entries: &mut Vec<Entry>, cut: u64) {
+    entries.retain(|e| e.end > cut);
+    if let Some(oldest) = entries.first_mut()
+        && oldest.start() < cut
+    {
+        oldest.units = oldest.end - cut;
+    }
+}
+
+fn write_if(
+    changed: bool,
+    entries: Vec<Entry>,
+    lifetime: impl Fn(&[Entry]) -> i128,
+) -> Update<State> {
     if !changed {
         return Update::Keep;
     }
@@ -192,6 +239,53 @@ mod tests {
             );
             apply(&mut state, &out);
         }
-        assert_eq!(state.unwrap().entries.len(), 10);
+        let entries = state.unwrap().entries;
+        assert_eq!(entries.iter().map(|e| e.units).sum::<u64>(), 10);
+        assert_eq!(entries.len(), 10);
+    }
+
+    #[test]
+    fn a_costly_request_is_one_entry_and_counts_its_units() {
+        let l = log(100_000, "30d");
+        let big = |now_us, count_denied| Request {
+            now_us,
+            cost: 100_000,
+            count_denied,
+        };
+        let first = decide(&l, None, big(0, false));
+        assert!(first.verdict.allowed);
+        let mut state = None;
+        apply(&mut state, &first);
+        assert_eq!(state.as_ref().unwrap().entries.len(), 1);
+        let second = decide(&l, state.as_ref(), Request::one_at(1_000));
+        assert!(!second.verdict.allowed, "the 100,000 units fill the log");
+        assert_eq!(second.verdict.remaining, 0);
+        assert_eq!(second.update, Update::Keep);
+    }
+
+    #[test]
+    fn counted_denials_keep_part_of_the_oldest_entry() {
+        let l = log(4, "1m");
+        let mut state = None;
+        for (t, cost) in [(0, 3), (1, 1), (2, 3), (3, 3)] {
+            let out = decide(
+                &l,
+                state.as_ref(),
+                Request {
+                    now_us: t,
+                    cost,
+                    count_denied: true,
+                },
+            );
+            apply(&mut state, &out);
+        }
+        // 3 + 1 admitted, then 3 and 3 counted: 10 units, of which the newest 8 are kept.
+        let kept: Vec<(i64, u64)> = state
+            .unwrap()
+            .entries
+            .iter()
+            .map(|e| (e.at_us, e.units))
+            .collect();
+        assert_eq!(kept, [(0, 1), (1, 1), (2, 3), (3, 3)]);
     }
 }

@@ -29,7 +29,8 @@ pub use self::raw::{LimitError, RawLimit};
 
 /// The largest `limit`, `rate`, `burst` or `cost`: keeps every quantity exact in Lua's doubles.
 pub const MAX_AMOUNT: u64 = 1_000_000_000;
-/// The largest `limit` of a `sliding_log`, which stores one entry per admitted request.
+/// The largest `limit` of a `sliding_log`, which stores one entry per admitted request: as
+/// many entries as the limit (twice as many with denials counted) when each costs one unit.
 pub const MAX_LOG_ENTRIES: u64 = 100_000;
 /// The longest window, period or wait: 30 days.
 pub const MAX_DURATION_MS: u64 = 30 * 86_400_000;
@@ -81,11 +82,12 @@ impl Algorithm {
     /// The short code that ends its Redis keys ([`crate::key::redis_key`]). It names the
     /// algorithm and the layout of its stored value; a new layout gets a new code, so that a
     /// server never reads state another version wrote in another shape. (sluice 0.1 stored
-    /// hashes under the algorithms' full names.)
+    /// hashes under the algorithms' full names; the sliding log was `sl` while it kept a member
+    /// per unit, and is `wl` since a member is a weighted request.)
     pub const fn storage_code(self) -> &'static str {
         match self {
             Algorithm::FixedWindow => "fw",
-            Algorithm::SlidingLog => "sl",
+            Algorithm::SlidingLog => "wl",
             Algorithm::SlidingWindow => "sw",
             Algorithm::TokenBucket => "tb",
             Algorithm::LeakyBucket => "lb",

@@ -181,6 +181,21 @@ pub fn calls(redis: &sluice_harness::RedisServer, command: &str) -> u64 {
     info_count(redis, "commandstats", &format!("cmdstat_{command}:calls="))
 }
 
+/// How long, in microseconds, Redis has spent running `command` (from INFO commandstats).
+pub fn usec(redis: &sluice_harness::RedisServer, command: &str) -> u64 {
+    let info = redis.cli(&["INFO", "commandstats"]).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+        .and_then(|rest| rest.split(',').find_map(|f| f.strip_prefix("usec=")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The bytes Redis has allocated (INFO memory's `used_memory`).
+pub fn used_memory(redis: &sluice_harness::RedisServer) -> u64 {
+    info_count(redis, "memory", "used_memory:")
+}
+
 /// How many times `redis` has answered the error `code` (from INFO errorstats).
 pub fn errors(redis: &sluice_harness::RedisServer, code: &str) -> u64 {
     info_count(redis, "errorstats", &format!("errorstat_{code}:count="))
