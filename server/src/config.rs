@@ -183,6 +183,15 @@ pub struct Args {
     #[arg(long, env = "SLUICE_RLQS_CONFIG", value_delimiter = ',')]
     pub rlqs_config: Vec<PathBuf>,
 
+    /// The most buckets one quota stream (one Envoy) may report; past it, a new bucket gets
+    /// no assignment, and the Envoy applies its no_assignment_behavior to it.
+    #[arg(long, env = "SLUICE_RLQS_MAX_BUCKETS_PER_STREAM", default_value_t = crate::rlqs::DEFAULT_MAX_BUCKETS_PER_STREAM)]
+    pub rlqs_max_buckets_per_stream: usize,
+
+    /// The most buckets all quota streams of this server may hold together.
+    #[arg(long, env = "SLUICE_RLQS_MAX_BUCKETS", default_value_t = crate::rlqs::DEFAULT_MAX_BUCKETS)]
+    pub rlqs_max_buckets: usize,
+
     /// How often the rate limit and quota configurations' files are checked for changes.
     #[arg(long, env = "SLUICE_RLS_RELOAD_EVERY", default_value = "1s")]
     pub rls_reload_every: Millis,
@@ -517,10 +526,10 @@ fn rlqs_state(args: &Args) -> Result<Option<Arc<RlqsState>>, FlagError> {
     }
     let config = RlqsWatchedConfig::load(args.rlqs_config.clone())
         .map_err(|e| FlagError::new("--rlqs-config", e.to_string()))?;
-    Ok(Some(Arc::new(RlqsState {
-        config: Arc::new(config),
-        poll: reload_every(args),
-    })))
+    let mut rlqs = RlqsState::new(config, reload_every(args));
+    rlqs.max_buckets_per_stream = args.rlqs_max_buckets_per_stream;
+    rlqs.max_buckets = args.rlqs_max_buckets;
+    Ok(Some(Arc::new(rlqs)))
 }
 
 fn rls_state(args: &Args) -> Result<Option<Arc<RlsState>>, FlagError> {

@@ -60,6 +60,8 @@ pub struct FailureWarnings {
     pub should_rate_limit: LogThrottle,
     /// The quota service's fundings.
     pub quota_funding: LogThrottle,
+    /// Quota buckets refused for a cap.
+    pub quota_buckets: LogThrottle,
 }
 
 #[cfg(test)]

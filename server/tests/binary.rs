@@ -38,6 +38,11 @@ fn every_setting_is_a_flag_and_an_environment_variable() {
         ("--shutdown-grace", "SLUICE_SHUTDOWN_GRACE"),
         ("--rls-config", "SLUICE_RLS_CONFIG"),
         ("--rlqs-config", "SLUICE_RLQS_CONFIG"),
+        (
+            "--rlqs-max-buckets-per-stream",
+            "SLUICE_RLQS_MAX_BUCKETS_PER_STREAM",
+        ),
+        ("--rlqs-max-buckets", "SLUICE_RLQS_MAX_BUCKETS"),
         ("--rls-reload-every", "SLUICE_RLS_RELOAD_EVERY"),
         ("--rls-response-headers", "SLUICE_RLS_RESPONSE_HEADERS"),
         ("--rls-local-cache", "SLUICE_RLS_LOCAL_CACHE"),

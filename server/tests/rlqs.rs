@@ -19,6 +19,7 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use futures::channel::mpsc;
 use sluice_harness::{RedisCluster, RedisServer};
 use sluice_server::RunningServer;
+use sluice_core::rlqs::bucket::SILENT_AFTER_MS;
 use sluice_server::rlqs::RlqsState;
 use sluice_server::rlqs::config::WatchedConfig;
 use sluice_server::store::Topology;
@@ -50,10 +51,10 @@ async fn start_on(
 ) -> (tempfile::TempDir, RunningServer) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("shop.yaml"), config).unwrap();
-    let rlqs = Arc::new(RlqsState {
-        config: Arc::new(WatchedConfig::load(vec![dir.path().to_owned()]).unwrap()),
-        poll: Duration::from_millis(50),
-    });
+    let rlqs = Arc::new(RlqsState::new(
+        WatchedConfig::load(vec![dir.path().to_owned()]).unwrap(),
+        Duration::from_millis(50),
+    ));
     let server = server(topology, |c| {
         c.rlqs = Some(rlqs);
         tune(c);
@@ -217,6 +218,17 @@ fn rate(action: &Action) -> f64 {
 }
 
 const K1: Id = &[("name", "per-key"), ("key", "k1")];
+
+/// The keys `k0` to `k{n - 1}`, whose per-key bucket ids [`ids_of`] makes.
+fn per_key(n: usize) -> Vec<String> {
+    (0..n).map(|k| format!("k{k}")).collect()
+}
+
+fn ids_of(keys: &[String]) -> Vec<[(&str, &str); 2]> {
+    keys.iter()
+        .map(|k| [("name", "per-key"), ("key", k.as_str())])
+        .collect()
+}
 const K2: Id = &[("name", "per-key"), ("key", "k2")];
 
 #[tokio::test]
@@ -289,11 +301,8 @@ async fn on_a_redis_cluster_each_bucket_is_funded_on_its_own_node() {
         Envoy::connect(&server).await.unwrap(),
     );
     // Keys on several nodes, funded in one step: each ask is its own call there.
-    let keys: Vec<String> = (0..6).map(|k| format!("k{k}")).collect();
-    let ids: Vec<[(&str, &str); 2]> = keys
-        .iter()
-        .map(|k| [("name", "per-key"), ("key", k.as_str())])
-        .collect();
+    let keys = per_key(6);
+    let ids = ids_of(&keys);
     let first: Vec<(Id, u64, u64)> = ids.iter().map(|id| (&id[..], 1, 0)).collect();
     a.report("shop", 0, &first);
     let seen = a.actions(Duration::from_millis(500)).await;
@@ -501,4 +510,132 @@ async fn a_vanished_file_keeps_its_domain_and_every_stream_on_it() {
     envoy.report("shop", 5, &[(K1, 10, 0), (K2, 1, 0)]);
     let seen = envoy.actions_for(K2, Duration::from_millis(1500)).await;
     assert_eq!(seen.last().map(rate), Some(20.0), "{seen:?}");
+}
+
+/// The value of the line of `/metrics` that starts with `series`, if any.
+async fn metric_line(server: &RunningServer, series: &str) -> Option<String> {
+    let page = common::Http::http1()
+        .get(&format!("{}/metrics", server.url()))
+        .await
+        .body;
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_past_a_stream_or_server_cap_get_no_assignment_and_are_counted() {
+    let (_dir, _redis, server) = start(SHOP, |c| {
+        let rlqs = Arc::get_mut(c.rlqs.as_mut().unwrap()).unwrap();
+        rlqs.max_buckets_per_stream = 3;
+        rlqs.max_buckets = 4;
+    })
+    .await;
+    let keys = per_key(5);
+    let ids = ids_of(&keys);
+    let first: Vec<(Id, u64, u64)> = ids.iter().map(|id| (&id[..], 1, 0)).collect();
+    let mut a = Envoy::connect(&server).await.unwrap();
+    a.report("shop", 0, &first);
+    let seen = a.actions(Duration::from_millis(500)).await;
+    assert_eq!(seen.len(), 3, "the stream's cap: {seen:?}");
+    let mut b = Envoy::connect(&server).await.unwrap();
+    b.report("shop", 0, &first[3..]);
+    let seen = b.actions(Duration::from_millis(500)).await;
+    assert_eq!(
+        seen.len(),
+        1,
+        "the server's cap, of which a holds 3: {seen:?}"
+    );
+    assert_eq!(
+        metric_line(
+            &server,
+            r#"sluice_rlqs_refused_buckets_total{cap="stream_cap"}"#
+        )
+        .await,
+        Some("2".to_owned())
+    );
+    assert_eq!(
+        metric_line(
+            &server,
+            r#"sluice_rlqs_refused_buckets_total{cap="server_cap"}"#
+        )
+        .await,
+        Some("1".to_owned())
+    );
+    // A stream's places come back when it ends.
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.report("shop", 5, &first[3..]);
+    let seen = b.actions(Duration::from_millis(1500)).await;
+    assert!(
+        seen.iter().any(|(id, _)| id.bucket["key"] == "k4"),
+        "k4 assigned once a's places came back: {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_departed_envoys_share_goes_to_the_others_at_their_next_funding() {
+    let (_dir, _redis, server) = start(SHOP, |_| {}).await;
+    let mut a = Envoy::connect(&server).await.unwrap();
+    let b = Envoy::connect(&server).await.unwrap();
+    a.report("shop", 0, &[(K1, 1, 0)]);
+    a.first_for(K1).await;
+    b.report("shop", 0, &[(K1, 1, 0)]);
+    a.report("shop", 5, &[(K1, 100, 0)]);
+    b.report("shop", 5, &[(K1, 100, 0)]);
+    let seen = a.actions_for(K1, Duration::from_millis(2500)).await;
+    assert_share(rate(seen.last().unwrap()), 10.0, "a, offered as b is");
+    // b goes: its claim leaves the ledger at once, not a ledger TTL (10 s) later.
+    drop(b);
+    let seen = a.actions_for(K1, Duration::from_millis(2500)).await;
+    assert_share(
+        rate(seen.last().unwrap()),
+        20.0,
+        "a alone, within two fundings",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_stops_reporting_stops_costing_redis() {
+    let (_dir, redis, server) = start(SHOP, |_| {}).await;
+    let envoy = Envoy::connect(&server).await.unwrap();
+    let keys = per_key(20);
+    let ids = ids_of(&keys);
+    let once: Vec<(Id, u64, u64)> = ids.iter().map(|id| (&id[..], 1, 0)).collect();
+    // Reported once, then never again, with the stream left open: no Envoy does that.
+    envoy.report("shop", 0, &once);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Each funding reads the bucket's ledger (health checks decide too, but lease nothing).
+    let funding = common::calls(&redis, "hgetall");
+    assert!(
+        funding >= 40,
+        "funded while reported: {funding} ledger reads"
+    );
+    tokio::time::sleep(Duration::from_millis(SILENT_AFTER_MS)).await;
+    let before = common::calls(&redis, "hgetall");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        common::calls(&redis, "hgetall"),
+        before,
+        "still funding buckets no report has named for {SILENT_AFTER_MS} ms"
+    );
+    drop(envoy);
+}
+
+#[tokio::test]
+async fn request_counts_from_reports_saturate_and_never_wrap() {
+    let (_dir, _redis, server) = start(SHOP, |_| {}).await;
+    let mut envoy = Envoy::connect(&server).await.unwrap();
+    envoy.report("shop", 0, &[(K1, u64::MAX, 0)]);
+    envoy.first_for(K1).await;
+    envoy.report("shop", 5, &[(K1, 300, 0)]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        metric_line(
+            &server,
+            r#"sluice_rlqs_requests_total{domain="shop",rule="per-key",outcome="allowed"}"#
+        )
+        .await,
+        Some(u64::MAX.to_string()),
+        "a wrapped counter reads as a reset"
+    );
 }

@@ -17,10 +17,10 @@ async fn envoys_own_stubs_get_assignments_refusals_and_metrics() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let redis = RedisServer::start().unwrap();
     let mut settings = ServerConfig::standalone(redis.url());
-    settings.rlqs = Some(Arc::new(RlqsState {
-        config: Arc::new(WatchedConfig::load(vec![root.join("envoy/rlqs")]).unwrap()),
-        poll: Duration::from_secs(1),
-    }));
+    settings.rlqs = Some(Arc::new(RlqsState::new(
+        WatchedConfig::load(vec![root.join("envoy/rlqs")]).unwrap(),
+        Duration::from_secs(1),
+    )));
     let server = sluice_server::spawn(settings, ([127, 0, 0, 1], 0).into())
         .await
         .unwrap();

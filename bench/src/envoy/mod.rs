@@ -473,12 +473,12 @@ fn measure_over_limit(
     let (rate, burst) = (f64::from(LIMIT_RATE), f64::from(LIMIT_BURST));
     let exact = keys * (burst + rate * span);
     // docs/algorithms.md: lease mode adds what the holders may hold; the quota filter the
-    // algorithm's bound over one more fill interval (1 s) and one refill of each Envoy's
+    // algorithm's bound over two more fill intervals (1 s each) and one refill of each Envoy's
     // bucket (its share over 1 s), with no request admitted before the first assignment
     // (`no_assignment_behavior` denies here); the native filter asks per request.
     let bound = match setup {
         Setup::SluiceLeaseLimited => exact + keys * MAX_TOTAL_SHARE * burst,
-        Setup::RlqsLimited => keys * (burst + rate * (span + 1.0)) + keys * rate,
+        Setup::RlqsLimited => keys * (burst + rate * (span + 2.0)) + keys * rate,
         _ => exact,
     };
     Ok(OverLimit {

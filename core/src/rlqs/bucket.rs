@@ -34,12 +34,28 @@ const ASSIGNMENT_TTL: Millis = match Millis::new(ASSIGNMENT_TTL_S * 1000) {
 /// How often the server looks at a stream's buckets: fundings happen on these steps.
 pub const FUNDING_STEP_MS: u64 = 1000;
 
+/// Why the stream looks at its buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Its once-a-step tick: every bucket due is funded.
+    Tick,
+    /// A report came in: only a bucket never assigned is funded, at once (until then its
+    /// Envoy serves it by its `no_assignment_behavior`). The others wait for the tick, so
+    /// that however reports fall between ticks, one funding pays for one refill.
+    Report,
+}
+
 /// An assignment is sent again when this much of its time to live has passed, though nothing
 /// changed: well before it lapses, even if a renewal is lost.
 pub const RENEW_AFTER_MS: u64 = ASSIGNMENT_TTL_S * 1000 / 3;
 
 // Renewed twice before it lapses.
 const _: () = assert!(RENEW_AFTER_MS * 2 < ASSIGNMENT_TTL_S * 1000);
+
+/// A bucket its Envoy has not reported for this long is no longer funded: Envoy reports every
+/// bucket it knows every 5 s, so a stream that missed two reports is not an Envoy serving it.
+/// Its assignment lapses at the Envoy; a report brings it back.
+pub const SILENT_AFTER_MS: u64 = 12_000;
 
 /// What an Envoy is told to do with a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,10 +103,16 @@ pub struct Bucket {
     demand_per_s: Option<f64>,
     /// When a report last showed a request.
     last_used_ms: u64,
-    /// When its share is next funded: one span after the last funding was due (not after it
-    /// was made), so that a bucket funded between the stream's steps, at a report, is funded
-    /// at every step after, not every other one.
+    /// When a report last named it.
+    last_reported_ms: u64,
+    /// When its share is next funded. The first funding (at a report) fills the Envoy's bucket;
+    /// its first refill is funded at the first tick a whole span later, when the algorithm has
+    /// made up what the first funding took (an earlier one would find it short, and assign
+    /// the Envoy less than its share); after that, one span after the last funding was due
+    /// (not after it was made), so fundings keep to the ticks.
     next_funding_ms: u64,
+    /// Whether a refill has been funded since the first funding.
+    refilling: bool,
     /// The time a funding covers: the fill interval of the token bucket it pays for.
     funding_span_ms: u64,
     /// What the Envoy was last sent, and when.
@@ -116,7 +138,9 @@ impl Bucket {
             key,
             demand_per_s: None,
             last_used_ms: now_ms,
+            last_reported_ms: now_ms,
             next_funding_ms: now_ms,
+            refilling: false,
             funding_span_ms: 1000,
             sent: None,
         }
@@ -141,6 +165,7 @@ impl Bucket {
         if usage.allowed > 0 || usage.denied > 0 {
             self.last_used_ms = now_ms;
         }
+        self.last_reported_ms = now_ms;
     }
 
     /// Whether no report has shown a request for `idle_after`: the Envoy may forget it.
@@ -158,12 +183,32 @@ impl Bucket {
         }
     }
 
-    /// The ask that funds its next refill, if one is due at `now_ms`.
-    pub fn funding_ask(&self, now_ms: u64) -> Option<LeaseAsk> {
+    /// The ask that funds its next refill, if one is due at a `step` at `now_ms`. A tick a
+    /// little early (under half a step) finds its funding due.
+    pub fn funding_ask(&self, now_ms: u64, step: Step) -> Option<LeaseAsk> {
         let Quota::Limit(limit) = self.quota else {
             return None;
         };
-        (now_ms >= self.next_funding_ms).then(|| LeaseAsk {
+        let due = match step {
+            Step::Tick if self.refilling => now_ms + FUNDING_STEP_MS / 2 >= self.next_funding_ms,
+            Step::Tick => now_ms >= self.next_funding_ms,
+            Step::Report => self.sent.is_none() && now_ms >= self.next_funding_ms,
+        };
+        let silent = now_ms.saturating_sub(self.last_reported_ms) > SILENT_AFTER_MS;
+        (due && !silent).then(|| self.ask(limit, MAX_AMOUNT, self.demand(&limit)))
+    }
+
+    /// The ask that takes this Envoy's claim to a share out of the ledger (its stream ended),
+    /// so that the others' shares grow at their next funding; `None` for a blanket bucket.
+    pub fn withdrawal_ask(&self) -> Option<LeaseAsk> {
+        let Quota::Limit(limit) = self.quota else {
+            return None;
+        };
+        Some(self.ask(limit, 0, 0))
+    }
+
+    fn ask(&self, limit: Limit, want: u64, demand: u64) -> LeaseAsk {
+        LeaseAsk {
             rule: self.rule.clone(),
             key: self.key.clone(),
             limit,
@@ -173,12 +218,12 @@ impl Bucket {
                 // The ledger counts the Envoy's demand as long as its assignment may live.
                 ttl: ASSIGNMENT_TTL,
             },
-            want: MAX_AMOUNT,
+            want,
             held: 0,
             returning: 0,
-            demand: self.demand(&limit),
+            demand,
             share_span_ms: self.funding_span_ms,
-        })
+        }
     }
 
     /// Units a second this Envoy claims a share by: for `share: equal` the same as every
@@ -209,12 +254,18 @@ impl Bucket {
             self.next_funding_ms = now_ms;
             return None;
         }
-        // The next is one span on from when this one was due; a stream that stalled (or could
-        // not fund) makes up at most one span, funding at each step until it has.
-        self.next_funding_ms = self
-            .next_funding_ms
-            .saturating_add(span_ms)
-            .max(now_ms.saturating_sub(span_ms));
+        self.next_funding_ms = if self.sent.is_none() {
+            // The first funding filled the Envoy's bucket: its first refill is funded a whole
+            // span on.
+            now_ms.saturating_add(span_ms)
+        } else {
+            // One span on from when this one was due; a stream that stalled (or could not
+            // fund) makes up at most one span, funding at each tick until it has.
+            self.refilling = true;
+            self.next_funding_ms
+                .saturating_add(span_ms)
+                .max(now_ms.saturating_sub(span_ms))
+        };
         let funded_per_s = grant.granted as f64 * 1000.0 / span_ms as f64;
         Some(match EnvoyTokenBucket::at_most(funded_per_s, 0) {
             Some(bucket) => Assignment::TokenBucket(bucket),
@@ -294,75 +345,141 @@ mod tests {
     #[test]
     fn each_refill_is_funded_before_it_is_assigned() {
         let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
-        let ask = b.funding_ask(0).unwrap();
+        let ask = b.funding_ask(0, Step::Report).unwrap();
         assert_eq!(ask.share_span_ms, 1000);
         assert_eq!(ask.demand, 20, "before any report: the whole rate");
+        let first = b.funded(&grant(12, 12.5), 0).unwrap();
         assert_eq!(
-            b.funded(&grant(12, 12.5), 0),
-            Some(Assignment::TokenBucket(EnvoyTokenBucket {
+            first,
+            Assignment::TokenBucket(EnvoyTokenBucket {
                 max_tokens: 12,
                 tokens_per_fill: 12,
                 fill_interval_s: 1
-            })),
+            }),
             "what was granted for a second, not the share"
         );
-        assert_eq!(b.funding_ask(999), None, "funded for a second");
-        assert!(b.funding_ask(1000).is_some());
-        b.report(&usage(5, 40, 10), 1000);
-        assert_eq!(b.funding_ask(1000).unwrap().demand, 10, "offered 50 in 5 s");
+        b.sent(first, 0);
         assert_eq!(
-            b.funded(&grant(0, 12.5), 1000),
+            b.funding_ask(999, Step::Tick),
+            None,
+            "the algorithm has not made up the first funding yet"
+        );
+        assert!(
+            b.funding_ask(1000, Step::Tick).is_some(),
+            "the first refill, a span on"
+        );
+        b.funded(&grant(12, 12.5), 1000);
+        // A share of 12.5 fills whole tokens in 2 s (25 of them): funded for 2 s from now on.
+        assert_eq!(b.funding_ask(2000, Step::Tick), None, "funded for 2 s");
+        assert!(
+            b.funding_ask(2990, Step::Tick).is_some(),
+            "a tick a little early"
+        );
+        b.report(&usage(5, 40, 10), 3000);
+        assert_eq!(
+            b.funding_ask(3000, Step::Tick).unwrap().demand,
+            10,
+            "offered 50 in 5 s"
+        );
+        assert_eq!(
+            b.funded(&grant(0, 12.5), 3000),
             Some(Assignment::DenyAll),
             "the algorithm had nothing left"
         );
     }
 
-    #[test]
-    fn a_bucket_funded_between_steps_is_funded_at_every_step_after() {
-        // A report at 300 ms funds the bucket off the stream's steps, which come each second
-        // a few milliseconds late or early.
-        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 300);
-        b.funding_ask(300).unwrap();
-        b.funded(&grant(20, 20.0), 300);
-        let step = |k: u64| k * FUNDING_STEP_MS + [3, 0, 9, 1][k as usize % 4];
-        assert_eq!(b.funding_ask(step(1)), None, "funded 0.7 s before");
-        let mut funded = 0;
-        for step in (2..=21).map(step) {
-            if b.funding_ask(step).is_some() {
-                b.funded(&grant(20, 20.0), step);
-                funded += 1;
+    /// Fundings of a bucket first reported at `first_ms`, with reports every 5 s from then and
+    /// ticks every step, each `jitter` ms off: the times it was funded at.
+    fn fundings(first_ms: u64, jitter: impl Fn(u64) -> i64, until_ms: u64) -> Vec<u64> {
+        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), first_ms);
+        let mut events: Vec<(u64, Step)> = (1..)
+            .map(|k| ((k * FUNDING_STEP_MS) as i64 + jitter(k)) as u64)
+            .take_while(|&t| t < until_ms)
+            .map(|t| (t, Step::Tick))
+            .chain(
+                (first_ms..until_ms)
+                    .step_by(5000)
+                    .map(|t| (t, Step::Report)),
+            )
+            .collect();
+        events.sort_by_key(|&(t, step)| (t, step == Step::Tick));
+        let mut funded = Vec::new();
+        for (t, step) in events {
+            if step == Step::Report {
+                b.report(&usage(5, 20, 0), t);
+            }
+            if b.funding_ask(t, step).is_some() {
+                let assignment = b.funded(&grant(20, 20.0), t).unwrap();
+                b.sent(assignment, t);
+                funded.push(t);
             }
         }
-        assert_eq!(funded, 20, "one funding a step, as the span is one step");
+        funded
+    }
+
+    #[test]
+    fn a_bucket_is_funded_at_its_first_report_then_once_a_tick_at_every_phase() {
+        // Double funding came from a report between two ticks funding a bucket again: its
+        // second grant held what built up since the tick, and the next tick skipped it.
+        for first_ms in (0..1000).step_by(25) {
+            for jitter in [0i64, 9, -9, 40, -40] {
+                let times = fundings(first_ms, |k| if k % 2 == 0 { jitter } else { 0 }, 30_000);
+                let ticks_after: Vec<u64> = (1..=30)
+                    .map(|k| {
+                        ((k * FUNDING_STEP_MS) as i64 + if k % 2 == 0 { jitter } else { 0 }) as u64
+                    })
+                    .filter(|&t| t >= first_ms + FUNDING_STEP_MS && t < 30_000)
+                    .collect();
+                assert_eq!(times[0], first_ms, "funded at once when first reported");
+                assert_eq!(
+                    times[1..],
+                    ticks_after[..],
+                    "first at {first_ms} ms, ticks {jitter} ms off: the first refill a span on, then one funding a tick, none at a report"
+                );
+            }
+        }
     }
 
     #[test]
     fn a_share_under_a_token_a_second_is_funded_over_the_span_it_fills_in() {
         let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
-        b.funding_ask(0).unwrap();
+        b.funding_ask(0, Step::Report).unwrap();
         assert_eq!(b.funded(&grant(0, 0.4), 0), None, "nothing to assign yet");
-        let ask = b.funding_ask(0).expect("funded again at once");
+        let ask = b
+            .funding_ask(0, Step::Report)
+            .expect("funded again at once");
         assert_eq!(ask.share_span_ms, 5000, "2 tokens in 5 s are 0.4/s");
+        let assignment = b.funded(&grant(2, 0.4), 0).unwrap();
         assert_eq!(
-            b.funded(&grant(2, 0.4), 0),
-            Some(Assignment::TokenBucket(EnvoyTokenBucket {
+            assignment,
+            Assignment::TokenBucket(EnvoyTokenBucket {
                 max_tokens: 2,
                 tokens_per_fill: 2,
                 fill_interval_s: 5
-            }))
+            })
         );
-        assert_eq!(b.funding_ask(4999), None);
+        b.sent(assignment, 0);
+        // The Envoy refills at 5 s, 10 s, ...: each is funded when it comes.
+        assert_eq!(b.funding_ask(4000, Step::Tick), None);
+        b.funding_ask(5000, Step::Tick)
+            .expect("the first refill, a span on");
+        b.funded(&grant(2, 0.4), 5000);
+        assert_eq!(b.funding_ask(9000, Step::Tick), None);
+        assert!(
+            b.funding_ask(9600, Step::Tick).is_some(),
+            "a tick a little early"
+        );
     }
 
     #[test]
     fn equal_shares_claim_alike_whatever_was_offered() {
         let mut b = Bucket::new("shop", &id("k"), &rule(Share::Equal), 0);
         b.report(&usage(5, 500, 0), 0);
-        assert_eq!(b.funding_ask(0).unwrap().demand, 1);
+        assert_eq!(b.funding_ask(0, Step::Report).unwrap().demand, 1);
         let mut d = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
         d.report(&usage(5, 0, 0), 0);
         assert_eq!(
-            d.funding_ask(0).unwrap().demand,
+            d.funding_ask(0, Step::Report).unwrap().demand,
             1,
             "a bucket kept keeps a claim"
         );
@@ -396,14 +513,18 @@ mod tests {
         b.report(&usage(5, 10, 0), 0);
         b.sent(Assignment::DenyAll, 0);
         b.follow(&rule(Share::Demand), 10);
-        assert_eq!(b.funding_ask(0).unwrap().demand, 2, "the same rule: kept");
+        assert_eq!(
+            b.funding_ask(0, Step::Tick).unwrap().demand,
+            2,
+            "the same rule: kept"
+        );
         let allow = BucketRule {
             quota: Quota::AllowAll,
             ..rule(Share::Demand)
         };
         b.follow(&allow, 10);
         assert_eq!(b.blanket(), Some(Assignment::AllowAll));
-        assert_eq!(b.funding_ask(10), None);
+        assert_eq!(b.funding_ask(10, Step::Tick), None);
         assert_eq!(b.last_sent(), Some(Assignment::DenyAll));
     }
 }

@@ -10,9 +10,16 @@ pub mod stats;
 pub mod stream;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use self::config::WatchedConfig;
+
+/// The most buckets one stream may report, by default: an Envoy with a bucket per client
+/// reports its active clients.
+pub const DEFAULT_MAX_BUCKETS_PER_STREAM: usize = 100_000;
+/// The most buckets all streams of one server may hold, by default.
+pub const DEFAULT_MAX_BUCKETS: usize = 500_000;
 
 /// What the quota service adds to the server's state.
 #[derive(Debug)]
@@ -21,4 +28,37 @@ pub struct RlqsState {
     pub config: Arc<WatchedConfig>,
     /// How often the configuration's files are checked for changes.
     pub poll: Duration,
+    /// The most buckets one stream may hold: a bucket past it gets no assignment.
+    pub max_buckets_per_stream: usize,
+    /// The most buckets all streams together may hold.
+    pub max_buckets: usize,
+    /// The buckets all streams hold now.
+    buckets: AtomicUsize,
+}
+
+impl RlqsState {
+    /// The service for `config`, looked at every `poll`, with the default caps.
+    pub fn new(config: WatchedConfig, poll: Duration) -> RlqsState {
+        RlqsState {
+            config: Arc::new(config),
+            poll,
+            max_buckets_per_stream: DEFAULT_MAX_BUCKETS_PER_STREAM,
+            max_buckets: DEFAULT_MAX_BUCKETS,
+            buckets: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes a place for one more bucket, if the server has one left.
+    fn take_bucket(&self) -> bool {
+        self.buckets
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_buckets).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back the places of `n` buckets.
+    fn give_back(&self, n: usize) {
+        self.buckets.fetch_sub(n, Ordering::AcqRel);
+    }
 }

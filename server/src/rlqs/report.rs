@@ -8,6 +8,10 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageRe
 use sluice_core::rlqs::report::{Report, Usage};
 use tonic::Status;
 
+/// The most bytes of keys and values one bucket id may hold. Envoy's `bucket_id_builder` makes
+/// a few short entries; a client sending more would make the server keep them per bucket.
+pub const MAX_BUCKET_ID_BYTES: usize = 1024;
+
 /// `message` as a [`Report`], or the status refusing it.
 pub fn from_proto(message: RateLimitQuotaUsageReports) -> Result<Report, Status> {
     let refuse = |field: &str, reason: &str| Status::invalid_argument(format!("{field}: {reason}"));
@@ -40,6 +44,17 @@ pub fn from_proto(message: RateLimitQuotaUsageReports) -> Result<Report, Status>
             return Err(refuse(
                 &field("bucket_id.bucket"),
                 &format!("`{key}`: keys and values must not be empty"),
+            ));
+        }
+        let bytes: usize = bucket_id
+            .bucket
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        if bytes > MAX_BUCKET_ID_BYTES {
+            return Err(refuse(
+                &field("bucket_id.bucket"),
+                &format!("holds {bytes} bytes of keys and values, more than {MAX_BUCKET_ID_BYTES}"),
             ));
         }
         let Some(elapsed) = usage.time_elapsed else {
@@ -136,6 +151,11 @@ mod tests {
         assert_eq!(
             refused(report("d", vec![usage(&[("k", "v")], Some(-1))])),
             "bucket_quota_usages[0].time_elapsed: must not be negative"
+        );
+        let long = "v".repeat(MAX_BUCKET_ID_BYTES);
+        assert_eq!(
+            refused(report("d", vec![usage(&[("k", &long)], Some(5))])),
+            "bucket_quota_usages[0].bucket_id.bucket: holds 1025 bytes of keys and values, more than 1024"
         );
         let mut no_id = usage(&[("k", "v")], Some(5));
         no_id.bucket_id = None;

@@ -11,6 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use sluice_core::rlqs::bucket::Assignment;
 
+use crate::metrics::add_saturating;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RuleLabels {
     domain: String,
@@ -40,6 +42,12 @@ pub struct RlqsStats {
     assigned_rate: Family<RuleLabels, Gauge<f64, AtomicU64>>,
     assignments: Family<KindLabels, Counter>,
     funding_failures: Counter,
+    refused_buckets: Family<CapLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CapLabels {
+    cap: &'static str,
 }
 
 impl Default for RlqsStats {
@@ -89,7 +97,14 @@ impl Default for RlqsStats {
             "Fundings of a stream's buckets that Redis did not answer: the Envoy keeps its last assignments until they lapse",
             funding_failures.clone(),
         );
+        let refused_buckets = Family::<CapLabels, Counter>::default();
+        registry.register(
+            "refused_buckets",
+            "New buckets given no assignment because a cap was reached, by cap (stream_cap: --rlqs-max-buckets-per-stream, server_cap: --rlqs-max-buckets)",
+            refused_buckets.clone(),
+        );
         RlqsStats {
+            refused_buckets,
             registry,
             streams,
             buckets,
@@ -137,7 +152,7 @@ impl RlqsStats {
                     rule: rule.to_owned(),
                     outcome,
                 };
-                self.requests.get_or_create(&labels).inc_by(n);
+                add_saturating(&self.requests.get_or_create(&labels), n);
             }
         }
     }
@@ -184,6 +199,11 @@ impl RlqsStats {
             };
             self.assigned_rate.get_or_create(&labels).inc_by(delta);
         }
+    }
+
+    /// Counts a new bucket refused for `cap`.
+    pub fn bucket_refused(&self, cap: &'static str) {
+        self.refused_buckets.get_or_create(&CapLabels { cap }).inc();
     }
 
     /// Counts a funding Redis did not answer.

@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use sluice_core::rlqs::RlqsConfig;
-use sluice_core::rlqs::bucket::{Assignment, Bucket, FUNDING_STEP_MS};
+use sluice_core::rlqs::bucket::{Assignment, Bucket, FUNDING_STEP_MS, Step};
 use sluice_core::rlqs::report::Report;
 use sluice_core::wire::{LeaseAsk, LeaseRequest, MAX_ASKS, holder_secret};
 use tokio::sync::mpsc;
@@ -43,6 +43,7 @@ type BucketName = (String, BTreeMap<String, String>);
 /// One Envoy's stream and its buckets.
 struct EnvoyStream {
     state: Arc<AppState>,
+    rlqs: Arc<RlqsState>,
     /// This stream's name in the lease ledgers.
     holder: String,
     /// The secret that binds its entries there.
@@ -58,7 +59,7 @@ pub async fn serve(
     mut inbound: Streaming<RateLimitQuotaUsageReports>,
     outbound: Outbound,
 ) {
-    let mut stream = EnvoyStream::open(state);
+    let mut stream = EnvoyStream::open(state, Arc::clone(&rlqs));
     let mut steps = tokio::time::interval(STEP_EVERY);
     steps.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut stopping = stream.state.stopping.clone();
@@ -69,31 +70,33 @@ pub async fn serve(
         }
     };
     tokio::pin!(shutdown);
-    loop {
+    // Whether the stream ended on the Envoy's side (it closed, went away, or was refused), not
+    // for the server's shutdown.
+    let departed = loop {
         let actions = tokio::select! {
             message = inbound.message() => {
                 let message = match message {
                     Ok(Some(message)) => message,
                     // The Envoy closed its side, or the connection went.
-                    Ok(None) | Err(_) => return,
+                    Ok(None) | Err(_) => break true,
                 };
                 let config = rlqs.config.current();
                 if let Err(status) = stream.take_report(message, &config) {
                     stream.state.metrics.rlqs().refused();
                     tracing::debug!(%status, "quota report refused");
                     let _ = outbound.send(Err(status)).await;
-                    return;
+                    break true;
                 }
-                stream.step(&config).await
+                stream.step(&config, Step::Report).await
             }
-            _ = steps.tick() => stream.step(&rlqs.config.current()).await,
-            () = outbound.closed() => return,
+            _ = steps.tick() => stream.step(&rlqs.config.current(), Step::Tick).await,
+            () = outbound.closed() => break true,
             () = &mut shutdown => {
                 // The Envoy opens a new stream, to another replica, at its next report; its
-                // assignments live until then.
+                // assignments live until then, and so do its claims in the ledgers.
                 let status = Status::unavailable("sluice-server is shutting down");
                 let _ = outbound.send(Err(status)).await;
-                return;
+                break false;
             }
         };
         if !actions.is_empty() {
@@ -101,17 +104,21 @@ pub async fn serve(
                 bucket_action: actions,
             };
             if outbound.send(Ok(response)).await.is_err() {
-                return;
+                break true;
             }
         }
+    };
+    if departed {
+        stream.withdraw().await;
     }
 }
 
 impl EnvoyStream {
-    fn open(state: Arc<AppState>) -> EnvoyStream {
+    fn open(state: Arc<AppState>, rlqs: Arc<RlqsState>) -> EnvoyStream {
         state.metrics.rlqs().stream(true);
         EnvoyStream {
             state,
+            rlqs,
             holder: holder_name(),
             secret: secret(),
             buckets: HashMap::new(),
@@ -138,6 +145,7 @@ impl EnvoyStream {
         let stats = self.state.metrics.rlqs();
         stats.report();
         let now_ms = self.now_ms();
+        let mut held = self.buckets.len();
         for usage in usages {
             let rule = rules.rule_for(&usage.bucket);
             stats.usage(&domain, rule.name.as_str(), usage.allowed, usage.denied);
@@ -148,7 +156,19 @@ impl EnvoyStream {
                     bucket
                 }
                 Entry::Vacant(new) => {
+                    let refused = if held >= self.rlqs.max_buckets_per_stream {
+                        Some("stream_cap")
+                    } else if !self.rlqs.take_bucket() {
+                        Some("server_cap")
+                    } else {
+                        None
+                    };
+                    if let Some(cap) = refused {
+                        refuse_bucket(&self.state, cap);
+                        continue;
+                    }
                     stats.buckets(1);
+                    held += 1;
                     new.insert(Bucket::new(&domain, &usage.bucket, rule, now_ms))
                 }
             };
@@ -157,8 +177,9 @@ impl EnvoyStream {
         Ok(())
     }
 
-    /// Abandons idle buckets, funds the refills due, and gives the actions to send.
-    async fn step(&mut self, config: &RlqsConfig) -> Vec<BucketAction> {
+    /// Abandons idle buckets, funds the refills due at this `step`, and gives the actions to
+    /// send.
+    async fn step(&mut self, config: &RlqsConfig, step: Step) -> Vec<BucketAction> {
         let now_ms = self.now_ms();
         let mut actions = self.abandon_idle(config, now_ms);
         let stats = self.state.metrics.rlqs();
@@ -170,7 +191,7 @@ impl EnvoyStream {
         let (names, asks): (Vec<BucketName>, Vec<LeaseAsk>) = self
             .buckets
             .iter()
-            .filter_map(|(name, bucket)| Some((name.clone(), bucket.funding_ask(now_ms)?)))
+            .filter_map(|(name, bucket)| Some((name.clone(), bucket.funding_ask(now_ms, step)?)))
             .unzip();
         let mut asks = asks.into_iter();
         for chunk in names.chunks(MAX_ASKS) {
@@ -206,6 +227,29 @@ impl EnvoyStream {
         actions
     }
 
+    /// Takes the stream's claims to shares out of its buckets' ledgers, so that the other
+    /// Envoys' shares grow at their next funding rather than a TTL later. (The Envoy may still
+    /// enforce its last assignments until they lapse: docs/algorithms.md counts them.)
+    async fn withdraw(&mut self) {
+        let asks: Vec<LeaseAsk> = self
+            .buckets
+            .values()
+            .filter_map(Bucket::withdrawal_ask)
+            .collect();
+        for chunk in asks.chunks(MAX_ASKS) {
+            let request = LeaseRequest {
+                holder: self.holder.clone(),
+                secret: self.secret.clone(),
+                asks: chunk.to_vec(),
+            };
+            if let Err(e) = self.state.engine.lease(&request, None).await {
+                // Then the claims lapse with the ledger's TTL, as before.
+                tracing::debug!(error = %e, "a departed quota stream's claims were not withdrawn");
+                return;
+            }
+        }
+    }
+
     /// Forgets the buckets no report has shown a request for in their domain's `idle_after`,
     /// telling the Envoy to forget them too.
     fn abandon_idle(&mut self, config: &RlqsConfig, now_ms: u64) -> Vec<BucketAction> {
@@ -216,6 +260,7 @@ impl EnvoyStream {
             if idle {
                 stats.forgotten(domain, bucket.rule.as_str(), bucket.last_sent(), true);
                 stats.buckets(-1);
+                self.rlqs.give_back(1);
                 actions.push(abandon(id));
             }
             !idle
@@ -253,7 +298,21 @@ impl Drop for EnvoyStream {
             stats.forgotten(domain, bucket.rule.as_str(), bucket.last_sent(), false);
         }
         stats.buckets(-(self.buckets.len() as i64));
+        self.rlqs.give_back(self.buckets.len());
         stats.stream(false);
+    }
+}
+
+/// Counts a new bucket refused for `cap` (`stream_cap`, `server_cap`), and says so in the log
+/// now and then.
+fn refuse_bucket(state: &AppState, cap: &'static str) {
+    state.metrics.rlqs().bucket_refused(cap);
+    if let Some(left_out) = state.failure_warnings.quota_buckets.due(Instant::now()) {
+        tracing::warn!(
+            cap,
+            left_out,
+            "a quota bucket past a cap gets no assignment: its Envoy applies its no_assignment_behavior"
+        );
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::{Arc, LazyLock, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::label_budget::LabelBudget;
+use crate::metrics::add_saturating;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -200,10 +201,9 @@ impl RlsStats {
         {
             if n > 0 {
                 let family = self.by_key_families()[i];
-                counters.stats[i]
-                    .get_or_init(|| family.get_or_create(&counters.labels).clone())
-                    .0
-                    .inc_by(n);
+                let counter = counters.stats[i]
+                    .get_or_init(|| family.get_or_create(&counters.labels).clone());
+                add_saturating(&counter.0, n);
             }
         }
     }

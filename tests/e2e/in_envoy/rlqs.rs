@@ -174,10 +174,10 @@ fn two_envoys_share_a_hot_bucket_within_the_bound_and_follow_the_traffic() {
     let end = sent.iter().map(|s| s.at).max().expect("requests") + Duration::from_millis(1);
     let total = passed(0, Duration::ZERO, end) + passed(1, Duration::ZERO, end);
     let seconds = end.as_secs_f64();
-    // The bound (docs/rlqs.md): the algorithm's own for the time plus one funding span (1 s),
+    // The bound (docs/rlqs.md): the algorithm's own for the time plus two funding spans (1 s),
     // plus each Envoy's bucket (a funding's 10 or 20 tokens), plus what no_assignment_behavior
     // let through before the first assignment (the first round trip: 100 ms of traffic).
-    let algorithm = 20.0 + 20.0 * (seconds + 1.0);
+    let algorithm = 20.0 + 20.0 * (seconds + 2.0);
     let buckets = 2.0 * 20.0;
     let first_round_trip = offered(Duration::ZERO, Duration::from_millis(100)) as f64;
     let bound = (algorithm + buckets + first_round_trip).ceil() as usize;
