@@ -9,8 +9,7 @@
 //! gives each API key its own limit.
 //!
 //! ```
-//! use std::collections::BTreeMap;
-//! use sluice_core::rlqs::{Quota, RlqsConfig, raw::RawRlqsConfig};
+//! use sluice_core::rlqs::{BucketId, Quota, RlqsConfig, raw::RawRlqsConfig};
 //! let raw: RawRlqsConfig = serde_json::from_str(r#"{
 //!     "domain": "shop",
 //!     "buckets": [
@@ -21,19 +20,21 @@
 //!     "default": {"deny": "all"}
 //! }"#).unwrap();
 //! let config = RlqsConfig::from_raw([raw]).unwrap();
-//! let bucket = |key: &str| BTreeMap::from([("name".to_owned(), "per-key".to_owned()),
-//!                                          ("key".to_owned(), key.to_owned())]);
+//! let bucket = |key: &str| BucketId::from_iter([("name", "per-key"), ("key", key)]);
 //! assert_eq!(config.rule_for("shop", &bucket("partner-7")).unwrap().quota, Quota::AllowAll);
 //! assert!(matches!(config.rule_for("shop", &bucket("k1")).unwrap().quota, Quota::Limit(_)));
-//! let other = BTreeMap::from([("name".to_owned(), "catch-all".to_owned())]);
+//! let other = BucketId::from_iter([("name", "catch-all")]);
 //! assert_eq!(config.rule_for("shop", &other).unwrap().quota, Quota::DenyAll);
 //! assert!(config.rule_for("elsewhere", &other).is_none());
 //! ```
 
 pub mod bucket;
+mod bucket_id;
 pub mod raw;
 pub mod report;
 pub mod token_bucket;
+
+pub use self::bucket_id::BucketId;
 
 use std::collections::BTreeMap;
 
@@ -89,7 +90,7 @@ pub struct BucketRule {
 
 impl BucketRule {
     /// Whether `bucket` holds every entry the rule asks for.
-    pub fn covers(&self, bucket: &BTreeMap<String, String>) -> bool {
+    pub fn covers(&self, bucket: &BucketId) -> bool {
         self.matches.iter().all(|(key, pattern)| {
             bucket
                 .get(key)
@@ -175,14 +176,14 @@ impl RlqsConfig {
     }
 
     /// The rule that gives `bucket` of `domain` its quota; `None` for a domain not configured.
-    pub fn rule_for(&self, domain: &str, bucket: &BTreeMap<String, String>) -> Option<&BucketRule> {
+    pub fn rule_for(&self, domain: &str, bucket: &BucketId) -> Option<&BucketRule> {
         self.domain(domain).map(|domain| domain.rule_for(bucket))
     }
 }
 
 impl Domain {
     /// The rule that gives `bucket` its quota: the first that covers it, else the default.
-    pub fn rule_for(&self, bucket: &BTreeMap<String, String>) -> &BucketRule {
+    pub fn rule_for(&self, bucket: &BucketId) -> &BucketRule {
         self.rules
             .iter()
             .find(|rule| rule.covers(bucket))
@@ -193,11 +194,11 @@ impl Domain {
 /// The key of a bucket's limit: the domain, then each entry's key and value (in the bucket id's
 /// order, which is sorted), escaped and joined, so two buckets share a limit only when their
 /// ids are the same.
-pub fn bucket_key(domain: &str, bucket: &BTreeMap<String, String>) -> LimitKey {
+pub fn bucket_key(domain: &str, bucket: &BucketId) -> LimitKey {
     LimitKey::from_parts(
         std::iter::once(domain.as_bytes()).chain(
             bucket
-                .iter()
+                .entries()
                 .flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()]),
         ),
     )

@@ -5,7 +5,7 @@
 //! Envoy 1.40 reports a new bucket at once, with `time_elapsed` 0, and then every bucket it
 //! knows every 5 s in whole seconds, whatever its `reporting_interval` (`scripts/rlqs-probe.py`).
 
-use std::collections::BTreeMap;
+use super::BucketId;
 
 /// One message: a domain's buckets and their use since the last report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub struct Report {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Usage {
     /// The bucket id: the entries the filter's `bucket_id_builder` made.
-    pub bucket: BTreeMap<String, String>,
+    pub bucket: BucketId,
     /// The time the counts cover, in whole seconds; 0 on a bucket's first report.
     pub elapsed_s: u64,
     /// Requests the Envoy admitted.
@@ -45,7 +45,7 @@ mod tests {
     #[test]
     fn demand_is_what_was_offered_over_the_time_reported_and_unknown_over_none() {
         let usage = |elapsed_s, allowed, denied| Usage {
-            bucket: BTreeMap::new(),
+            bucket: BucketId::default(),
             elapsed_s,
             allowed,
             denied,

@@ -4,11 +4,8 @@ fn config(json: &str) -> Result<RlqsConfig, FileError> {
     RlqsConfig::from_raw([serde_json::from_str::<RawRlqsConfig>(json).unwrap()])
 }
 
-fn bucket(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
-    entries
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
+fn bucket(entries: &[(&str, &str)]) -> BucketId {
+    entries.iter().copied().collect()
 }
 
 const LIMIT: &str = r#"{"algorithm": "gcra", "rate": 10, "per": "1s", "burst": 10}"#;

@@ -1,7 +1,5 @@
 //! Assignments as the protobuf bucket actions Envoy's filter takes.
 
-use std::collections::BTreeMap;
-
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
@@ -14,7 +12,7 @@ use sluice_core::rlqs::bucket::{ASSIGNMENT_TTL_S, Assignment};
 
 /// The action assigning `assignment` to bucket `id`, for [`ASSIGNMENT_TTL_S`]: Envoy ignores an
 /// assignment without a time to live.
-pub fn assign(id: &BTreeMap<String, String>, assignment: &Assignment) -> BucketAction {
+pub fn assign(id: &sluice_core::rlqs::BucketId, assignment: &Assignment) -> BucketAction {
     let strategy = match assignment {
         Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
         Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
@@ -38,16 +36,19 @@ pub fn assign(id: &BTreeMap<String, String>, assignment: &Assignment) -> BucketA
 }
 
 /// The action telling the Envoy to forget bucket `id`.
-pub fn abandon(id: &BTreeMap<String, String>) -> BucketAction {
+pub fn abandon(id: &sluice_core::rlqs::BucketId) -> BucketAction {
     BucketAction {
         bucket_id: Some(bucket_id(id)),
         bucket_action: Some(Action::AbandonAction(AbandonAction {})),
     }
 }
 
-fn bucket_id(id: &BTreeMap<String, String>) -> BucketId {
+fn bucket_id(id: &sluice_core::rlqs::BucketId) -> BucketId {
     BucketId {
-        bucket: id.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        bucket: id
+            .entries()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
     }
 }
 

@@ -27,9 +27,7 @@ impl FromFiles for RlqsConfig {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use sluice_core::rlqs::Quota;
+    use sluice_core::rlqs::{BucketId, Quota};
 
     use super::*;
     use crate::config_files::load;
@@ -50,10 +48,7 @@ mod tests {
         )
         .unwrap();
         let config: RlqsConfig = load(&[dir.path().to_owned()]).unwrap();
-        let bucket = BTreeMap::from([
-            ("name".to_owned(), "per-key".to_owned()),
-            ("key".to_owned(), "k1".to_owned()),
-        ]);
+        let bucket = BucketId::from_iter([("name", "per-key"), ("key", "k1")]);
         assert!(matches!(
             config.rule_for("shop", &bucket).unwrap().quota,
             Quota::Limit(_)

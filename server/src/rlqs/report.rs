@@ -2,8 +2,6 @@
 //! The checks are the filter's API's (`rlqs.proto`'s validation rules) but one: `time_elapsed`
 //! may be 0, as Envoy 1.40 sends it on a bucket's first report.
 
-use std::collections::BTreeMap;
-
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
 use sluice_core::rlqs::report::{Report, Usage};
 use tonic::Status;
@@ -64,7 +62,7 @@ pub fn from_proto(message: RateLimitQuotaUsageReports) -> Result<Report, Status>
             return Err(refuse(&field("time_elapsed"), "must not be negative"));
         };
         usages.push(Usage {
-            bucket: bucket_id.bucket.into_iter().collect::<BTreeMap<_, _>>(),
+            bucket: bucket_id.bucket.into_iter().collect(),
             elapsed_s,
             allowed: usage.num_requests_allowed,
             denied: usage.num_requests_denied,
@@ -115,7 +113,7 @@ mod tests {
         assert_eq!(taken.domain, "shop");
         let usage = &taken.usages[0];
         assert_eq!((usage.elapsed_s, usage.allowed, usage.denied), (0, 7, 3));
-        assert_eq!(usage.bucket["key"], "k1");
+        assert_eq!(usage.bucket.get("key"), Some("k1"));
     }
 
     #[test]

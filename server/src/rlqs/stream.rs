@@ -5,9 +5,9 @@
 //! changed or are due for renewal; a report is taken in at once, and a new bucket is funded
 //! and assigned at once, since the Envoy serves it by its `no_assignment_behavior` until then.
 
+use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::collections::hash_map::RandomState;
-use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,10 +17,10 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use sluice_core::rlqs::RlqsConfig;
 use sluice_core::rlqs::bucket::{Assignment, Bucket, FUNDING_STEP_MS, Step};
 use sluice_core::rlqs::report::Report;
-use sluice_core::wire::{LeaseAsk, LeaseRequest, MAX_ASKS, holder_secret};
+use sluice_core::rlqs::{BucketId, RlqsConfig};
+use sluice_core::wire::{LeaseAsk, LeaseRequest, MAX_ASKS};
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tonic::{Status, Streaming};
@@ -37,8 +37,8 @@ pub const STEP_EVERY: Duration = Duration::from_millis(FUNDING_STEP_MS);
 /// What the stream sends: assignments, or the status that ends it.
 pub type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
 
-/// A (domain, bucket id).
-type BucketName = (String, BTreeMap<String, String>);
+/// A (domain, bucket id). The domain is shared by the buckets of one report.
+type BucketName = (Arc<str>, BucketId);
 
 /// One Envoy's stream and its buckets.
 struct EnvoyStream {
@@ -46,8 +46,6 @@ struct EnvoyStream {
     rlqs: Arc<RlqsState>,
     /// This stream's name in the lease ledgers.
     holder: String,
-    /// The secret that binds its entries there.
-    secret: String,
     buckets: HashMap<BucketName, Bucket>,
     opened: Instant,
 }
@@ -120,7 +118,6 @@ impl EnvoyStream {
             state,
             rlqs,
             holder: holder_name(),
-            secret: secret(),
             buckets: HashMap::new(),
             opened: Instant::now(),
         }
@@ -137,6 +134,7 @@ impl EnvoyStream {
         config: &RlqsConfig,
     ) -> Result<(), Status> {
         let Report { domain, usages } = from_proto(message)?;
+        let domain: Arc<str> = Arc::from(domain);
         let Some(rules) = config.domain(&domain) else {
             return Err(Status::invalid_argument(format!(
                 "domain: `{domain}` is not a domain of this server's --rlqs-config"
@@ -149,7 +147,10 @@ impl EnvoyStream {
         for usage in usages {
             let rule = rules.rule_for(&usage.bucket);
             stats.usage(&domain, rule.name.as_str(), usage.allowed, usage.denied);
-            let bucket = match self.buckets.entry((domain.clone(), usage.bucket.clone())) {
+            let bucket = match self
+                .buckets
+                .entry((Arc::clone(&domain), usage.bucket.clone()))
+            {
                 Entry::Occupied(known) => {
                     let bucket = known.into_mut();
                     bucket.follow(rule, now_ms);
@@ -183,8 +184,10 @@ impl EnvoyStream {
         let now_ms = self.now_ms();
         let mut actions = self.abandon_idle(config, now_ms);
         let stats = self.state.metrics.rlqs();
+        // Assignments no funding makes anew this step: blanket ones, and quiet buckets'
+        // between their fundings.
         for (name, bucket) in &mut self.buckets {
-            if let Some(assignment) = bucket.blanket() {
+            if let Some(assignment) = bucket.blanket().or_else(|| bucket.renewal(now_ms)) {
                 send_if_due(stats, name, bucket, assignment, now_ms, &mut actions);
             }
         }
@@ -197,7 +200,7 @@ impl EnvoyStream {
         for chunk in names.chunks(MAX_ASKS) {
             let request = LeaseRequest {
                 holder: self.holder.clone(),
-                secret: self.secret.clone(),
+                secret: String::new(),
                 asks: asks.by_ref().take(chunk.len()).collect(),
             };
             let grants = match self.state.engine.lease(&request, None).await {
@@ -239,7 +242,7 @@ impl EnvoyStream {
         for chunk in asks.chunks(MAX_ASKS) {
             let request = LeaseRequest {
                 holder: self.holder.clone(),
-                secret: self.secret.clone(),
+                secret: String::new(),
                 asks: chunk.to_vec(),
             };
             if let Err(e) = self.state.engine.lease(&request, None).await {
@@ -316,26 +319,26 @@ fn refuse_bucket(state: &AppState, cap: &'static str) {
     }
 }
 
-/// The secret that binds the stream's holder name in the ledgers: 16 random bytes. (Should the
-/// OS have none to give, the name alone is the holder.)
-fn secret() -> String {
-    let mut random = [0u8; 16];
+/// A name no other stream has, on this server or another, and no client can guess: the holder
+/// in the ledgers. Being unguessable, it needs no secret beside it (which would cost every
+/// bucket's ledger 33 bytes in Redis). Should the OS have no random bytes to give, a name
+/// unique but guessable: the process' random hash state and a count.
+fn holder_name() -> String {
+    let mut random = [0u8; 12];
     match getrandom::fill(&mut random) {
-        Ok(()) => holder_secret(random),
+        Ok(()) => {
+            let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+            format!("rlqs:{hex}")
+        }
         Err(e) => {
-            tracing::warn!(error = %e, "no random bytes for a quota stream's lease secret");
-            String::new()
+            tracing::warn!(error = %e, "no random bytes for a quota stream's holder name");
+            static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+            static STREAMS: AtomicU64 = AtomicU64::new(0);
+            let process = *PROCESS.get_or_init(|| RandomState::new().hash_one(std::process::id()));
+            format!(
+                "rlqs:{process:016x}:{}",
+                STREAMS.fetch_add(1, Ordering::Relaxed)
+            )
         }
     }
-}
-
-/// A name no other stream has, on this server or another: the holder in the ledgers.
-fn holder_name() -> String {
-    static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    static STREAMS: AtomicU64 = AtomicU64::new(0);
-    let process = *PROCESS.get_or_init(|| RandomState::new().hash_one(std::process::id()));
-    format!(
-        "rlqs:{process:016x}:{}",
-        STREAMS.fetch_add(1, Ordering::Relaxed)
-    )
 }
