@@ -1,6 +1,6 @@
 -- sluice batch: every check of one request in one call, atomically, all or nothing. Follows
 -- the prelude, schedule.lua and every algorithm's file wrapped as ALGORITHMS[n]
--- (server/src/scripts.rs). Contract: core/src/algorithm/all_or_nothing.rs.
+-- (server/src/scripts/mod.rs). Contract: core/src/algorithm/all_or_nothing.rs.
 --
 -- KEYS[i]  check i's key (all distinct)
 -- ARGV[1]  the time (see clock() in prelude.lua)

@@ -1,6 +1,6 @@
 -- sluice lease: grant units of keys to one holder (an Envoy) ahead of need, and take back what
 -- it gives back. Follows the prelude, schedule.lua and every algorithm's file wrapped as
--- ALGORITHMS[n] (server/src/scripts.rs). Contract and bound: core/src/lease.rs.
+-- ALGORITHMS[n] (server/src/scripts/mod.rs). Contract and bound: core/src/lease/mod.rs.
 --
 -- ARGV[1]  the time (see clock() in prelude.lua)
 -- ARGV[2]  the holder

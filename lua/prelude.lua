@@ -1,7 +1,7 @@
 -- sluice prelude: constants and pure helpers shared by every limit script. sluice-server
 -- composes each algorithm's script as prelude + schedule.lua + that algorithm's file wrapped
 -- as the function `run` + single.lua, and the batch script as prelude + schedule.lua + every
--- algorithm's file wrapped + batch.lua (server/src/scripts.rs), so that each algorithm file is
+-- algorithm's file wrapped + batch.lua (server/src/scripts/mod.rs), so that each algorithm file is
 -- that algorithm and nothing else.
 --
 -- An algorithm's file is the body of a function (key, now, cost, count_denied, commit, p),
@@ -27,7 +27,7 @@ local SPLITTER = 134217729
 -- Whether the time came from the caller (replay mode); set by clock().
 local replay = false
 
--- The time of this call in microseconds, from its time argument (server/src/scripts.rs,
+-- The time of this call in microseconds, from its time argument (server/src/scripts/mod.rs,
 -- ScriptTime): "" to read Redis' TIME here; "r" and a number, a replay's virtual time; a
 -- number alone, Redis' clock as the server carries it between its reads of TIME, which spares
 -- each call the TIME command.

@@ -1,5 +1,5 @@
 -- sluice single: one check. Follows the prelude, schedule.lua and one algorithm's file wrapped
--- as the function `run` (server/src/scripts.rs).
+-- as the function `run` (server/src/scripts/mod.rs).
 --
 -- KEYS[1]   the check's key
 -- ARGV[1]   the time (see clock() in prelude.lua)

@@ -1134,7 +1134,7 @@ fn a_log_level_above_critical_is_bad_argument() {
 // --- the table ------------------------------------------------------------------------------
 
 /// The file a test reference in docs/fidelity.md points to: `name` is in this file,
-/// `host_loading.rs::name` in another e2e test file, `host/src/x.rs::name` in the host crate,
+/// `host_loading.rs::name` in another e2e test file, `host/src/<file>.rs::name` in the host crate,
 /// `in_envoy::x::name` among the real-Envoy tests.
 fn test_source(reference: &str) -> (std::path::PathBuf, &str) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));

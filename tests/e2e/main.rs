@@ -4,6 +4,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
 
+mod doc_paths;
 mod end_to_end;
 mod envoy_config;
 mod fidelity;
