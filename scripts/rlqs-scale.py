@@ -4,7 +4,7 @@ sluice-server: N buckets of envoy/rlqs/edge.yaml's per-key rule, reported every 
 BUSY of them offered their whole limit (10/s) and the rest a request in 5 s. Prints when every
 bucket had its first assignment, then over 20 s of steady reports: fundings (ledger reads) a
 second, the server's and Redis' CPU, Redis' commands a second, and the server's RSS and Redis'
-memory grown per bucket.
+memory grown per bucket; and the server's RSS once the stream has ended.
 
     rlqs-scale.py HOST:PORT SERVER_PID REDIS_PORT N BUSY
 
@@ -52,9 +52,12 @@ stub = rlqs_pb2_grpc.RateLimitQuotaServiceStub(channel)
 reports = queue.Queue()
 assigned = set()
 def read(responses):
-    for r in responses:
-        for a in r.bucket_action:
-            assigned.add(a.bucket_id.bucket["key"])
+    try:
+        for r in responses:
+            for a in r.bucket_action:
+                assigned.add(a.bucket_id.bucket["key"])
+    except grpc.RpcError:
+        pass  # the stream ended: this script closed it
 rss0 = rss_kb(server_pid)
 mem0 = redis_info("used_memory")
 responses = stub.StreamRateLimitQuotas(iter(reports.get, None))
@@ -88,3 +91,6 @@ print(f"fundings (ledger reads) {(calls('hgetall')-h0)/w:,.0f}/s")
 print(f"server CPU {(cpu_s(server_pid)-c0s)/w:.3f} core, Redis CPU {(cpu_s(rp)-c0r)/w:.3f} core, Redis {(redis_info('total_commands_processed')-cmd0)/w:,.0f} commands/s")
 print(f"server RSS +{(rss_kb(server_pid)-rss0)*1024/n:,.0f} B a bucket; Redis +{(redis_info('used_memory')-mem0)/n:,.0f} B a bucket")
 reports.put(None)
+channel.close()
+time.sleep(3)
+print(f"server RSS {rss_kb(server_pid) / 1024:.1f} MB 3 s after the stream ended (was {rss0 / 1024:.1f} MB before it began)")
