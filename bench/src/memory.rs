@@ -101,7 +101,7 @@ async fn commands_per_decision(
 fn state_of(algorithm: Algorithm) -> &'static str {
     match algorithm {
         Algorithm::FixedWindow => "string `<window>:<count>`",
-        Algorithm::SlidingLog => "sorted set, a member per admitted unit",
+        Algorithm::SlidingLog => "sorted set, a member `<end>/<units>` per admitted request",
         Algorithm::SlidingWindow => "string `<window>:<current>:<previous>`",
         Algorithm::TokenBucket => "integer `<us>` or string `<us>:<ticks>` (full again at)",
         Algorithm::LeakyBucket => "integer `<us>` or string `<us>:<ticks>` (empty at)",
