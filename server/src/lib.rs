@@ -15,7 +15,7 @@
 //! - [`rls`]: Envoy's gRPC rate limit service API, with the reference service's configuration,
 //!   served beside `/v1/` when a configuration is given.
 //!
-//! [`spawn`] runs a server in-process on a TCP port, [`in_process`] one reached by calling it
+//! [`spawn`] runs a server in-process on a TCP port, [`in_process`](fn@in_process) one reached by calling it
 //! (the simulator does); the `sluice-server` binary is a thin shell over [`serve`].
 
 #![deny(missing_docs)]
@@ -27,9 +27,9 @@ pub mod config_files;
 pub mod engine;
 pub mod health;
 pub mod http;
+pub mod in_process;
 pub mod label_budget;
 pub mod log_throttle;
-pub mod memory;
 pub mod metrics;
 pub mod rlqs;
 pub mod rls;
@@ -422,9 +422,9 @@ pub async fn spawn(config: ServerConfig, listen: SocketAddr) -> std::io::Result<
     })
 }
 
-/// A server in this process that is reached by calling it (see [`memory`]); it must be
+/// A server in this process that is reached by calling it (see [`in_process`](mod@in_process)); it must be
 /// created within a Tokio runtime, and lives as long as any clone of it.
-pub fn in_process(config: ServerConfig) -> memory::InProcessServer {
+pub fn in_process(config: ServerConfig) -> in_process::InProcessServer {
     // Never shut down: it lives as long as its callers.
     let (_, never) = watch::channel(false);
     let state = app_state(&config, &ServerThread::alone(), never);
@@ -432,7 +432,7 @@ pub fn in_process(config: ServerConfig) -> memory::InProcessServer {
         decide: true,
         should_rate_limit: false,
     };
-    memory::InProcessServer::new(Service::new(Arc::clone(&state), router(state), shortcuts))
+    in_process::InProcessServer::new(Service::new(Arc::clone(&state), router(state), shortcuts))
 }
 
 impl RunningServer {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use sluice_server::memory::InProcessServer;
+use sluice_server::in_process::InProcessServer;
 use tokio::net::TcpStream;
 
 /// A cluster's single host.
