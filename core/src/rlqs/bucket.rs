@@ -11,8 +11,8 @@
 //!
 //! Times are milliseconds on any clock the caller keeps; nothing here reads one.
 
+use super::envoy_bucket::EnvoyTokenBucket;
 use super::report::Usage;
-use super::token_bucket::EnvoyTokenBucket;
 use super::{BucketId, BucketRule, Quota, Share};
 use crate::duration::Millis;
 use crate::key::{LimitKey, RuleName};

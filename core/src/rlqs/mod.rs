@@ -30,9 +30,9 @@
 
 pub mod bucket;
 mod bucket_id;
+pub mod envoy_bucket;
 pub mod raw;
 pub mod report;
-pub mod token_bucket;
 
 pub use self::bucket_id::BucketId;
 
