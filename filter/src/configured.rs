@@ -12,8 +12,8 @@ use crate::lease::Leases;
 use crate::stats::Stats;
 use crate::warnings::Warnings;
 
-/// What every stream of a configured root context shares.
-pub struct Shared {
+/// A configured root context: what it and every one of its streams share.
+pub struct Configured {
     /// The validated configuration.
     pub policy: Policy,
     /// The counters.

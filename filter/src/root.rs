@@ -16,9 +16,9 @@ use crate::answer;
 use crate::cache::DenyCache;
 use crate::callout;
 use crate::cas;
+use crate::configured::{Configured, now_us};
 use crate::held::{Held, SharedHeld};
 use crate::lease::{Holder, Leases};
-use crate::shared::{Shared, now_us};
 use crate::shared_data::{HostSharedData, SharedData};
 use crate::stats::Stats;
 use crate::stream::Stream;
@@ -27,7 +27,7 @@ use crate::warnings::{Warning, Warnings};
 
 /// The plugin's root context.
 pub struct Root {
-    shared: Option<Rc<Shared>>,
+    shared: Option<Rc<Configured>>,
     held: SharedHeld,
     ticker: Rc<Ticker>,
     /// The host's shared data, for every configuration.
@@ -57,7 +57,7 @@ impl Root {
 
     /// Sends what the leases' tick has to say, from the root context so that its answer comes
     /// back here whatever became of the streams that asked.
-    fn send_lease_call(&self, shared: &Shared, now: u64) {
+    fn send_lease_call(&self, shared: &Configured, now: u64) {
         let Some((request, sent)) = shared.leases.on_tick(&shared.policy.rules, now) else {
             return;
         };
@@ -212,7 +212,7 @@ impl RootContext for Root {
                     &policy.rules,
                     Rc::clone(&self.ticker),
                 );
-                self.shared = Some(Rc::new(Shared {
+                self.shared = Some(Rc::new(Configured {
                     policy,
                     stats,
                     cache,

@@ -18,15 +18,15 @@ use sluice_core::wire::{DECIDE_PATH, read_decide_response, write_decide_request}
 
 use crate::answer;
 use crate::callout;
+use crate::configured::{Configured, now_us};
 use crate::ffi;
 use crate::lease::Reservation;
-use crate::shared::{Shared, now_us};
 
 mod verdicts;
 
 /// The rule a planned check comes from. Planned checks come from this policy's
 /// `checks_for`, so the index is always in range.
-fn rule<'a>(shared: &'a Shared, planned: &PlannedCheck) -> &'a Rule {
+fn rule<'a>(shared: &'a Configured, planned: &PlannedCheck) -> &'a Rule {
     &shared.policy.rules[planned.rule]
 }
 
@@ -40,7 +40,7 @@ enum Act {
 /// The stream context of one request.
 pub struct Stream {
     id: u32,
-    shared: Option<Rc<Shared>>,
+    shared: Option<Rc<Configured>>,
     planned: Vec<PlannedCheck>,
     /// Per planned check, its verdict when decided here from a lease.
     local: Vec<Option<Verdict>>,
@@ -59,7 +59,7 @@ pub struct Stream {
 
 impl Stream {
     /// The context for stream `id`; `shared` is `None` only when configuration failed.
-    pub fn new(id: u32, shared: Option<Rc<Shared>>) -> Stream {
+    pub fn new(id: u32, shared: Option<Rc<Configured>>) -> Stream {
         Stream {
             id,
             shared,
@@ -129,7 +129,7 @@ impl Stream {
     /// one verdict per check asked, each possible for its rule's limit, is refused whole.
     fn read_answer(
         &self,
-        shared: &Shared,
+        shared: &Configured,
         num_headers: usize,
         body_size: usize,
     ) -> Result<Vec<Verdict>, String> {
@@ -166,7 +166,7 @@ impl Stream {
     }
 
     /// Carries out `act` from the request-headers callback.
-    fn act_on_headers(&mut self, act: Act, shared: &Shared) -> Action {
+    fn act_on_headers(&mut self, act: Act, shared: &Configured) -> Action {
         match act {
             Act::Continue => Action::Continue,
             Act::Hold { delay_ms } => {
@@ -181,7 +181,7 @@ impl Stream {
     }
 
     /// Carries out `act` after the callout's answer (the request is paused).
-    fn act_on_answer(&mut self, act: Act, shared: &Shared) {
+    fn act_on_answer(&mut self, act: Act, shared: &Configured) {
         match act {
             Act::Continue => {
                 ffi::resume_request();
@@ -191,7 +191,7 @@ impl Stream {
         }
     }
 
-    fn hold(&mut self, shared: &Shared, delay_ms: u64) {
+    fn hold(&mut self, shared: &Configured, delay_ms: u64) {
         let release_at = self.asked_at_ms.saturating_add(delay_ms);
         self.held_until_ms = Some(release_at);
         shared.held.borrow_mut().hold(self.id, release_at);

@@ -9,9 +9,9 @@ use sluice_core::record::{self, DECISION_PROPERTY, RuleOutcome, RuleRecord};
 use sluice_core::verdict::Verdict;
 
 use super::{Act, Stream, rule};
+use crate::configured::{Configured, now_us};
 use crate::ffi;
 use crate::lease::Local;
-use crate::shared::{Shared, now_us};
 use crate::warnings::Warning;
 
 /// The deny-cache entry for the server's denial `verdict` of `rule`'s `key`, answered to a
@@ -37,7 +37,7 @@ impl Stream {
     /// was held for and whether it was decided here.
     fn record(
         &self,
-        shared: &Shared,
+        shared: &Configured,
         outcomes: impl IntoIterator<Item = (RuleOutcome, u64, bool)>,
     ) {
         let records: Vec<RuleRecord<&RuleName, &str>> = self
@@ -60,7 +60,7 @@ impl Stream {
 
     /// Records a request answered from the deny cache: check `hit` found a cached denial, the
     /// others were skipped.
-    pub(super) fn record_cache_hit(&self, shared: &Shared, hit: usize) {
+    pub(super) fn record_cache_hit(&self, shared: &Configured, hit: usize) {
         self.record(
             shared,
             (0..self.planned.len()).map(|i| {
@@ -77,7 +77,7 @@ impl Stream {
     /// A live cached denial for any enforced check not decided here, as a local reply. A
     /// check decided from a lease needs none: the server admitted the units it holds, and
     /// a lookup is a host call.
-    pub(super) fn cached_denial(&self, shared: &Shared, now: u64) -> Option<(usize, Denial)> {
+    pub(super) fn cached_denial(&self, shared: &Configured, now: u64) -> Option<(usize, Denial)> {
         if !shared.cache.enabled() {
             return None;
         }
@@ -113,7 +113,7 @@ impl Stream {
 
     /// Decides the leased checks that their allowances can decide: taken units admit, an
     /// allowance the server said is empty denies.
-    pub(super) fn decide_from_leases(&mut self, shared: &Shared, now_us: u64) {
+    pub(super) fn decide_from_leases(&mut self, shared: &Configured, now_us: u64) {
         let rules = &shared.policy.rules;
         self.local = self
             .planned
@@ -155,7 +155,7 @@ impl Stream {
     }
 
     /// Whether a check decided here denies the request (an enforced one denied).
-    pub(super) fn denied_here(&self, shared: &Shared) -> bool {
+    pub(super) fn denied_here(&self, shared: &Configured) -> bool {
         self.planned
             .iter()
             .zip(&self.local)
@@ -173,7 +173,7 @@ impl Stream {
     }
 
     /// Decides from the verdicts and remembers what came of each rule.
-    pub(super) fn conclude(&mut self, shared: &Shared, verdicts: &[Option<Verdict>]) -> Act {
+    pub(super) fn conclude(&mut self, shared: &Configured, verdicts: &[Option<Verdict>]) -> Act {
         let asked_at = self.asked_at_ms;
         let rule_verdicts: Vec<RuleVerdict<'_>> = self
             .planned
@@ -234,7 +234,7 @@ impl Stream {
     }
 
     /// The request is denied: the units it took from allowances go back.
-    pub(super) fn give_back(&mut self, shared: &Shared) {
+    pub(super) fn give_back(&mut self, shared: &Configured) {
         if self.reservations.is_empty() {
             return;
         }
@@ -246,7 +246,7 @@ impl Stream {
 
     /// The service gave no usable answer: count it, record it, apply the failure mode to the
     /// checks it was asked (those decided here stand).
-    pub(super) fn fail(&mut self, shared: &Shared, reason: &str) -> Act {
+    pub(super) fn fail(&mut self, shared: &Configured, reason: &str) -> Act {
         shared.warnings.warn(Warning::Callout, now_us(self), || {
             format!("sluice: {reason}; failure mode applies")
         });
