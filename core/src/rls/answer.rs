@@ -1,4 +1,4 @@
-//! A `ShouldRateLimit` answer from the verdicts of a [`Plan`]'s checks: a status per
+//! A `ShouldRateLimit` answer from the verdicts of a [`RlsPlan`]'s checks: a status per
 //! descriptor, the overall code, the response headers, and the reference service's hit
 //! counts, each as envoyproxy/ratelimit makes them (`src/service/ratelimit.go`,
 //! `src/limiter/base_limiter.go`).
@@ -7,7 +7,7 @@ use crate::decision::{RuleVerdict, rate_limit_headers, seconds};
 use crate::policy::HeaderStyle;
 use crate::verdict::Verdict;
 
-use super::request::{Applied, Plan, Planned};
+use super::request::{Applied, Planned, RlsPlan};
 use super::{RlsRule, Unit};
 
 /// `RateLimitResponse.Code`.
@@ -67,8 +67,8 @@ pub struct Answer {
     pub headers: Vec<(String, String)>,
 }
 
-impl Plan {
-    /// The answer, given the verdict of each planned check in [`Plan::planned`] order.
+impl RlsPlan {
+    /// The answer, given the verdict of each planned check in [`RlsPlan::planned`] order.
     pub fn answer(&self, verdicts: &[Verdict], headers: RlsHeaders) -> Answer {
         let mut verdict_of = verdicts.iter();
         let mut statuses: Vec<DescriptorStatus> = Vec::with_capacity(self.descriptors.len());

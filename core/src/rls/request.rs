@@ -88,12 +88,12 @@ impl Planned {
 
 /// The rules and checks of one request.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct RlsPlan {
     /// One per descriptor of the request, in its order.
     pub descriptors: Vec<Applied>,
 }
 
-impl Plan {
+impl RlsPlan {
     /// The planned descriptors with their positions, in request order.
     pub fn planned(&self) -> impl Iterator<Item = (usize, &Planned)> {
         self.descriptors
@@ -125,7 +125,7 @@ impl std::error::Error for RlsRequestError {}
 
 impl RlsConfig {
     /// Which rule applies to each descriptor of `request`, and the check for each that has one.
-    pub fn plan(&self, request: &RlsRequest) -> Result<Plan, RlsRequestError> {
+    pub fn plan(&self, request: &RlsRequest) -> Result<RlsPlan, RlsRequestError> {
         check_request(request)?;
         let known_domain = self.domains.contains_key(&request.domain);
         let mut matched = Vec::with_capacity(request.descriptors.len());
@@ -172,7 +172,7 @@ impl RlsConfig {
                 }
             })
             .collect();
-        Ok(Plan { descriptors })
+        Ok(RlsPlan { descriptors })
     }
 }
 

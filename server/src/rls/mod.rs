@@ -10,10 +10,10 @@
 //!
 //! A call is planned in `core` ([`RlsConfig::plan`]), decided by the same [`Engine`] as
 //! `/v1/decide` (so all or nothing, on any of the six algorithms), and answered in `core`
-//! ([`Plan::answer`]).
+//! ([`RlsPlan::answer`]).
 //!
 //! [`RlsConfig::plan`]: sluice_core::rls::RlsConfig::plan
-//! [`Plan::answer`]: sluice_core::rls::request::Plan::answer
+//! [`RlsPlan::answer`]: sluice_core::rls::request::RlsPlan::answer
 //! [`Engine`]: crate::engine::Engine
 
 pub mod cache;
