@@ -51,7 +51,7 @@ use self::shared_store::SharedData;
 /// Why a module was refused at load.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum LoadError {
+pub enum ModuleError {
     /// Not a module wasmtime can compile.
     #[error("Failed to load Wasm module: {0}")]
     Compile(String),
@@ -148,9 +148,9 @@ impl Host {
     }
 
     /// Compiles `wasm` and checks it as Envoy does before any VM starts.
-    pub fn load(&self, wasm: &[u8]) -> Result<Plugin, LoadError> {
+    pub fn load(&self, wasm: &[u8]) -> Result<Plugin, ModuleError> {
         let module =
-            Module::new(&self.engine, wasm).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+            Module::new(&self.engine, wasm).map_err(|e| ModuleError::Compile(format!("{e:#}")))?;
         if std::env::var_os(PERF_MAP_VAR).is_some() {
             write_perf_map(&module);
         }
@@ -162,13 +162,13 @@ impl Host {
                     .map(str::to_owned)
             })
             .next()
-            .ok_or(LoadError::NoAbiVersion)?;
+            .ok_or(ModuleError::NoAbiVersion)?;
         if abi != "0_2_0" && abi != "0_2_1" {
-            return Err(LoadError::UnsupportedAbi(abi.replace('_', ".")));
+            return Err(ModuleError::UnsupportedAbi(abi.replace('_', ".")));
         }
         let mut store = Store::new(&self.engine, probe_state());
         for import in module.imports() {
-            let missing = || LoadError::MissingImport {
+            let missing = || ModuleError::MissingImport {
                 module: import.module().to_owned(),
                 name: import.name().to_owned(),
             };
@@ -180,7 +180,7 @@ impl Host {
                 (import.ty(), provided.ty(&store))
                 && !wanted.matches(&have)
             {
-                return Err(LoadError::ImportType {
+                return Err(ModuleError::ImportType {
                     module: import.module().to_owned(),
                     name: import.name().to_owned(),
                     wanted: wanted.to_string(),
@@ -191,7 +191,7 @@ impl Host {
         let pre = self
             .linker
             .instantiate_pre(&module)
-            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+            .map_err(|e| ModuleError::Compile(format!("{e:#}")))?;
         Ok(Plugin { pre })
     }
 

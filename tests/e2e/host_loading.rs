@@ -1,8 +1,8 @@
 //! The simulator refuses modules as Envoy refuses them.
 
-use sluice_host::{Host, LoadError};
+use sluice_host::{Host, ModuleError};
 
-fn load(wat: &str) -> Result<(), LoadError> {
+fn load(wat: &str) -> Result<(), ModuleError> {
     let wasm = wat::parse_str(wat).expect("valid text format");
     Host::new().expect("host").load(&wasm).map(drop)
 }
@@ -41,7 +41,7 @@ fn a_module_importing_a_host_function_with_another_signature_is_refused() {
 #[test]
 fn a_module_without_an_abi_version_is_refused() {
     let err = load(r#"(module (memory (export "memory") 1))"#).unwrap_err();
-    assert!(matches!(err, LoadError::NoAbiVersion), "{err}");
+    assert!(matches!(err, ModuleError::NoAbiVersion), "{err}");
 }
 
 #[test]
