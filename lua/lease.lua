@@ -40,14 +40,16 @@ local function entry(ledger, field, value)
   return tonumber(units), tonumber(expires), tonumber(demand) or 0, secret
 end
 
--- Whether a live entry of `holder` in `ledger` was bound by another secret.
-local function stranger(ledger, holder, secret, now)
-  local value = redis.call('HGET', ledger, holder)
-  if not value then
-    return false
+-- Whether `holder` has a live entry among `ledger_entries` (HGETALL's) that another secret
+-- bound.
+local function stranger(ledger, ledger_entries, holder, secret, now)
+  for i = 1, #ledger_entries, 2 do
+    if ledger_entries[i] == holder then
+      local _, expires, _, bound = entry(ledger, holder, ledger_entries[i + 1])
+      return expires > now and bound ~= secret
+    end
   end
-  local _, expires, _, bound = entry(ledger, holder, value)
-  return expires > now and bound ~= secret
+  return false
 end
 
 -- The max-min fair share of `capacity` among `demands` of the demand at index `own`: the
@@ -72,7 +74,7 @@ local function fair_share(demands, own, capacity, spread)
   return given[own]
 end
 
-local function lease(key, ledger, now, holder, secret, run, ask, p)
+local function lease(key, ledger, ledger_entries, now, holder, secret, run, ask, p)
   local want, held, returning = ask.want, ask.held, ask.returning
   local max_units, max_total, ttl = ask.max_units, ask.max_total, ask.ttl
   local mine, pool, pool_expires, others = 0, 0, 0, 0
@@ -81,7 +83,6 @@ local function lease(key, ledger, now, holder, secret, run, ask, p)
   local others_expire = now
   local demands = {ask.demand}
   local stale = {}
-  local ledger_entries = redis.call('HGETALL', ledger)
   for i = 1, #ledger_entries, 2 do
     local field = ledger_entries[i]
     local units, expires, demand = entry(ledger, field, ledger_entries[i + 1])
@@ -188,8 +189,12 @@ local now = clock(ARGV[1])
 local holder = ARGV[2]
 local secret = ARGV[3]
 local n = tonumber(ARGV[4])
+-- Every ask's ledger is read before any is written, so that a call naming a stranger writes
+-- nothing. (Asks are for distinct keys, so no ask's writes change another's ledger.)
+local ledgers = {}
 for i = 1, n do
-  if stranger(KEYS[2 * i], holder, secret, now) then
+  ledgers[i] = redis.call('HGETALL', KEYS[2 * i])
+  if stranger(KEYS[2 * i], ledgers[i], holder, secret, now) then
     return 'stranger ' .. (i - 1)
   end
 end
@@ -213,7 +218,7 @@ for i = 1, n do
     nominal_period = tonumber(ARGV[at + 9]),
     span = tonumber(ARGV[at + 10]),
   }
-  local grant = lease(KEYS[2 * i - 1], KEYS[2 * i], now, holder, secret,
+  local grant = lease(KEYS[2 * i - 1], KEYS[2 * i], ledgers[i], now, holder, secret,
     ALGORITHMS[tonumber(ARGV[at])], ask, p)
   out[i] = grant
   at = at + 12 + count

@@ -282,8 +282,11 @@ impl Bucket {
 
     /// The assignment a funding answered by `grant` at `now_ms` pays for; `None` when there
     /// is nothing to assign yet: the share needs a longer span to fund a whole token, and is
-    /// funded again at once over that span.
+    /// funded again at once over that span (and for a blanket bucket, which is never funded).
     pub fn funded(&mut self, grant: &LeaseGrant, now_ms: u64) -> Option<Assignment> {
+        let Quota::Limit(limit) = self.quota else {
+            return None;
+        };
         let share_per_s = grant.share_per_ks as f64 / 1000.0;
         let span_ms = self.funding_span_ms;
         // The span in which the share funds whole tokens, as Envoy refills them.
@@ -293,9 +296,6 @@ impl Bucket {
         // Quiet when its share is far above what it is offered, and the algorithm holds what
         // a quiet funding asks for twice over at once: a long span is funded out of what the
         // algorithm has at that instant. A quiet funding granted less goes back to the share.
-        let Quota::Limit(limit) = self.quota else {
-            return None;
-        };
         let was_quiet = self.quiet;
         self.quiet = match (self.demand_per_s, self.quiet_want()) {
             (Some(offered), Some(want)) => {

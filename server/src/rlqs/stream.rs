@@ -198,11 +198,7 @@ impl EnvoyStream {
             .unzip();
         let mut asks = asks.into_iter();
         for chunk in names.chunks(MAX_ASKS) {
-            let request = LeaseRequest {
-                holder: self.holder.clone(),
-                secret: String::new(),
-                asks: asks.by_ref().take(chunk.len()).collect(),
-            };
+            let request = self.lease_request(asks.by_ref().take(chunk.len()).collect());
             let grants = match self.state.engine.lease(&request, None).await {
                 Ok(response) => response.grants,
                 Err(e) => {
@@ -230,6 +226,16 @@ impl EnvoyStream {
         actions
     }
 
+    /// The stream's lease request for `asks`. Its holder name is unguessable, so it sends no
+    /// secret (see [`holder_name`]).
+    fn lease_request(&self, asks: Vec<LeaseAsk>) -> LeaseRequest {
+        LeaseRequest {
+            holder: self.holder.clone(),
+            secret: String::new(),
+            asks,
+        }
+    }
+
     /// Takes the stream's claims to shares out of its buckets' ledgers, so that the other
     /// Envoys' shares grow at their next funding rather than a TTL later. (The Envoy may still
     /// enforce its last assignments until they lapse: docs/algorithms.md counts them.)
@@ -240,11 +246,7 @@ impl EnvoyStream {
             .filter_map(Bucket::withdrawal_ask)
             .collect();
         for chunk in asks.chunks(MAX_ASKS) {
-            let request = LeaseRequest {
-                holder: self.holder.clone(),
-                secret: String::new(),
-                asks: chunk.to_vec(),
-            };
+            let request = self.lease_request(chunk.to_vec());
             if let Err(e) = self.state.engine.lease(&request, None).await {
                 // Then the claims lapse with the ledger's TTL, as before.
                 tracing::debug!(error = %e, "a departed quota stream's claims were not withdrawn");
