@@ -22,8 +22,11 @@ local function reset_ms(c)
   return 0
 end
 
+if cost < 0 then
+  cost = math.min(-cost, math.max(0, cap - count))
+end
 if cost > cap then
-  return {0, cap, math.max(0, cap - count), reset_ms(count), NEVER, 0}
+  return {0, cap, math.max(0, cap - count), reset_ms(count), NEVER, 0, 0}
 end
 
 local allowed = count + cost <= cap
@@ -41,4 +44,5 @@ local retry = 0
 if not allowed then
   retry = ceil_ms(to_window_end)
 end
-return {flag(allowed), cap, math.max(0, cap - new_count), reset_ms(new_count), retry, 0}
+return {flag(allowed), cap, math.max(0, cap - new_count), reset_ms(new_count), retry, 0,
+  allowed and cost or 0}

@@ -12,16 +12,18 @@
 -- parameters.
 -- KEYS[2i - 1], KEYS[2i]  ask i's state key and ledger key (one hash tag).
 --
--- The ledger is a hash: each holder's units, demand and secret,
--- "<units>:<expires us>:<demand>:<secret>", and '#pool' (no holder can be named so) for units
--- given back, "<units>:<expires us>". A holder's entry binds its secret while it lives: an ask
+-- The ledger is a string, one entry per holder, separated by spaces:
+-- "<holder>=<units>:<expires us>:<demand>:<secret>", and "#pool=<units>:<expires us>" (no
+-- holder can be named so) for units given back. (A string, not a hash: one MGET reads every
+-- ask's ledger and state, and one SET with its expiry writes a ledger, where a hash took
+-- HGETALL, HSET and PEXPIRE an ask.) A holder's entry binds its secret while it lives: an ask
 -- naming the holder with another secret could give back or disown units the holder still
--- spends, so a call with such an ask writes nothing and answers "stranger <ask index>". Units given
--- back go to the pool; a grant takes from the pool first, then from the algorithm: the most
--- it admits now, as a request of that cost would consume them. Nothing a holder holds, nor the
--- pool, counts after it expires. When the algorithm cannot give a holder all it wants, the
--- holder is told when the rest will be there; when the holders' demands add up to more than
--- the nominal rate, each is told its max-min fair share of the rate, as a pace.
+-- spends, so a call with such an ask writes nothing and answers "stranger <ask index>". Units
+-- given back go to the pool; a grant takes from the pool first, then from the algorithm: the
+-- most it admits now, as a request of that cost would consume them. Nothing a holder holds,
+-- nor the pool, counts after it expires. When the algorithm cannot give a holder all it
+-- wants, the holder is told when the rest will be there; when the holders' demands add up to
+-- more than the nominal rate, each is told its max-min fair share of the rate, as a pace.
 -- An ask with a span (the quota service's, for an Envoy's token bucket) always gets a share of
 -- the whole rate: the max-min fair share, with what the holders' demands leave over split
 -- evenly among them; it is granted at most that share for the span, and stays in the ledger
@@ -32,21 +34,41 @@
 
 local POOL = '#pool'
 
-local function entry(ledger, field, value)
-  local units, expires, demand, secret = string.match(value, '^(%d+):(%d+):?(%d*):?([%w_-]*)$')
-  if not units then
-    error({err = 'ERR sluice: ledger ' .. ledger .. ' holds "' .. value .. '" for ' .. field})
+-- A ledger's live entries at `now`: {holder, units, expires, demand, secret} each, in order,
+-- and the pool's units and expiry. An entry of another shape is an error: never guess.
+local function entries(ledger, stored, now)
+  local live = {}
+  local pool, pool_expires = 0, 0
+  if not stored then
+    -- Absent, or of another type (MGET does not tell): GET fails for the second.
+    stored = redis.call('GET', ledger)
+    if not stored then
+      return live, pool, pool_expires
+    end
   end
-  return tonumber(units), tonumber(expires), tonumber(demand) or 0, secret
+  for item in string.gmatch(stored, '[^ ]+') do
+    local field, units, expires, demand, secret =
+      string.match(item, '^([^=]+)=(%d+):(%d+):?(%d*):?([%w_-]*)$')
+    if not field then
+      error({err = 'ERR sluice: ledger ' .. ledger .. ' holds "' .. item .. '"'})
+    end
+    expires = tonumber(expires)
+    if expires > now then
+      if field == POOL then
+        pool, pool_expires = tonumber(units), expires
+      else
+        live[#live + 1] = {field, tonumber(units), expires, tonumber(demand) or 0, secret}
+      end
+    end
+  end
+  return live, pool, pool_expires
 end
 
--- Whether `holder` has a live entry among `ledger_entries` (HGETALL's) that another secret
--- bound.
-local function stranger(ledger, ledger_entries, holder, secret, now)
-  for i = 1, #ledger_entries, 2 do
-    if ledger_entries[i] == holder then
-      local _, expires, _, bound = entry(ledger, holder, ledger_entries[i + 1])
-      return expires > now and bound ~= secret
+-- Whether `holder` has a live entry among `live` that another secret bound.
+local function stranger(live, holder, secret)
+  for _, e in ipairs(live) do
+    if e[1] == holder then
+      return e[5] ~= secret
     end
   end
   return false
@@ -55,6 +77,13 @@ end
 -- The max-min fair share of `capacity` among `demands` of the demand at index `own`: the
 -- smallest demands are met in full, the rest share what is left evenly.
 local function fair_share(demands, own, capacity, spread)
+  if #demands == 1 then
+    -- Alone: all of its demand, and with `spread` all of the capacity.
+    if spread then
+      return capacity
+    end
+    return math.min(demands[1], capacity)
+  end
   local order = {}
   for i = 1, #demands do
     order[i] = i
@@ -74,32 +103,25 @@ local function fair_share(demands, own, capacity, spread)
   return given[own]
 end
 
-local function lease(key, ledger, ledger_entries, now, holder, secret, run, ask, p)
+local function lease(key, ledger, live, pool, pool_expires, now, holder, secret, run, ask, p)
   local want, held, returning = ask.want, ask.held, ask.returning
   local max_units, max_total, ttl = ask.max_units, ask.max_total, ask.ttl
-  local mine, pool, pool_expires, others = 0, 0, 0, 0
+  local mine, others = 0, 0
   -- When the last of the other holders' leases ends: holders may lease a key on different
   -- terms (a rollout that changes the ttl), and the ledger must outlive every lease in it.
   local others_expire = now
   local demands = {ask.demand}
-  local stale = {}
-  for i = 1, #ledger_entries, 2 do
-    local field = ledger_entries[i]
-    local units, expires, demand = entry(ledger, field, ledger_entries[i + 1])
-    if expires <= now then
-      stale[#stale + 1] = field
-    elseif field == holder then
-      mine = units
-    elseif field == POOL then
-      pool, pool_expires = units, expires
+  -- The other holders' entries, as the ledger keeps them.
+  local kept = {}
+  for _, e in ipairs(live) do
+    if e[1] == holder then
+      mine = e[2]
     else
-      others = others + units
-      others_expire = math.max(others_expire, expires)
-      demands[#demands + 1] = demand
+      others = others + e[2]
+      others_expire = math.max(others_expire, e[3])
+      demands[#demands + 1] = e[4]
+      kept[#kept + 1] = string.format('%s=%d:%d:%d:%s', e[1], e[2], e[3], e[4], e[5])
     end
-  end
-  if #stale > 0 then
-    redis.call('HDEL', ledger, unpack(stale))
   end
 
   -- A holder cannot give back, or keep, more than the ledger says it holds.
@@ -130,17 +152,20 @@ local function lease(key, ledger, ledger_entries, now, holder, secret, run, ask,
   local outstanding = others + pool + held + from_pool
   local fresh = math.max(0, math.min(wanted - from_pool, max_total - outstanding))
 
-  -- The algorithm's answer at cost 0 says how many units it admits now.
-  local answer = run(key, now, 0, false, false, p)
-  fresh = math.min(fresh, answer[3])
+  -- The most the algorithm admits now, up to `fresh`, as a request of that cost would take it.
+  local answer
   if fresh > 0 then
-    answer = run(key, now, fresh, false, true, p)
+    answer = run(key, now, -fresh, false, true, p)
+    fresh = answer[7]
+  else
+    answer = run(key, now, 0, false, false, p)
   end
   local granted = from_pool + fresh
   local more_in = 0
-  if granted < wanted and answer[3] == 0 then
+  if granted < wanted and answer[3] == 0 and not spread then
     -- The algorithm admits no more now: say when it will have the rest, so that the holder
     -- does not ask again before (asking every few milliseconds on a busy key only polls).
+    -- (An ask with a span is funded again at its next step whatever the answer.)
     more_in = run(key, now, wanted - granted, false, false, p)[5]
     if more_in < 0 then
       more_in = math.max(0, run(key, now, 1, false, false, p)[5])
@@ -158,17 +183,12 @@ local function lease(key, ledger, ledger_entries, now, holder, secret, run, ask,
   -- A holder with a span stays while it wants units: its demand is its claim to a share.
   local stays = mine > 0 or (spread and ask.demand > 0)
   if stays then
-    redis.call('HSET', ledger, holder,
-      string.format('%d:%d:%d:%s', mine, now + ttl, ask.demand, secret))
-  else
-    redis.call('HDEL', ledger, holder)
+    kept[#kept + 1] = string.format('%s=%d:%d:%d:%s', holder, mine, now + ttl, ask.demand, secret)
   end
   if pool > 0 then
-    redis.call('HSET', ledger, POOL, string.format('%d:%d', pool, pool_expires))
-  elseif returning > 0 or from_pool > 0 then
-    redis.call('HDEL', ledger, POOL)
+    kept[#kept + 1] = string.format('%s=%d:%d', POOL, pool, pool_expires)
   end
-  if stays or pool > 0 then
+  if #kept > 0 then
     local last = others_expire
     if stays then
       last = math.max(last, now + ttl)
@@ -176,7 +196,9 @@ local function lease(key, ledger, ledger_entries, now, holder, secret, run, ask,
     if pool > 0 then
       last = math.max(last, pool_expires)
     end
-    redis.call('PEXPIRE', ledger, ttl_ms(last - now))
+    redis.call('SET', ledger, table.concat(kept, ' '), 'PX', ttl_ms(last - now))
+  elseif #live > 0 or pool_expires > 0 then
+    redis.call('DEL', ledger)
   end
   local share_milli = 0
   if spread then
@@ -189,14 +211,17 @@ local now = clock(ARGV[1])
 local holder = ARGV[2]
 local secret = ARGV[3]
 local n = tonumber(ARGV[4])
--- Every ask's ledger is read before any is written, so that a call naming a stranger writes
--- nothing. (Asks are for distinct keys, so no ask's writes change another's ledger.)
+-- Every ask's ledger and state are read at once (the states for the algorithms, by
+-- read_fields), and every ledger before any is written, so that a call naming a stranger
+-- writes nothing. (Asks are for distinct keys, so no ask's writes change another's ledger.)
+local values = prefetch(KEYS)
 local ledgers = {}
 for i = 1, n do
-  ledgers[i] = redis.call('HGETALL', KEYS[2 * i])
-  if stranger(KEYS[2 * i], ledgers[i], holder, secret, now) then
+  local live, pool, pool_expires = entries(KEYS[2 * i], values[2 * i], now)
+  if stranger(live, holder, secret) then
     return 'stranger ' .. (i - 1)
   end
+  ledgers[i] = {live, pool, pool_expires}
 end
 local out = {}
 local at = 5
@@ -218,8 +243,9 @@ for i = 1, n do
     nominal_period = tonumber(ARGV[at + 9]),
     span = tonumber(ARGV[at + 10]),
   }
-  local grant = lease(KEYS[2 * i - 1], KEYS[2 * i], ledgers[i], now, holder, secret,
-    ALGORITHMS[tonumber(ARGV[at])], ask, p)
+  local live, pool, pool_expires = unpack(ledgers[i])
+  local grant = lease(KEYS[2 * i - 1], KEYS[2 * i], live, pool, pool_expires, now, holder,
+    secret, ALGORITHMS[tonumber(ARGV[at])], ask, p)
   out[i] = grant
   at = at + 12 + count
 end

@@ -6,8 +6,10 @@
 --
 -- An algorithm's file is the body of a function (key, now, cost, count_denied, commit, p),
 -- `p` its parameters as numbers, returning {allowed (0|1), limit, remaining, reset_ms,
--- retry_after_ms, delay_ms}, with retry_after_ms = -1 for a request that can never pass. With
--- `commit` false it only asks: it decides the same way and writes nothing.
+-- retry_after_ms, delay_ms, taken}, with retry_after_ms = -1 for a request that can never
+-- pass, and `taken` the units it admitted (cost, or 0). With `commit` false it only asks: it
+-- decides the same way and writes nothing. A negative cost asks for as many units as the
+-- algorithm admits now, up to -cost, in one call (a lease's grant): `taken` says how many.
 --
 -- Exact arithmetic. Lua's numbers are doubles, exact for integers below 2^53 (9.0e15). Times
 -- are microseconds (1.8e15 today), and every answer is the floor or the ceiling of a rational
@@ -27,11 +29,17 @@ local SPLITTER = 134217729
 -- Whether the time came from the caller (replay mode); set by clock().
 local replay = false
 
+-- Keys' values a script read ahead with one MGET (see prefetch()), each taken once by
+-- read_fields. clock(), which every script calls first, empties it: a library's definitions
+-- outlive a call, and one that failed must leave nothing for the next.
+local prefetched = {}
+
 -- The time of this call in microseconds, from its time argument (server/src/scripts/mod.rs,
 -- ScriptTime): "" to read Redis' TIME here; "r" and a number, a replay's virtual time; a
 -- number alone, Redis' clock as the server carries it between its reads of TIME, which spares
 -- each call the TIME command.
 local function clock(arg)
+  prefetched = {}
   if arg == '' then
     replay = false
     local t = redis.call('TIME')
@@ -136,7 +144,12 @@ end
 -- The string at `key` split by `pattern` (up to three captures), after `true`; `false` for an
 -- absent key. A value of another shape than the algorithm writes is an error: never guess.
 local function read_fields(key, pattern, shape)
-  local stored = redis.call('GET', key)
+  local stored = prefetched[key]
+  if stored then
+    prefetched[key] = nil
+  else
+    stored = redis.call('GET', key)
+  end
   if not stored then
     return false
   end
@@ -145,6 +158,19 @@ local function read_fields(key, pattern, shape)
     error({err = 'ERR sluice: key ' .. key .. ' holds "' .. stored .. '", not ' .. shape})
   end
   return true, a, b, c
+end
+
+-- Reads `keys` with one MGET, giving their values; the strings among them are also kept for
+-- read_fields. (MGET answers false both for an absent key and for a key of another type: such
+-- a key is read again by GET, which tells them apart, an error for the second.)
+local function prefetch(keys)
+  local values = redis.call('MGET', unpack(keys))
+  for i, key in ipairs(keys) do
+    if values[i] then
+      prefetched[key] = values[i]
+    end
+  end
+  return values
 end
 
 -- A check's six numbers in a reply.

@@ -59,8 +59,11 @@ local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_w
     return pair_units(left, leftf, P, R)
   end
 
+  if cost < 0 then
+    cost = math.min(-cost, remaining(ex, exf))
+  end
   if cost > burst then
-    return {0, burst, remaining(ex, exf), ceil_ms_frac(ex, exf), NEVER, 0}
+    return {0, burst, remaining(ex, exf), ceil_ms_frac(ex, exf), NEVER, 0, 0}
   end
   local c, cf = intervals(cost, P, R)
   local new, newf = pair_add(ex, exf, c, cf, R)
@@ -103,5 +106,6 @@ local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_w
     end
     redis.call('SET', key, tat, 'PX', ttl_ms(kept, keptf))
   end
-  return {flag(allowed), burst, remaining(kept, keptf), ceil_ms_frac(kept, keptf), retry, delay}
+  return {flag(allowed), burst, remaining(kept, keptf), ceil_ms_frac(kept, keptf), retry, delay,
+    allowed and cost or 0}
 end

@@ -76,11 +76,14 @@ local function rank_reaching(total)
   return lo
 end
 
+if cost < 0 then
+  cost = math.min(-cost, math.max(0, cap - count))
+end
 if cost > cap then
   if commit and trimmed > 0 and count > 0 then
     redis.call('PEXPIRE', key, ttl_ms(until_newest_leaves()))
   end
-  return {0, cap, math.max(0, cap - count), ceil_ms(until_newest_leaves()), NEVER, 0}
+  return {0, cap, math.max(0, cap - count), ceil_ms(until_newest_leaves()), NEVER, 0, 0}
 end
 
 local allowed = count + cost <= cap
@@ -138,4 +141,5 @@ if commit then
     redis.call('PEXPIRE', key, ttl_ms(until_newest_leaves()))
   end
 end
-return {flag(allowed), cap, math.max(0, cap - held), ceil_ms(until_newest_leaves()), retry, 0}
+return {flag(allowed), cap, math.max(0, cap - held), ceil_ms(until_newest_leaves()), retry, 0,
+  allowed and cost or 0}

@@ -37,8 +37,11 @@ local function reset_ms(cur)
   return 0
 end
 
+if cost < 0 then
+  cost = math.min(-cost, math.max(0, cap - weighed - current))
+end
 if cost > cap then
-  return {0, cap, math.max(0, cap - weighed - current), reset_ms(current), NEVER, 0}
+  return {0, cap, math.max(0, cap - weighed - current), reset_ms(current), NEVER, 0, 0}
 end
 
 local allowed = weighed + current + cost <= cap
@@ -79,4 +82,5 @@ if commit and new_current ~= current then
   redis.call('SET', key, string.format('%d:%d:%d', index, new_current, previous),
     'PX', ttl_ms(to_next_window + w))
 end
-return {flag(allowed), cap, math.max(0, cap - weighed - new_current), reset_ms(new_current), retry, 0}
+return {flag(allowed), cap, math.max(0, cap - weighed - new_current), reset_ms(new_current), retry, 0,
+  allowed and cost or 0}

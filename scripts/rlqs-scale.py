@@ -2,8 +2,8 @@
 """One quota stream, as an Envoy with a bucket per API key would keep it, against a running
 sluice-server: N buckets of envoy/rlqs/edge.yaml's per-key rule, reported every 5 s, a fraction
 BUSY of them offered their whole limit (10/s) and the rest a request in 5 s. Prints when every
-bucket had its first assignment, then over 20 s of steady reports: fundings (ledger reads) a
-second, the server's and Redis' CPU, Redis' commands a second, and the server's RSS and Redis'
+bucket had its first assignment, then over 20 s of steady reports: fundings a
+second (lease asks), the server's and Redis' CPU, Redis' commands a second, and the server's RSS and Redis'
 memory grown per bucket; and the server's RSS once the stream has ended.
 
     rlqs-scale.py HOST:PORT SERVER_PID REDIS_PORT N BUSY
@@ -11,7 +11,7 @@ memory grown per bucket; and the server's RSS once the stream has ended.
 scripts/rlqs-scale.sh starts Redis and the server and runs it. Needs the project's .venv
 (xds-protos' gRPC stubs).
 """
-import queue, sys, threading, time, subprocess
+import queue, sys, threading, time, subprocess, urllib.request
 import grpc
 from envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
 from google.protobuf import duration_pb2
@@ -77,18 +77,33 @@ def pump(until):
             reports.put(report(5, False)); next_report += 5
         time.sleep(0.05)
 pump(t0 + 6)
-def calls(cmd):
+def commandstats():
+    """Each command's (calls, usec) so far; a script's usec includes its commands'."""
     out = subprocess.run(["redis-cli", "-p", redis_port, "INFO", "commandstats"], capture_output=True, text=True).stdout
+    stats = {}
     for line in out.splitlines():
-        if line.startswith(f"cmdstat_{cmd}:"):
-            return int(line.split("calls=")[1].split(",")[0])
-    return 0
-h0 = calls("hgetall")
+        if line.startswith("cmdstat_"):
+            name, fields = line[len("cmdstat_"):].split(":", 1)
+            f = dict(kv.split("=") for kv in fields.split(","))
+            stats[name] = (int(f["calls"]), int(f["usec"]))
+    return stats
+def fundings():
+    """Lease asks the server has made (every funding is one)."""
+    with urllib.request.urlopen(f"http://{addr}/metrics") as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(l.split()[-1]) for l in lines if l.startswith("sluice_lease_answers_total"))
+h0 = fundings()
+s0 = commandstats()
 c0s, c0r, cmd0, w0 = cpu_s(server_pid), cpu_s(rp), redis_info("total_commands_processed"), time.time()
 pump(w0 + 20)
 w = time.time() - w0
-print(f"fundings (ledger reads) {(calls('hgetall')-h0)/w:,.0f}/s")
+print(f"fundings {(fundings()-h0)/w:,.0f}/s")
 print(f"server CPU {(cpu_s(server_pid)-c0s)/w:.3f} core, Redis CPU {(cpu_s(rp)-c0r)/w:.3f} core, Redis {(redis_info('total_commands_processed')-cmd0)/w:,.0f} commands/s")
+s1 = commandstats()
+for name, (c, u) in sorted(s1.items(), key=lambda kv: -kv[1][1]):
+    dc, du = c - s0.get(name, (0, 0))[0], u - s0.get(name, (0, 0))[1]
+    if dc:
+        print(f"  {name:<10} {dc / w:>9,.0f} calls/s {du / dc:>8.2f} us a call")
 print(f"server RSS +{(rss_kb(server_pid)-rss0)*1024/n:,.0f} B a bucket; Redis +{(redis_info('used_memory')-mem0)/n:,.0f} B a bucket")
 reports.put(None)
 channel.close()

@@ -307,7 +307,7 @@ pub fn redis_key(prefix: &str, rule: &RuleName, key: &LimitKey, limit: &Limit) -
 /// The Redis key of the ledger of a key's leases, beside its state ([`redis_key`]), in the
 /// same hash tag.
 pub fn ledger_key(state_key: &str) -> String {
-    format!("{state_key}:lease")
+    format!("{state_key}:ledger")
 }
 
 /// Redis Cluster's hash slots.

@@ -152,7 +152,7 @@ async fn a_lease_asked_while_its_two_keys_move_apart_is_answered_once_both_have(
     let (ledger, state): (Vec<&str>, Vec<&str>) = keys
         .lines()
         .map(str::trim)
-        .partition(|key| key.ends_with(":lease"));
+        .partition(|key| key.ends_with(":ledger"));
     assert_eq!(
         (ledger.len(), state.len()),
         (1, 1),

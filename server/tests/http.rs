@@ -629,14 +629,14 @@ async fn a_changed_limits_leases_come_from_a_ledger_of_its_own() {
             "{limit}: a full grant"
         );
     }
-    let ledgers = redis.cli(&["--scan", "--pattern", "*:lease"]).unwrap();
+    let ledgers = redis.cli(&["--scan", "--pattern", "*:ledger"]).unwrap();
     let mut ledgers: Vec<&str> = ledgers.lines().collect();
     ledgers.sort_unstable();
     assert_eq!(
         ledgers,
         [
-            "sluice:{leased:k}:gc:1/1000/20:lease",
-            "sluice:{leased:k}:gc:1/60000/20:lease"
+            "sluice:{leased:k}:gc:1/1000/20:ledger",
+            "sluice:{leased:k}:gc:1/60000/20:ledger"
         ]
     );
 }

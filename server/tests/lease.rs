@@ -430,3 +430,47 @@ async fn a_stranger_gets_409_naming_the_ask_and_is_counted() {
         .unwrap();
     assert_eq!(exists, 0);
 }
+
+/// A ledger of another shape (a hash, as sluice once kept it under another name, or a string
+/// it never wrote) fails the lease naming the ledger, and leaves the ledger and the state as
+/// they were: the script never guesses what a foreign value means.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_of_another_shape_is_an_error_that_names_it() {
+    let redis = RedisServer::start().unwrap();
+    let keys = Keys::new(Topology::Standalone(redis.url()), twenty(Algorithm::Gcra)).await;
+    let body = format!(
+        r#"{{"holder":"a","asks":[{{"rule":"r","key":"k","limit":{},"terms":{{"max_units":8,"max_outstanding":12,"ttl":"1s"}},"want":8,"held":0,"returning":0}}]}}"#,
+        keys.limit
+    );
+    let request = LeaseRequest::from_json(body.as_bytes()).unwrap();
+    let ask = &request.asks[0];
+    let state = sluice_core::key::redis_key("lease", &ask.rule, &ask.key, &ask.limit);
+    let ledger = sluice_core::key::ledger_key(&state);
+    for (foreign, expected) in [
+        (
+            vec!["SET", &ledger, "a=8"],
+            format!(r#"ledger {ledger} holds "a=8""#),
+        ),
+        (vec!["HSET", &ledger, "a", "8:1:0:"], "WRONGTYPE".to_owned()),
+    ] {
+        redis.cli(&["DEL", &ledger]).unwrap();
+        redis.cli(&foreign).unwrap();
+        let error = keys
+            .engine
+            .lease(&request, Some(NOW))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(&expected), "{foreign:?}: {error}");
+        assert_eq!(
+            redis.cli(&["EXISTS", &state]).unwrap().trim(),
+            "0",
+            "{foreign:?}: nothing granted"
+        );
+    }
+    assert_eq!(
+        redis.cli(&["HGET", &ledger, "a"]).unwrap().trim(),
+        "8:1:0:",
+        "left as it was"
+    );
+}

@@ -451,7 +451,7 @@ async fn a_cluster_over_tls_with_a_password_is_reached_on_every_node() {
 /// Every path of every script through `server`, each answered 200: each algorithm alone past
 /// its limit with denials counted (a sliding log trims its oldest units, part of an entry
 /// among them), two in one call,
-/// and a lease taken and given back.
+/// and a lease taken and dropped (the ledger deleted), then taken and given back.
 async fn decide_everything(server: &str) {
     let http = Http::http1();
     let post = |path: &str, body: String| {
@@ -484,7 +484,7 @@ async fn decide_everything(server: &str) {
             let answer = post("/v1/decide", body).await;
             assert_eq!(answer.status, 200, "{algorithm}: {}", answer.body);
         }
-        for (want, held, returning) in [(1, 0, 0), (0, 0, 1)] {
+        for (want, held, returning) in [(1, 0, 0), (0, 0, 0), (1, 0, 0), (0, 0, 1)] {
             let ask = format!(
                 r#"{{"holder":"h","asks":[{{"rule":"l","key":"k","limit":{limit},"terms":{{"max_units":2,"max_outstanding":4,"ttl":"1s"}},"want":{want},"held":{held},"returning":{returning}}}]}}"#
             );
