@@ -6,10 +6,11 @@
 -- ARGV[2]  the holder
 -- ARGV[3]  the holder's secret ("" for none)
 -- ARGV[4]  the number of asks
--- then per ask: the algorithm's number (1-6), want, held, returning, demand (units a second),
--- max_units, max_outstanding, ttl (us), the rate holders share as units per period (us; 0
--- units: not paced), the span (us; 0: none, see below), the number of parameters, the
--- parameters.
+-- ARGV[5]  the number of terms
+-- then per terms (asks of one rule share them): the algorithm's number (1-6), max_units,
+-- max_outstanding, ttl (us), the rate holders share as units per period (us; 0 units: not
+-- paced), the span (us; 0: none, see below), the number of parameters, the parameters;
+-- then per ask: its terms' number (from 1), want, held, returning, demand (units a second).
 -- KEYS[2i - 1], KEYS[2i]  ask i's state key and ledger key (one hash tag).
 --
 -- The ledger is a string, one entry per holder, separated by spaces:
@@ -103,9 +104,10 @@ local function fair_share(demands, own, capacity, spread)
   return given[own]
 end
 
-local function lease(key, ledger, live, pool, pool_expires, now, holder, secret, run, ask, p)
+local function lease(key, ledger, live, pool, pool_expires, now, holder, secret, terms, ask)
   local want, held, returning = ask.want, ask.held, ask.returning
-  local max_units, max_total, ttl = ask.max_units, ask.max_total, ask.ttl
+  local max_units, max_total, ttl = terms.max_units, terms.max_total, terms.ttl
+  local run, p = terms.run, terms.p
   local mine, others = 0, 0
   -- When the last of the other holders' leases ends: holders may lease a key on different
   -- terms (a rollout that changes the ttl), and the ledger must outlive every lease in it.
@@ -133,8 +135,8 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
   end
   -- The holders' demands, and this holder's share of the rate when they are over it (or
   -- always, with a span).
-  local capacity = ask.nominal_units * 1000000 / ask.nominal_period
-  local spread = ask.span > 0
+  local capacity = terms.nominal_units * 1000000 / terms.nominal_period
+  local spread = terms.span > 0
   local total = 0
   for _, d in ipairs(demands) do
     total = total + d
@@ -145,7 +147,7 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
   end
   local wanted = math.max(0, math.min(want, max_units - held))
   if spread then
-    wanted = math.min(wanted, math.floor(share * ask.span / 1000000))
+    wanted = math.min(wanted, math.floor(share * terms.span / 1000000))
   end
   local from_pool = math.min(wanted, pool)
   pool = pool - from_pool
@@ -223,30 +225,37 @@ for i = 1, n do
   end
   ledgers[i] = {live, pool, pool_expires}
 end
-local out = {}
-local at = 5
-for i = 1, n do
-  local count = tonumber(ARGV[at + 11])
+local terms = {}
+local at = 6
+for t = 1, tonumber(ARGV[5]) do
+  local count = tonumber(ARGV[at + 7])
   local p = {}
   for j = 1, count do
-    p[j] = tonumber(ARGV[at + 11 + j])
+    p[j] = tonumber(ARGV[at + 7 + j])
   end
+  terms[t] = {
+    run = ALGORITHMS[tonumber(ARGV[at])],
+    max_units = tonumber(ARGV[at + 1]),
+    max_total = tonumber(ARGV[at + 2]),
+    ttl = tonumber(ARGV[at + 3]),
+    nominal_units = tonumber(ARGV[at + 4]),
+    nominal_period = tonumber(ARGV[at + 5]),
+    span = tonumber(ARGV[at + 6]),
+    p = p,
+  }
+  at = at + 8 + count
+end
+local out = {}
+for i = 1, n do
   local ask = {
     want = tonumber(ARGV[at + 1]),
     held = tonumber(ARGV[at + 2]),
     returning = tonumber(ARGV[at + 3]),
     demand = tonumber(ARGV[at + 4]),
-    max_units = tonumber(ARGV[at + 5]),
-    max_total = tonumber(ARGV[at + 6]),
-    ttl = tonumber(ARGV[at + 7]),
-    nominal_units = tonumber(ARGV[at + 8]),
-    nominal_period = tonumber(ARGV[at + 9]),
-    span = tonumber(ARGV[at + 10]),
   }
   local live, pool, pool_expires = unpack(ledgers[i])
-  local grant = lease(KEYS[2 * i - 1], KEYS[2 * i], live, pool, pool_expires, now, holder,
-    secret, ALGORITHMS[tonumber(ARGV[at])], ask, p)
-  out[i] = grant
-  at = at + 12 + count
+  out[i] = lease(KEYS[2 * i - 1], KEYS[2 * i], live, pool, pool_expires, now, holder, secret,
+    terms[tonumber(ARGV[at])], ask)
+  at = at + 5
 end
 return reply(out, '%d %d %d %d %d %d %d %d')

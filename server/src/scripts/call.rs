@@ -50,6 +50,37 @@ pub enum ScriptTime {
     Replay(i64),
 }
 
+/// An ask's terms as the lease script takes them (`lua/lease.lua`): the algorithm's number,
+/// the caps and ttl, the rate holders share, the span, and the limit's parameters.
+fn lease_terms(ask: &LeaseAsk) -> Vec<u64> {
+    let params = script_params(&ask.limit);
+    // The buckets' over-limit regime is a steady rate, which holders over it share as a pace;
+    // windows admit in bursts by design, and are never paced (0 units). A share for a span is
+    // of the nominal rate, whatever the algorithm.
+    let shared_rate = ask.share_span_ms > 0
+        || matches!(
+            ask.limit,
+            Limit::TokenBucket(_) | Limit::LeakyBucket(_) | Limit::Gcra(_)
+        );
+    let (units, period) = if shared_rate {
+        ask.limit.nominal_rate()
+    } else {
+        (0, Millis::MIN)
+    };
+    let mut terms = vec![
+        ask.limit.algorithm().ordinal() as u64 + 1,
+        ask.terms.max_units,
+        ask.terms.max_outstanding,
+        ask.terms.ttl.as_micros().unsigned_abs(),
+        units,
+        period.as_micros().unsigned_abs(),
+        ask.share_span_ms.saturating_mul(1000),
+        params.len() as u64,
+    ];
+    terms.extend(params);
+    terms
+}
+
 /// One check's call: the key, what is asked, and whether to consume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScriptCall {
@@ -240,50 +271,37 @@ impl LeaseCall {
                 ScriptArg::Time(time).to_string(),
                 holder.to_owned(),
                 secret.to_owned(),
-                String::new(),
             ],
             held: Vec::new(),
         };
-        let mut count = 0;
+        // Each distinct terms once, the asks naming theirs by number: a quota stream's
+        // fundings are many asks of a few rules, and each argument costs Redis and the script.
+        let mut terms: Vec<Vec<u64>> = Vec::new();
+        let mut per_ask = Vec::new();
         for (ask, state_key) in asks {
             call.held.push(ask.held);
-            let params = script_params(&ask.limit);
-            // The buckets' over-limit regime is a steady rate, which holders over it share as
-            // a pace; windows admit in bursts by design, and are never paced (0 units). A
-            // share for a span is of the nominal rate, whatever the algorithm.
-            let shared_rate = ask.share_span_ms > 0
-                || matches!(
-                    ask.limit,
-                    Limit::TokenBucket(_) | Limit::LeakyBucket(_) | Limit::Gcra(_)
-                );
-            let (units, period) = if shared_rate {
-                ask.limit.nominal_rate()
-            } else {
-                (0, Millis::MIN)
+            let these = lease_terms(ask);
+            let index = match terms.iter().position(|t| *t == these) {
+                Some(index) => index,
+                None => {
+                    terms.push(these);
+                    terms.len() - 1
+                }
             };
-            call.args
-                .push(number(ask.limit.algorithm().ordinal() as u64 + 1));
-            for n in [
+            per_ask.extend([
+                index as u64 + 1,
                 ask.want,
                 ask.held,
                 ask.returning,
                 ask.demand,
-                ask.terms.max_units,
-                ask.terms.max_outstanding,
-                ask.terms.ttl.as_micros().unsigned_abs(),
-                units,
-                period.as_micros().unsigned_abs(),
-                ask.share_span_ms.saturating_mul(1000),
-                params.len() as u64,
-            ] {
-                call.args.push(number(n));
-            }
-            call.args.extend(params.iter().copied().map(number));
-            call.keys.push(ledger_key(&state_key));
-            call.keys.insert(call.keys.len() - 1, state_key);
-            count += 1;
+            ]);
+            call.keys.push(state_key);
+            call.keys.push(ledger_key(&call.keys[call.keys.len() - 1]));
         }
-        call.args[3] = number(count);
+        call.args.push(number(call.held.len() as u64));
+        call.args.push(number(terms.len() as u64));
+        call.args
+            .extend(terms.iter().flatten().chain(&per_ask).copied().map(number));
         call
     }
 
