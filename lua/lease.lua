@@ -35,7 +35,8 @@
 
 local POOL = '#pool'
 
--- A ledger's live entries at `now`: {holder, units, expires, demand, secret} each, in order,
+-- A ledger's live entries at `now`: {holder, units, expires, demand, secret, the entry as
+-- written} each, in order,
 -- and the pool's units and expiry. An entry of another shape is an error: never guess.
 local function entries(ledger, stored, now)
   local live = {}
@@ -58,7 +59,7 @@ local function entries(ledger, stored, now)
       if field == POOL then
         pool, pool_expires = tonumber(units), expires
       else
-        live[#live + 1] = {field, tonumber(units), expires, tonumber(demand) or 0, secret}
+        live[#live + 1] = {field, tonumber(units), expires, tonumber(demand) or 0, secret, item}
       end
     end
   end
@@ -109,6 +110,8 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
   local max_units, max_total, ttl = terms.max_units, terms.max_total, terms.ttl
   local run, p = terms.run, terms.p
   local mine, others = 0, 0
+  -- The holder's own entry, as the ledger keeps it.
+  local own
   -- When the last of the other holders' leases ends: holders may lease a key on different
   -- terms (a rollout that changes the ttl), and the ledger must outlive every lease in it.
   local others_expire = now
@@ -118,11 +121,12 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
   for _, e in ipairs(live) do
     if e[1] == holder then
       mine = e[2]
+      own = e
     else
       others = others + e[2]
       others_expire = math.max(others_expire, e[3])
       demands[#demands + 1] = e[4]
-      kept[#kept + 1] = string.format('%s=%d:%d:%d:%s', e[1], e[2], e[3], e[4], e[5])
+      kept[#kept + 1] = e[6]
     end
   end
 
@@ -184,23 +188,31 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
   mine = held + granted
   -- A holder with a span stays while it wants units: its demand is its claim to a share.
   local stays = mine > 0 or (spread and ask.demand > 0)
-  if stays then
-    kept[#kept + 1] = string.format('%s=%d:%d:%d:%s', holder, mine, now + ttl, ask.demand, secret)
-  end
-  if pool > 0 then
-    kept[#kept + 1] = string.format('%s=%d:%d', POOL, pool, pool_expires)
-  end
-  if #kept > 0 then
-    local last = others_expire
+  -- An ask with a span claims a share by its demand, and holds units only for the refill it
+  -- pays (no cap counts them): while its entry would say the same, and lives at least half
+  -- its ttl on, the ledger is left as it is, which spares a busy bucket's funding the write.
+  local unchanged = spread and own and stays and own[2] == mine and own[4] == ask.demand
+    and own[5] == secret and own[3] >= now + ttl / 2 and returning == 0 and from_pool == 0
+  if not unchanged then
     if stays then
-      last = math.max(last, now + ttl)
+      kept[#kept + 1] = string.format('%s=%d:%d:%d:%s', holder, mine, now + ttl, ask.demand,
+        secret)
     end
     if pool > 0 then
-      last = math.max(last, pool_expires)
+      kept[#kept + 1] = string.format('%s=%d:%d', POOL, pool, pool_expires)
     end
-    redis.call('SET', ledger, table.concat(kept, ' '), 'PX', ttl_ms(last - now))
-  elseif #live > 0 or pool_expires > 0 then
-    redis.call('DEL', ledger)
+    if #kept > 0 then
+      local last = others_expire
+      if stays then
+        last = math.max(last, now + ttl)
+      end
+      if pool > 0 then
+        last = math.max(last, pool_expires)
+      end
+      redis.call('SET', ledger, table.concat(kept, ' '), 'PX', ttl_ms(last - now))
+    elseif #live > 0 or pool_expires > 0 then
+      redis.call('DEL', ledger)
+    end
   end
   local share_milli = 0
   if spread then

@@ -474,3 +474,57 @@ async fn a_ledger_of_another_shape_is_an_error_that_names_it() {
         "left as it was"
     );
 }
+
+/// A quota stream's funding (an ask with a span) leaves its ledger entry as it is while the
+/// entry would say the same and lives half its ttl on: a busy bucket's funding then writes
+/// only the algorithm's state. Its claim still counts in every other holder's share, and a
+/// changed demand is written at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_funding_that_changes_nothing_in_the_ledger_does_not_rewrite_it() {
+    let redis = RedisServer::start().unwrap();
+    let limit = r#"{"algorithm":"gcra","rate":10,"per":"1s","burst":20}"#;
+    let keys = Keys::new(Topology::Standalone(redis.url()), limit.to_owned()).await;
+    let request = |holder: &str, demand: u64| {
+        let body = format!(
+            r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{limit},"terms":{{"max_units":1000000000,"max_outstanding":1000000000,"ttl":"10s"}},"want":1000000000,"demand":{demand},"share_span_ms":1000}}]}}"#
+        );
+        LeaseRequest::from_json(body.as_bytes()).unwrap()
+    };
+    let ask = &request("a", 10).asks[0];
+    let ledger = sluice_core::key::ledger_key(&sluice_core::key::redis_key(
+        "lease", &ask.rule, &ask.key, &ask.limit,
+    ));
+    let fund = |holder: &'static str, demand: u64, at_s: f64| {
+        let request = request(holder, demand);
+        let engine = &keys.engine;
+        async move {
+            engine
+                .lease(&request, Some(NOW + (at_s * 1e6) as i64))
+                .await
+                .unwrap()
+                .grants[0]
+        }
+    };
+    let stored = || redis.cli(&["GET", &ledger]).unwrap().trim().to_owned();
+    fund("a", 10, 0.0).await;
+    let first = stored();
+    assert!(first.starts_with("a="), "{first}");
+    for at_s in [1.0, 2.0, 3.0, 4.0, 5.0] {
+        assert_eq!(fund("a", 10, at_s).await.granted, 10, "{at_s} s");
+        assert_eq!(stored(), first, "{at_s} s: the same entry, half its ttl on");
+    }
+    fund("a", 10, 5.5).await;
+    let renewed = stored();
+    assert_ne!(renewed, first, "under half its ttl left: renewed");
+    let b = fund("b", 10, 6.0).await;
+    assert_eq!(
+        b.share_per_ks, 5_000,
+        "a's claim counts: half the rate each"
+    );
+    fund("a", 4, 6.5).await;
+    assert!(
+        stored().contains(":4:"),
+        "a changed demand is written at once: {}",
+        stored()
+    );
+}
