@@ -4,4 +4,4 @@
 -- p: P (ticks per interval), R (ticks per us), burst, max wait in us (absent: meter mode).
 -- Contract: core/src/algorithm/leaky_bucket.rs.
 
-return schedule(key, now, cost, count_denied, commit, p[1], p[2], p[3], p[4])
+return schedule(key, now, cost, count_denied, commit, p[1], p[2], p[3], p[4], reach)

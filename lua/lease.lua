@@ -10,11 +10,12 @@
 -- then per terms (asks of one rule share them): the algorithm's number (1-6), max_units,
 -- max_outstanding, ttl (us), the rate holders share as units per period (us; 0 units: not
 -- paced), the span (us; 0: none, see below), the number of parameters, the parameters;
--- then per ask: its terms' number (from 1), want, held, returning, demand (units a second).
+-- then per ask: its terms' number (from 1), want, held, returning, demand (units a thousand
+-- seconds), carry (thousandths of a unit its span's earlier grants left over; see below).
 -- KEYS[2i - 1], KEYS[2i]  ask i's state key and ledger key (one hash tag).
 --
 -- The ledger is a string, one entry per holder, separated by spaces:
--- "<holder>=<units>:<expires us>:<demand>:<secret>", and "#pool=<units>:<expires us>" (no
+-- "<holder>=<units>:<expires us>:<demand per 1000 s>:<secret>", and "#pool=<units>:<expires us>" (no
 -- holder can be named so) for units given back. (A string, not a hash: one MGET reads every
 -- ask's ledger and state, and one SET with its expiry writes a ledger, where a hash took
 -- HGETALL, HSET and PEXPIRE an ask.) A holder's entry binds its secret while it lives: an ask
@@ -27,7 +28,9 @@
 -- more than the nominal rate, each is told its max-min fair share of the rate, as a pace.
 -- An ask with a span (the quota service's, for an Envoy's token bucket) always gets a share of
 -- the whole rate: the max-min fair share, with what the holders' demands leave over split
--- evenly among them; it is granted at most that share for the span, and stays in the ledger
+-- evenly among them; it is granted at most that share for the span (plus what its carry
+-- makes a whole unit: the share over the span in thousandths, plus the carry, cut to whole
+-- units, as share_over_span in core/src/wire/lease.rs), and stays in the ledger
 -- while it wants units, even holding none, so that its demand counts in the others' shares.
 -- Answers per ask (reply() in prelude.lua): granted, lease_ms, more_in_ms, limit, remaining,
 -- pace_us, held (of the units the ask said were held, those the ledger still counted), and
@@ -115,7 +118,8 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
   -- When the last of the other holders' leases ends: holders may lease a key on different
   -- terms (a rollout that changes the ttl), and the ledger must outlive every lease in it.
   local others_expire = now
-  local demands = {ask.demand}
+  -- Demands are kept in units a thousand seconds; shares are units a second.
+  local demands = {ask.demand / 1000}
   -- The other holders' entries, as the ledger keeps them.
   local kept = {}
   for _, e in ipairs(live) do
@@ -125,7 +129,7 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
     else
       others = others + e[2]
       others_expire = math.max(others_expire, e[3])
-      demands[#demands + 1] = e[4]
+      demands[#demands + 1] = e[4] / 1000
       kept[#kept + 1] = e[6]
     end
   end
@@ -150,8 +154,11 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
     share = fair_share(demands, 1, capacity, spread)
   end
   local wanted = math.max(0, math.min(want, max_units - held))
+  local share_milli = 0
   if spread then
-    wanted = math.min(wanted, math.floor(share * terms.span / 1000000))
+    share_milli = math.floor(share * 1000)
+    local thousandths = math.floor(share_milli * terms.span / 1000000) + ask.carry
+    wanted = math.min(wanted, math.floor(thousandths / 1000))
   end
   local from_pool = math.min(wanted, pool)
   pool = pool - from_pool
@@ -159,9 +166,18 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
   local fresh = math.max(0, math.min(wanted - from_pool, max_total - outstanding))
 
   -- The most the algorithm admits now, up to `fresh`, as a request of that cost would take it.
+  -- An ask with a span reaches a tenth of a span ahead: holders whose shares add up to the
+  -- whole rate find a bucket at its edge each span (what a funding takes was made up since the
+  -- last), and one a moment early would otherwise find a unit short, every other span. (What
+  -- a grant so takes is what the algorithm admits within a tenth of a span, which the bound
+  -- allows: docs/algorithms.md.)
+  local reach = nil
+  if spread then
+    reach = math.floor(terms.span / 10)
+  end
   local answer
   if fresh > 0 then
-    answer = run(key, now, -fresh, false, true, p)
+    answer = run(key, now, -fresh, false, true, p, reach)
     fresh = answer[7]
   else
     answer = run(key, now, 0, false, false, p)
@@ -214,10 +230,6 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
       redis.call('DEL', ledger)
     end
   end
-  local share_milli = 0
-  if spread then
-    share_milli = math.floor(share * 1000)
-  end
   return {granted, ceil_ms(ttl), more_in, answer[2], answer[3], pace, held, share_milli}
 end
 
@@ -264,10 +276,11 @@ for i = 1, n do
     held = tonumber(ARGV[at + 2]),
     returning = tonumber(ARGV[at + 3]),
     demand = tonumber(ARGV[at + 4]),
+    carry = tonumber(ARGV[at + 5]),
   }
   local live, pool, pool_expires = unpack(ledgers[i])
   out[i] = lease(KEYS[2 * i - 1], KEYS[2 * i], live, pool, pool_expires, now, holder, secret,
     terms[tonumber(ARGV[at])], ask)
-  at = at + 5
+  at = at + 6
 end
 return reply(out, '%d %d %d %d %d %d %d %d')

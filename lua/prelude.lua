@@ -10,6 +10,8 @@
 -- pass, and `taken` the units it admitted (cost, or 0). With `commit` false it only asks: it
 -- decides the same way and writes nothing. A negative cost asks for as many units as the
 -- algorithm admits now, up to -cost, in one call (a lease's grant): `taken` says how many.
+-- A bucket (schedule.lua) takes one more argument, `reach` in microseconds: it then admits
+-- what it would admit that much later, as far as its burst allows (a quota stream's funding).
 --
 -- Exact arithmetic. Lua's numbers are doubles, exact for integers below 2^53 (9.0e15). Times
 -- are microseconds (1.8e15 today), and every answer is the floor or the ceiling of a rational

@@ -42,7 +42,7 @@ local function intervals(units, P, R)
   return muldivmod(units, P, R)
 end
 
-local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_wait)
+local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_wait, reach)
   local ex, exf = 0, 0
   local found, us, ticks = read_fields(key, '^(%d+):?(%d*)$', '<us>[:<ticks>]')
   if found then
@@ -53,6 +53,10 @@ local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_w
     end
   end
   local tol, tolf = intervals(burst, P, R)
+  if reach then
+    -- What it admits `reach` later: that much more excess tolerated.
+    tol = tol + reach
+  end
 
   local function remaining(e, ef)
     local left, leftf = pair_sub(tol, tolf, e, ef, R)
@@ -60,7 +64,7 @@ local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_w
   end
 
   if cost < 0 then
-    cost = math.min(-cost, remaining(ex, exf))
+    cost = math.min(-cost, remaining(ex, exf), burst)
   end
   if cost > burst then
     return {0, burst, remaining(ex, exf), ceil_ms_frac(ex, exf), NEVER, 0, 0}

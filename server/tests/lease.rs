@@ -475,6 +475,15 @@ async fn a_ledger_of_another_shape_is_an_error_that_names_it() {
     );
 }
 
+/// A quota stream's funding (as sluice-server's own makes it): `holder` asks for its share of
+/// `limit` over a second, by `demand` units a second.
+fn share_ask(limit: &str, holder: &str, demand: u64) -> LeaseRequest {
+    let body = format!(
+        r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{limit},"terms":{{"max_units":1000000000,"max_outstanding":1000000000,"ttl":"10s"}},"want":1000000000,"demand":{demand},"share_span_ms":1000}}]}}"#
+    );
+    LeaseRequest::from_json(body.as_bytes()).unwrap()
+}
+
 /// A quota stream's funding (an ask with a span) leaves its ledger entry as it is while the
 /// entry would say the same and lives half its ttl on: a busy bucket's funding then writes
 /// only the algorithm's state. Its claim still counts in every other holder's share, and a
@@ -484,12 +493,7 @@ async fn a_funding_that_changes_nothing_in_the_ledger_does_not_rewrite_it() {
     let redis = RedisServer::start().unwrap();
     let limit = r#"{"algorithm":"gcra","rate":10,"per":"1s","burst":20}"#;
     let keys = Keys::new(Topology::Standalone(redis.url()), limit.to_owned()).await;
-    let request = |holder: &str, demand: u64| {
-        let body = format!(
-            r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{limit},"terms":{{"max_units":1000000000,"max_outstanding":1000000000,"ttl":"10s"}},"want":1000000000,"demand":{demand},"share_span_ms":1000}}]}}"#
-        );
-        LeaseRequest::from_json(body.as_bytes()).unwrap()
-    };
+    let request = |holder: &str, demand: u64| share_ask(limit, holder, demand);
     let ask = &request("a", 10).asks[0];
     let ledger = sluice_core::key::ledger_key(&sluice_core::key::redis_key(
         "lease", &ask.rule, &ask.key, &ask.limit,
@@ -523,8 +527,45 @@ async fn a_funding_that_changes_nothing_in_the_ledger_does_not_rewrite_it() {
     );
     fund("a", 4, 6.5).await;
     assert!(
-        stored().contains(":4:"),
+        stored().contains(":4000:"),
         "a changed demand is written at once: {}",
         stored()
+    );
+}
+
+/// Quota streams whose shares add up to the whole rate find the algorithm at its edge every
+/// span: with a burst of one span's rate, the units a funding takes are those made up since the
+/// last, so a funding a moment early found one short (and the Envoy a unit less every other
+/// second). Asked a tenth of a span ahead, each gets its whole share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_sharing_the_whole_rate_get_their_shares_though_a_funding_comes_early() {
+    let redis = RedisServer::start().unwrap();
+    let limit = r#"{"algorithm":"gcra","rate":10,"per":"1s","burst":10}"#;
+    let keys = Keys::new(Topology::Standalone(redis.url()), limit.to_owned()).await;
+    let fund = |holder: &str, at_us: i64| {
+        let request = share_ask(limit, holder, 10);
+        let engine = &keys.engine;
+        async move {
+            engine
+                .lease(&request, Some(NOW + at_us))
+                .await
+                .unwrap()
+                .grants[0]
+                .granted
+        }
+    };
+    fund("a", 0).await;
+    fund("b", 0).await;
+    let mut b_got = Vec::new();
+    for k in 1..=20 {
+        // Each second's fundings 1 ms early, by turns a little earlier still.
+        let at = k * 1_000_000 - 1_000 - (k % 3) * 700;
+        assert_eq!(fund("a", at).await, 5, "a at {k} s");
+        b_got.push(fund("b", at + 200).await);
+    }
+    // (The first round follows a's first funding, which took the whole burst.)
+    assert!(
+        b_got[1..].iter().all(|&g| g == 5),
+        "b was granted {b_got:?}"
     );
 }

@@ -17,7 +17,7 @@ use super::{BucketId, BucketRule, Quota, Share};
 use crate::duration::Millis;
 use crate::key::{LimitKey, RuleName};
 use crate::limit::{Limit, MAX_AMOUNT};
-use crate::wire::{LeaseAsk, LeaseGrant, LeaseTerms};
+use crate::wire::{LeaseAsk, LeaseGrant, LeaseTerms, share_over_span};
 
 /// How long an assignment lasts at the Envoy unless renewed. Envoy counts whole seconds, and
 /// keeps enforcing an assignment this long after the server last spoke: through a restart of
@@ -64,6 +64,16 @@ pub const QUIET_SHARE_FACTOR: f64 = 4.0;
 /// per-client rule are quiet, and cost Redis one funding in 15 s instead of 15. A report that
 /// shows it offered more puts it back on fundings of its share at the next tick.
 pub const QUIET_SPAN_MS: u64 = 15_000;
+
+/// A bucket claims a share by what its Envoy was offered this many times over: the Envoy's
+/// traffic wavers between reports, and an Envoy given exactly what it was offered is denied
+/// whenever it is offered a little more. (5 % of the limit is what an Envoy under it can leave
+/// unused, against full use of 0.97 of it when the Envoys together are over it.)
+pub const DEMAND_HEADROOM: f64 = 1.05;
+
+/// The least a bucket its Envoy still reports claims, in requests a second: enough to admit a
+/// first request now and then, little enough that the others' shares are not cut for it.
+pub const LEAST_DEMAND_PER_S: f64 = 0.1;
 
 /// What an Envoy is told to do with a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +137,9 @@ pub struct Bucket {
     share_per_s: f64,
     /// The time a funding covers: the fill interval of the token bucket it pays for.
     funding_span_ms: u64,
+    /// Thousandths of a unit of its share that its fundings, in whole units, left over (see
+    /// [`share_over_span`]).
+    carry_per_k: u64,
     /// What the Envoy was last sent, and when.
     sent: Option<(Assignment, u64)>,
 }
@@ -151,6 +164,7 @@ impl Bucket {
             quiet: false,
             share_per_s: 0.0,
             funding_span_ms: 1000,
+            carry_per_k: 0,
             sent: None,
         }
     }
@@ -168,7 +182,9 @@ impl Bucket {
 
     /// Takes in a report of its use at `now_ms`.
     pub fn report(&mut self, usage: &Usage, now_ms: u64) {
-        if let Some(demand) = usage.demand_per_s() {
+        // (Its first report, which made it, covers no time.)
+        let since_last_ms = now_ms.saturating_sub(self.last_reported_ms);
+        if let Some(demand) = usage.demand_per_s(Some(since_last_ms)) {
             self.demand_per_s = Some(demand);
             if self.quiet && demand * QUIET_SHARE_FACTOR > self.share_per_s {
                 // Offered more than a quiet bucket is funded for: its share, from the next tick.
@@ -213,7 +229,15 @@ impl Bucket {
             Some(want) if self.quiet => want,
             _ => MAX_AMOUNT,
         };
-        (due && !self.silent(now_ms)).then(|| self.ask(limit, want, self.demand(&limit)))
+        let carry_per_k = if want == MAX_AMOUNT {
+            self.carry_per_k
+        } else {
+            0
+        };
+        (due && !self.silent(now_ms)).then(|| LeaseAsk {
+            carry_per_k,
+            ..self.ask(limit, want, self.demand_per_ks(&limit))
+        })
     }
 
     /// What a quiet funding asks for: twice what the Envoy was offered over the span, at least
@@ -247,7 +271,7 @@ impl Bucket {
         Some(self.ask(limit, 0, 0))
     }
 
-    fn ask(&self, limit: Limit, want: u64, demand: u64) -> LeaseAsk {
+    fn ask(&self, limit: Limit, want: u64, demand_per_ks: u64) -> LeaseAsk {
         LeaseAsk {
             rule: self.rule.clone(),
             key: self.key.clone(),
@@ -261,21 +285,27 @@ impl Bucket {
             want,
             held: 0,
             returning: 0,
-            demand,
+            demand: demand_per_ks.div_ceil(1000),
             share_span_ms: self.funding_span_ms,
+            demand_per_ks,
+            carry_per_k: 0,
         }
     }
 
-    /// Units a second this Envoy claims a share by: for `share: equal` the same as every
-    /// other's; else what it was offered, or the whole rate before that is known, and at
-    /// least one, so that a bucket it still knows keeps a share to admit a first request.
-    fn demand(&self, limit: &Limit) -> u64 {
+    /// What this Envoy claims a share by, in units a thousand seconds: for `share: equal` the
+    /// same as every other's; else what it was offered with [`DEMAND_HEADROOM`], at least
+    /// [`LEAST_DEMAND_PER_S`], or the whole rate before that is known.
+    fn demand_per_ks(&self, limit: &Limit) -> u64 {
+        let max = MAX_AMOUNT.saturating_mul(1000);
         match (self.share, self.demand_per_s) {
-            (Share::Equal, _) => 1,
-            (Share::Demand, Some(demand)) => (demand.ceil() as u64).clamp(1, MAX_AMOUNT),
+            (Share::Equal, _) => 1000,
+            (Share::Demand, Some(demand)) => {
+                let claimed = demand.max(LEAST_DEMAND_PER_S / DEMAND_HEADROOM) * DEMAND_HEADROOM;
+                ((claimed * 1000.0).ceil() as u64).min(max)
+            }
             (Share::Demand, None) => {
                 let (units, period) = limit.nominal_rate();
-                (units.saturating_mul(1000) / period.as_millis().max(1)).clamp(1, MAX_AMOUNT)
+                (units.saturating_mul(1_000_000) / period.as_millis().max(1)).clamp(1, max)
             }
         }
     }
@@ -289,14 +319,28 @@ impl Bucket {
         };
         let share_per_s = grant.share_per_ks as f64 / 1000.0;
         let span_ms = self.funding_span_ms;
-        // The span in which the share funds whole tokens, as Envoy refills them.
-        let wanted_span_ms = EnvoyTokenBucket::at_most(share_per_s, 0)
-            .map_or(span_ms, |b| u64::from(b.fill_interval_s) * 1000);
+        // The span in which the share funds whole tokens, as Envoy refills them: a second for
+        // a share of a request a second or more (what a second's share has over whole units is
+        // carried to the next), else the interval in which it makes one.
+        let wanted_span_ms = if share_per_s >= 1.0 {
+            FUNDING_STEP_MS
+        } else {
+            EnvoyTokenBucket::at_most(share_per_s, 0)
+                .map_or(span_ms, |b| u64::from(b.fill_interval_s) * 1000)
+        };
         self.share_per_s = share_per_s;
         // Quiet when its share is far above what it is offered, and the algorithm holds what
         // a quiet funding asks for twice over at once: a long span is funded out of what the
         // algorithm has at that instant. A quiet funding granted less goes back to the share.
         let was_quiet = self.quiet;
+        // What a funding of the share left over of a whole unit goes to the next; a grant
+        // short of the share (the algorithm had no more) carries nothing.
+        let (whole, carried) = share_over_span(grant.share_per_ks, span_ms, self.carry_per_k);
+        self.carry_per_k = if !was_quiet && grant.granted >= whole && wanted_span_ms == span_ms {
+            carried
+        } else {
+            0
+        };
         self.quiet = match (self.demand_per_s, self.quiet_want()) {
             (Some(offered), Some(want)) => {
                 share_per_s >= QUIET_SHARE_FACTOR * offered
@@ -424,22 +468,28 @@ mod tests {
             None,
             "the algorithm has not made up the first funding yet"
         );
-        assert!(
-            b.funding_ask(1000, Step::Tick).is_some(),
-            "the first refill, a span on"
+        let ask = b
+            .funding_ask(1000, Step::Tick)
+            .expect("the first refill, a span on");
+        // A share of 12.5 is 12 whole tokens a second and half of one carried to the next.
+        assert_eq!(ask.carry_per_k, 500, "the half the first funding left");
+        b.funded(&grant(13, 12.5), 1000);
+        assert_eq!(b.funding_ask(1400, Step::Tick), None, "funded for a second");
+        let ask = b
+            .funding_ask(1990, Step::Tick)
+            .expect("a tick a little early");
+        assert_eq!(
+            (ask.share_span_ms, ask.carry_per_k),
+            (1000, 0),
+            "13 made up the half"
         );
-        b.funded(&grant(12, 12.5), 1000);
-        // A share of 12.5 fills whole tokens in 2 s (25 of them): funded for 2 s from now on.
-        assert_eq!(b.funding_ask(2000, Step::Tick), None, "funded for 2 s");
-        assert!(
-            b.funding_ask(2990, Step::Tick).is_some(),
-            "a tick a little early"
-        );
+        b.funded(&grant(12, 12.5), 2000);
+        assert_eq!(b.funding_ask(3000, Step::Tick).unwrap().carry_per_k, 500);
         b.report(&usage(5, 40, 10), 3000);
         assert_eq!(
-            b.funding_ask(3000, Step::Tick).unwrap().demand,
-            10,
-            "offered 50 in 5 s"
+            b.funding_ask(3000, Step::Tick).unwrap().demand_per_ks,
+            10_500,
+            "offered 50 in 5 s, with its headroom"
         );
         assert_eq!(
             b.funded(&grant(0, 12.5), 3000),
@@ -630,8 +680,8 @@ mod tests {
         b.sent(Assignment::DenyAll, 0);
         b.follow(&rule(Share::Demand), 10);
         assert_eq!(
-            b.funding_ask(0, Step::Tick).unwrap().demand,
-            2,
+            b.funding_ask(0, Step::Tick).unwrap().demand_per_ks,
+            2_100,
             "the same rule: kept"
         );
         let allow = BucketRule {

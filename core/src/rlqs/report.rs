@@ -30,11 +30,22 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// The requests a second the bucket was offered at this Envoy, allowed or denied; `None`
-    /// for a first report, which covers no time.
-    pub fn demand_per_s(&self) -> Option<f64> {
-        (self.elapsed_s > 0)
-            .then(|| (self.allowed.saturating_add(self.denied)) as f64 / self.elapsed_s as f64)
+    /// The requests a second the bucket was offered at this Envoy, allowed or denied, over
+    /// the time the report covers; `None` for a bucket's first report, which covers none.
+    ///
+    /// Envoy counts `time_elapsed` in whole seconds, cut down: a report of 4 s may cover 4.99,
+    /// and a new bucket's first periodic report, under a second after the one that announced
+    /// it, says 0. `since_last_ms`, the time since the server took this bucket's last report,
+    /// says which: the time covered is taken as that, within the whole second Envoy names.
+    /// (A client that sends its reports faster than the time they claim is taken at its word.)
+    pub fn demand_per_s(&self, since_last_ms: Option<u64>) -> Option<f64> {
+        let named_ms = self.elapsed_s.saturating_mul(1000);
+        let covered_ms = match since_last_ms {
+            Some(since) => since.clamp(named_ms, named_ms.saturating_add(999)),
+            None => named_ms,
+        };
+        (covered_ms > 0)
+            .then(|| (self.allowed.saturating_add(self.denied)) as f64 * 1000.0 / covered_ms as f64)
     }
 }
 
@@ -50,11 +61,29 @@ mod tests {
             allowed,
             denied,
         };
-        assert_eq!(usage(5, 40, 10).demand_per_s(), Some(10.0));
-        assert_eq!(usage(0, 1, 0).demand_per_s(), None);
+        assert_eq!(usage(5, 40, 10).demand_per_s(None), Some(10.0));
+        assert_eq!(usage(0, 1, 0).demand_per_s(None), None, "a first report");
         assert_eq!(
-            usage(5, u64::MAX, 1).demand_per_s(),
+            usage(5, u64::MAX, 1).demand_per_s(None),
             Some(u64::MAX as f64 / 5.0)
         );
+        // Envoy cuts 4.99 s down to 4: the server's own measure says how much it cut.
+        assert_eq!(usage(4, 40, 9).demand_per_s(Some(4_900)), Some(10.0));
+        assert_eq!(
+            usage(0, 3, 0).demand_per_s(Some(300)),
+            Some(10.0),
+            "a periodic report under a second after the first"
+        );
+        assert_eq!(
+            usage(5, 50, 0).demand_per_s(Some(100)),
+            Some(10.0),
+            "a report sent early is taken at its word"
+        );
+        assert_eq!(
+            usage(5, 50, 0).demand_per_s(Some(60_000)),
+            Some(50.0 / 5.999),
+            "never more than a second over what Envoy names"
+        );
+        assert_eq!(usage(0, 1, 0).demand_per_s(Some(0)), None);
     }
 }

@@ -74,6 +74,38 @@ pub struct LeaseAsk {
     /// of an Envoy's token bucket so). 0: the holder asks for units as it needs them.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub share_span_ms: u64,
+    /// When not 0, the holder's demand in units a thousand seconds, finer than `demand` (which
+    /// it then supersedes): the quota service's, from what an Envoy reports.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub demand_per_ks: u64,
+    /// With a `share_span_ms`: thousandths of a unit of the holder's share that its earlier
+    /// grants, made in whole units, left over. Added to its share over the span before that is
+    /// cut to whole units, so that a share of 4.2 a second is granted 4, 4, 4, 4 and 5.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub carry_per_k: u64,
+}
+
+impl LeaseAsk {
+    /// Its demand in units a thousand seconds.
+    pub fn demand_per_ks(&self) -> u64 {
+        if self.demand_per_ks > 0 {
+            self.demand_per_ks
+        } else {
+            self.demand.saturating_mul(1000)
+        }
+    }
+}
+
+/// The whole units a share grants over a span, and the thousandths of a unit it carries to the
+/// next: the share (units a thousand seconds, as [`LeaseGrant::share_per_ks`] says it) over the
+/// span, plus what the last grants carried, cut to whole units. `lua/lease.lua` makes the
+/// same cut.
+pub fn share_over_span(share_per_ks: u64, span_ms: u64, carry_per_k: u64) -> (u64, u64) {
+    let thousandths = share_per_ks
+        .saturating_mul(span_ms)
+        .div_euclid(1000)
+        .saturating_add(carry_per_k);
+    (thousandths / 1000, thousandths % 1000)
 }
 
 /// The answers, one per ask, in order.

@@ -55,7 +55,7 @@ pub use self::compact::{
 pub use self::decide::{Check, DecideRequest, DecideResponse};
 pub use self::lease::{
     LeaseAsk, LeaseGrant, LeaseRequest, LeaseResponse, LeaseTerms, MAX_LEASE_TTL_MS,
-    MAX_SECRET_LEN, holder_name, holder_secret, lease_refusal,
+    MAX_SECRET_LEN, holder_name, holder_secret, lease_refusal, share_over_span,
 };
 
 /// The path of the decision endpoint.

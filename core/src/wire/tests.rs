@@ -162,3 +162,24 @@ fn a_lease_answer_is_held_to_what_was_asked() {
         "response body: grants[0].kept is 4, more than the 3 held"
     );
 }
+
+#[test]
+fn a_fractional_share_is_granted_in_whole_units_that_add_up_to_it() {
+    let mut carry = 0;
+    let mut grants = Vec::new();
+    for _ in 0..10 {
+        let (whole, carried) = super::share_over_span(4_200, 1000, carry);
+        grants.push(whole);
+        carry = carried;
+    }
+    assert_eq!(grants, [4, 4, 4, 4, 5, 4, 4, 4, 4, 5]);
+    assert_eq!(
+        super::share_over_span(500, 5000, 0),
+        (2, 500),
+        "0.5 a second over 5 s"
+    );
+    assert!(
+        super::share_over_span(u64::MAX, 1000, 999).0 <= u64::MAX / 1000,
+        "saturates rather than overflowing"
+    );
+}

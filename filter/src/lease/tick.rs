@@ -209,6 +209,8 @@ impl Leases {
                     returning: terms.returning,
                     demand: terms.demand,
                     share_span_ms: 0,
+                    demand_per_ks: 0,
+                    carry_per_k: 0,
                 });
                 call.sent.push(Sent {
                     slot: slot.to_owned(),
@@ -277,6 +279,8 @@ impl Leases {
                 returning,
                 demand: 0,
                 share_span_ms: 0,
+                demand_per_ks: 0,
+                carry_per_k: 0,
             });
             call.sent.push(Sent {
                 slot: String::new(),

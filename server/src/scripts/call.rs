@@ -293,7 +293,8 @@ impl LeaseCall {
                 ask.want,
                 ask.held,
                 ask.returning,
-                ask.demand,
+                ask.demand_per_ks(),
+                ask.carry_per_k,
             ]);
             call.keys.push(state_key);
             call.keys.push(ledger_key(&call.keys[call.keys.len() - 1]));

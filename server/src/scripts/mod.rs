@@ -57,7 +57,7 @@ const ALGORITHM_FILES: [(Algorithm, &str); 6] = [
 
 /// An algorithm's file as a function of one check (see `lua/prelude.lua`).
 fn wrapped(body: &str) -> String {
-    format!("function(key, now, cost, count_denied, commit, p)\n{body}\nend")
+    format!("function(key, now, cost, count_denied, commit, p, reach)\n{body}\nend")
 }
 
 /// A script's body as the callback of a library function: `KEYS` and `ARGV` are its

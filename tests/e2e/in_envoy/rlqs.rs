@@ -1,7 +1,8 @@
 //! Envoy's native quota filter (`envoy.filters.http.rate_limit_quota`) with sluice-server as
 //! its Rate Limit Quota Service, in real Envoys with two workers each: `envoy/envoy-rlqs.yaml`
-//! and `envoy/rlqs/edge.yaml` as shipped, and two Envoys sharing one hot bucket for a minute,
-//! held to the bound `docs/rlqs.md` states.
+//! and `envoy/rlqs/edge.yaml` as shipped, two Envoys sharing one hot bucket for a minute,
+//! held to the bound `docs/rlqs.md` states, and paced traffic: under an Envoy's share never
+//! denied, over the limit all of it used.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -138,6 +139,19 @@ fn paced_load(
     sent.into_inner().expect("the log")
 }
 
+/// Two Envoys (A and B) with the shipped quota config, on one sluice-server serving
+/// `configuration` as its `edge` domain. The directory and servers live as long as what is
+/// returned.
+fn two_envoys(configuration: &str) -> (tempfile::TempDir, Backends, Envoy, Envoy) {
+    let dir = tempfile::tempdir().expect("a directory");
+    std::fs::write(dir.path().join("edge.yaml"), configuration).expect("the configuration");
+    let backends = rlqs_backends(dir.path());
+    let config = shipped_rlqs_config(&backends);
+    let a = Envoy::start(&config, WORKERS).expect("Envoy A");
+    let b = Envoy::start(&config, WORKERS).expect("Envoy B");
+    (dir, backends, a, b)
+}
+
 /// The bucket the minute test shares: 20 a second, bursts of 20.
 const HOT: &str = "domain: edge\n\
 buckets:\n\
@@ -147,12 +161,7 @@ buckets:\n\
 
 #[test]
 fn two_envoys_share_a_hot_bucket_within_the_bound_and_follow_the_traffic() {
-    let dir = tempfile::tempdir().expect("a directory");
-    std::fs::write(dir.path().join("edge.yaml"), HOT).expect("the configuration");
-    let backends = rlqs_backends(dir.path());
-    let config = shipped_rlqs_config(&backends);
-    let a = Envoy::start(&config, WORKERS).expect("Envoy A");
-    let b = Envoy::start(&config, WORKERS).expect("Envoy B");
+    let (_dir, _backends, a, b) = two_envoys(HOT);
     // 80 a second offered, four times the limit, for a minute: 40 at each Envoy for 25 s,
     // then 5 at A and 75 at B.
     let moved_at = Duration::from_secs(25);
@@ -314,4 +323,88 @@ fn envoy_reaches_the_quota_service_over_tls_with_a_client_certificate() {
             .expect("stats")
             >= 1
     );
+}
+
+/// The times (s) of the denials in `sent` at Envoy `envoy`.
+fn denials(sent: &[Sent], envoy: usize) -> Vec<f64> {
+    let mut at: Vec<f64> = sent
+        .iter()
+        .filter(|s| s.envoy == envoy && !s.passed)
+        .map(|s| s.at.as_secs_f64())
+        .collect();
+    at.sort_by(f64::total_cmp);
+    at
+}
+
+/// Steady traffic under an Envoy's fair share is never denied once its share is known. Envoy
+/// 1.40 reports every 5 s whatever `reporting_interval` says, so until a bucket's first
+/// periodic report the server cannot tell an Envoy that sent one request from one that sends
+/// nine a second, and splits the rate evenly between them: those first seconds are the
+/// adaptation time docs/rlqs.md states, and are left out.
+#[test]
+fn an_envoy_under_its_share_is_never_denied_once_its_share_is_known() {
+    let (_dir, _backends, a, b) = two_envoys(TEN);
+    // Alone at 4/s: its first assignment is the whole rate.
+    let lone = paced_load(&[&a], "lone", Duration::from_secs(12), |_| [4.0, 0.0]);
+    let denied = denials(&lone, 0);
+    eprintln!("alone at 4/s: {} sent, denied at {denied:?}", lone.len());
+    assert!(denied.is_empty(), "denied under its share at {denied:?}");
+    // 9/s at A, while B sent the same key one request at the start.
+    let ingress = b.listener("ingress").expect("ingress");
+    let first = http::get(ingress, "/api/hot", &[("x-api-key", "shared")]).expect("an answer");
+    assert_eq!(first.status, 200);
+    let shared = paced_load(&[&a], "shared", Duration::from_secs(30), |_| [9.0, 0.0]);
+    let denied = denials(&shared, 0);
+    eprintln!(
+        "9/s beside one request: {} sent, denied at {denied:?}",
+        shared.len()
+    );
+    // Known at the first periodic report (within 5 s), funded at the next tick, assigned at
+    // once: 7 s at most.
+    let late: Vec<&f64> = denied.iter().filter(|&&t| t >= 7.0).collect();
+    assert!(late.is_empty(), "denied under its share at {late:?}");
+}
+
+/// Envoys offered more than the limit admit all of it, every 10 s, within the bound: two
+/// Envoys at 40/s on a 10/s limit whose burst is one second's rate (where their fundings meet
+/// the algorithm at its edge every second), and one at 4/s beside one at 40/s (the first never
+/// denied once its share is known: its share is what it is offered).
+#[test]
+fn envoys_over_the_limit_use_all_of_it_every_ten_seconds() {
+    let (_dir, _backends, a, b) = two_envoys(TEN);
+    for (name, rates, floor) in [("40+40", [40.0, 40.0], 0.97), ("4+40", [4.0, 40.0], 0.93)] {
+        let sent = paced_load(&[&a, &b], name, Duration::from_secs(40), |_| rates);
+        let admitted = |from: u64| {
+            let (from, to) = (Duration::from_secs(from), Duration::from_secs(from + 10));
+            sent.iter()
+                .filter(|s| s.passed && s.at >= from && s.at < to)
+                .count()
+        };
+        // The first 10 s hold the first fundings (the whole burst) and the shares' first
+        // adaptation; from then on, 10 s of the exact limit is 100.
+        let windows: Vec<usize> = [10, 20, 30].into_iter().map(admitted).collect();
+        eprintln!(
+            "{name}: {} admitted in the first 10 s, then {windows:?}",
+            admitted(0)
+        );
+        // The bound over 10 s (docs/rlqs.md): the algorithm's over 12 s, one refill an Envoy.
+        assert!(admitted(0) <= 10 + 120 + 20, "{name}: over the bound");
+        for (w, &got) in windows.iter().enumerate() {
+            assert!(
+                got as f64 >= floor * 100.0 && got <= 10 + 120 + 20,
+                "{name}: {got} admitted in window {w} of 10 s, not within {floor} of 100 and the bound"
+            );
+        }
+        if rates[0] < 5.0 {
+            // Once its share is known (see the test above): before, the other Envoy's first
+            // funding may have taken the whole burst.
+            let denied = denials(&sent, 0);
+            eprintln!("{name}: the 4/s Envoy denied at {denied:?}");
+            let late: Vec<&f64> = denied.iter().filter(|&&t| t >= 7.0).collect();
+            assert!(
+                late.is_empty(),
+                "{name}: denied under its share at {late:?}"
+            );
+        }
+    }
 }
