@@ -75,6 +75,29 @@ pub const DEMAND_HEADROOM: f64 = 1.05;
 /// first request now and then, little enough that the others' shares are not cut for it.
 pub const LEAST_DEMAND_PER_S: f64 = 0.1;
 
+/// Traffic paced at a steady rate shows a request more or less in one report than the next (4
+/// a second: 19, 21, 19, ...), which is more than [`DEMAND_HEADROOM`] covers. A report within
+/// this fraction of the last two together is read as those two: the same traffic, steadier.
+/// One further off is a change of traffic, and counts at once.
+pub const STEADY_WITHIN: f64 = 0.1;
+
+/// The demand a report shows, given the latest's (a rate, and its requests and milliseconds)
+/// and the last's window: the last two together while the latest is within [`STEADY_WITHIN`]
+/// of them, else the latest.
+fn steady_demand(
+    latest: f64,
+    (last_offered, last_ms): (u64, u64),
+    (offered, ms): (u64, u64),
+) -> f64 {
+    let both = last_offered.saturating_add(offered) as f64 * 1000.0
+        / last_ms.saturating_add(ms).max(1) as f64;
+    if (latest - both).abs() <= STEADY_WITHIN * both {
+        both
+    } else {
+        latest
+    }
+}
+
 /// What an Envoy is told to do with a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Assignment {
@@ -119,6 +142,9 @@ pub struct Bucket {
     /// Requests a second offered at this Envoy, from its last report; `None` before the first
     /// report that covered any time.
     demand_per_s: Option<f64>,
+    /// The requests its last report that covered any time showed, and the milliseconds it
+    /// covered.
+    last_window: Option<(u64, u64)>,
     /// When a report last showed a request.
     last_used_ms: u64,
     /// When a report last named it.
@@ -157,6 +183,7 @@ impl Bucket {
             share: rule.share,
             key,
             demand_per_s: None,
+            last_window: None,
             last_used_ms: now_ms,
             last_reported_ms: now_ms,
             next_funding_ms: now_ms,
@@ -184,7 +211,13 @@ impl Bucket {
     pub fn report(&mut self, usage: &Usage, now_ms: u64) {
         // (Its first report, which made it, covers no time.)
         let since_last_ms = now_ms.saturating_sub(self.last_reported_ms);
-        if let Some(demand) = usage.demand_per_s(Some(since_last_ms)) {
+        if let Some(latest) = usage.demand_per_s(Some(since_last_ms)) {
+            let window = (usage.offered(), usage.covered_ms(Some(since_last_ms)));
+            let demand = match self.last_window {
+                Some(last) => steady_demand(latest, last, window),
+                None => latest,
+            };
+            self.last_window = Some(window);
             self.demand_per_s = Some(demand);
             if self.quiet && demand * QUIET_SHARE_FACTOR > self.share_per_s {
                 // Offered more than a quiet bucket is funded for: its share, from the next tick.
@@ -370,8 +403,17 @@ impl Bucket {
                 .saturating_add(span_ms)
                 .max(now_ms.saturating_sub(span_ms))
         };
-        let funded_per_s = grant.granted as f64 * 1000.0 / span_ms as f64;
-        Some(match EnvoyTokenBucket::at_most(funded_per_s, 0) {
+        // A share funded in full is assigned as the share: its rate, holding its whole units
+        // of a second (what every funding grants at least; the fractions the fundings carry
+        // make up the rest), so that the assignment holds still from one funding to the next
+        // (Envoy builds a new bucket for each changed one). Else what was granted, over the span.
+        let whole_share = !was_quiet && share_per_s >= 1.0 && grant.granted >= whole;
+        let bucket = if whole_share {
+            EnvoyTokenBucket::at_most_holding(share_per_s, share_per_s.floor() as u32)
+        } else {
+            EnvoyTokenBucket::at_most(grant.granted as f64 * 1000.0 / span_ms as f64, 0)
+        };
+        Some(match bucket {
             Some(bucket) => Assignment::TokenBucket(bucket),
             None => Assignment::DenyAll,
         })
@@ -453,14 +495,24 @@ mod tests {
         assert_eq!(ask.share_span_ms, 1000);
         assert_eq!(ask.demand, 20, "before any report: the whole rate");
         let first = b.funded(&grant(12, 12.5), 0).unwrap();
+        let share = Assignment::TokenBucket(EnvoyTokenBucket {
+            max_tokens: 12,
+            tokens_per_fill: 25,
+            fill_interval_s: 2,
+        });
         assert_eq!(
-            first,
-            Assignment::TokenBucket(EnvoyTokenBucket {
-                max_tokens: 12,
-                tokens_per_fill: 12,
+            first, share,
+            "the share's rate, holding only the whole units a second's funding grants"
+        );
+        let mut short = b.clone();
+        assert_eq!(
+            short.funded(&grant(7, 12.5), 0),
+            Some(Assignment::TokenBucket(EnvoyTokenBucket {
+                max_tokens: 7,
+                tokens_per_fill: 7,
                 fill_interval_s: 1
-            }),
-            "what was granted for a second, not the share"
+            })),
+            "a funding short of the share: what was granted for a second"
         );
         b.sent(first, 0);
         assert_eq!(
@@ -473,7 +525,11 @@ mod tests {
             .expect("the first refill, a span on");
         // A share of 12.5 is 12 whole tokens a second and half of one carried to the next.
         assert_eq!(ask.carry_per_k, 500, "the half the first funding left");
-        b.funded(&grant(13, 12.5), 1000);
+        assert_eq!(
+            b.funded(&grant(13, 12.5), 1000),
+            Some(share),
+            "the same assignment, funding after funding"
+        );
         assert_eq!(b.funding_ask(1400, Step::Tick), None, "funded for a second");
         let ask = b
             .funding_ask(1990, Step::Tick)
@@ -593,6 +649,26 @@ mod tests {
         b.report(&usage(5, 50, 0), 5500);
         let ask = b.funding_ask(6000, Step::Tick).expect("funded at once");
         assert_eq!((ask.want, ask.share_span_ms), (MAX_AMOUNT, 1000));
+    }
+
+    #[test]
+    fn steady_traffic_is_read_over_two_reports_and_a_change_at_once() {
+        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
+        b.report(&usage(5, 19, 0), 5000);
+        let demand = |b: &Bucket| {
+            b.funding_ask(b.last_reported_ms, Step::Tick)
+                .unwrap()
+                .demand_per_ks
+        };
+        assert_eq!(demand(&b), 3_990, "19 in 5 s, with its headroom");
+        b.report(&usage(5, 21, 0), 10_000);
+        assert_eq!(demand(&b), 4_200, "40 in 10 s: paced at 4 a second");
+        b.report(&usage(5, 19, 0), 15_000);
+        assert_eq!(demand(&b), 4_200);
+        b.report(&usage(5, 200, 0), 20_000);
+        assert_eq!(demand(&b), 42_000, "40 a second now: at once");
+        b.report(&usage(5, 20, 0), 25_000);
+        assert_eq!(demand(&b), 4_200, "and back");
     }
 
     #[test]

@@ -56,6 +56,19 @@ impl EnvoyTokenBucket {
         })
     }
 
+    /// The bucket refilling at most `rate_per_s`, as [`EnvoyTokenBucket::at_most`] picks its
+    /// refill, but holding `max_tokens` (at least one), however many a refill adds: Envoy 1.40
+    /// refills its buckets continuously, `tokens_per_fill / fill_interval` a second
+    /// (`scripts/rlqs-probe.py`: 29 tokens every 5 s holding 6 admitted 5 or 6 each second,
+    /// 29 every 5 s). `None` as for `at_most`.
+    pub fn at_most_holding(rate_per_s: f64, max_tokens: u32) -> Option<EnvoyTokenBucket> {
+        let bucket = EnvoyTokenBucket::at_most(rate_per_s, 0)?;
+        Some(EnvoyTokenBucket {
+            max_tokens: max_tokens.max(1),
+            ..bucket
+        })
+    }
+
     /// The tokens it adds a second, on average.
     pub fn rate_per_s(&self) -> f64 {
         f64::from(self.tokens_per_fill) / f64::from(self.fill_interval_s)

@@ -39,13 +39,22 @@ impl Usage {
     /// says which: the time covered is taken as that, within the whole second Envoy names.
     /// (A client that sends its reports faster than the time they claim is taken at its word.)
     pub fn demand_per_s(&self, since_last_ms: Option<u64>) -> Option<f64> {
+        let covered_ms = self.covered_ms(since_last_ms);
+        (covered_ms > 0).then(|| self.offered() as f64 * 1000.0 / covered_ms as f64)
+    }
+
+    /// The requests the bucket was offered at this Envoy, allowed or denied.
+    pub fn offered(&self) -> u64 {
+        self.allowed.saturating_add(self.denied)
+    }
+
+    /// The time the report covers, in milliseconds (see [`Usage::demand_per_s`]).
+    pub fn covered_ms(&self, since_last_ms: Option<u64>) -> u64 {
         let named_ms = self.elapsed_s.saturating_mul(1000);
-        let covered_ms = match since_last_ms {
+        match since_last_ms {
             Some(since) => since.clamp(named_ms, named_ms.saturating_add(999)),
             None => named_ms,
-        };
-        (covered_ms > 0)
-            .then(|| (self.allowed.saturating_add(self.denied)) as f64 * 1000.0 / covered_ms as f64)
+        }
     }
 }
 

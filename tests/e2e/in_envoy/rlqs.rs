@@ -359,9 +359,10 @@ fn an_envoy_under_its_share_is_never_denied_once_its_share_is_known() {
         "9/s beside one request: {} sent, denied at {denied:?}",
         shared.len()
     );
-    // Known at the first periodic report (within 5 s), funded at the next tick, assigned at
-    // once: 7 s at most.
-    let late: Vec<&f64> = denied.iter().filter(|&&t| t >= 7.0).collect();
+    // Known at the first periodic report (within 5 s), funded at the next tick (1 s), and a
+    // request's worth back in a bucket the first seconds emptied, at the 5 % its share holds
+    // over 9/s (2.2 s): 9 s at most.
+    let late: Vec<&f64> = denied.iter().filter(|&&t| t >= 9.0).collect();
     assert!(late.is_empty(), "denied under its share at {late:?}");
 }
 
@@ -372,7 +373,7 @@ fn an_envoy_under_its_share_is_never_denied_once_its_share_is_known() {
 #[test]
 fn envoys_over_the_limit_use_all_of_it_every_ten_seconds() {
     let (_dir, _backends, a, b) = two_envoys(TEN);
-    for (name, rates, floor) in [("40+40", [40.0, 40.0], 0.97), ("4+40", [4.0, 40.0], 0.93)] {
+    for (name, rates, floor) in [("40+40", [40.0, 40.0], 0.97), ("4+40", [4.0, 40.0], 0.95)] {
         let sent = paced_load(&[&a, &b], name, Duration::from_secs(40), |_| rates);
         let admitted = |from: u64| {
             let (from, to) = (Duration::from_secs(from), Duration::from_secs(from + 10));
