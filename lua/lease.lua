@@ -15,17 +15,18 @@
 -- KEYS[2i - 1], KEYS[2i]  ask i's state key and ledger key (one hash tag).
 --
 -- The ledger is a string, one entry per holder, separated by spaces:
--- "<holder>=<units>:<expires us>:<demand per 1000 s>:<secret>", and "#pool=<units>:<expires us>" (no
--- holder can be named so) for units given back. (A string, not a hash: one MGET reads every
--- ask's ledger and state, and one SET with its expiry writes a ledger, where a hash took
--- HGETALL, HSET and PEXPIRE an ask.) A holder's entry binds its secret while it lives: an ask
--- naming the holder with another secret could give back or disown units the holder still
--- spends, so a call with such an ask writes nothing and answers "stranger <ask index>". Units
--- given back go to the pool; a grant takes from the pool first, then from the algorithm: the
--- most it admits now, as a request of that cost would consume them. Nothing a holder holds,
--- nor the pool, counts after it expires. When the algorithm cannot give a holder all it
--- wants, the holder is told when the rest will be there; when the holders' demands add up to
--- more than the nominal rate, each is told its max-min fair share of the rate, as a pace.
+--   "<holder>=<units>:<expires us>:<demand per 1000 s>:<secret>"
+-- and "#pool=<units>:<expires us>" (no holder can be named so) for units given back. (A string,
+-- not a hash: one MGET reads every ask's ledger and state, and one SET with its expiry writes a
+-- ledger, where a hash took HGETALL, HSET and PEXPIRE an ask.) A holder's entry binds its
+-- secret while it lives: an ask naming the holder with another secret could give back or disown
+-- units the holder still spends, so a call with such an ask writes nothing and answers
+-- "stranger <ask index>". Units given back go to the pool; a grant takes from the pool first,
+-- then from the algorithm: the most it admits now, as a request of that cost would consume
+-- them. Nothing a holder holds, nor the pool, counts after it expires. When the algorithm
+-- cannot give a holder all it wants, the holder is told when the rest will be there; when the
+-- holders' demands add up to more than the nominal rate, each is told its max-min fair share of
+-- the rate, as a pace.
 -- An ask with a span (the quota service's, for an Envoy's token bucket) always gets a share of
 -- the whole rate: the max-min fair share, with what the holders' demands leave over split
 -- evenly among them; it is granted at most that share for the span (plus what its carry
