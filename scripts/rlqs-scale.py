@@ -2,7 +2,7 @@
 """Quota streams, as Envoys with a bucket per API key would keep them, against a running
 sluice-server: STREAMS streams of N buckets each (distinct keys), of envoy/rlqs/edge.yaml's
 per-key rule (10/s, burst 20), reported every 5 s; a fraction BUSY of each stream's buckets
-offered their whole limit, the rest a request in 5 s. Prints how long after its first report
+offered their whole limit, the rest quiet: every other one a request in 5 s, the others none. Prints how long after its first report
 each stream had every bucket assigned; then, over 30 s of steady reports after 20 s of
 settling: fundings a second (lease asks), the server's and Redis' CPU, Redis' commands a second
 and where Redis' time went, and the server's RSS and Redis' memory grown per bucket; and the
@@ -61,7 +61,7 @@ def report(stream, seconds, first):
     usages = [rlqs_pb2.RateLimitQuotaUsageReports.BucketQuotaUsage(
         bucket_id=rlqs_pb2.BucketId(bucket={"name": "per-key", "key": f"s{stream}k{i}"}),
         time_elapsed=duration_pb2.Duration(seconds=seconds),
-        num_requests_allowed=1 if first else (50 if i < busy else 1), num_requests_denied=0)
+        num_requests_allowed=1 if first else (50 if i < busy else (i % 2)), num_requests_denied=0)
         for i in range(n)]
     return rlqs_pb2.RateLimitQuotaUsageReports(domain="edge", bucket_quota_usages=usages)
 

@@ -65,6 +65,11 @@ pub const QUIET_SHARE_FACTOR: f64 = 4.0;
 /// shows it offered more puts it back on fundings of its share at the next tick.
 pub const QUIET_SPAN_MS: u64 = 15_000;
 
+/// A quiet bucket its Envoy was offered nothing for since its last report is funded this long
+/// at a time (two requests): most of a per-client rule's buckets are idle, and an idle one
+/// costs Redis one funding a minute. A report that shows a request brings it back at once.
+pub const IDLE_SPAN_MS: u64 = 60_000;
+
 /// A bucket claims a share by what its Envoy was offered this many times over: the Envoy's
 /// traffic wavers between reports, and an Envoy given exactly what it was offered is denied
 /// whenever it is offered a little more. (5 % of the limit is what an Envoy under it can leave
@@ -159,6 +164,9 @@ pub struct Bucket {
     refilling: bool,
     /// Whether it is funded as a quiet bucket (see [`QUIET_SPAN_MS`]).
     quiet: bool,
+    /// Requests a second its last funding pays for: a quiet bucket offered more is funded
+    /// again at once.
+    funded_per_s: f64,
     /// The share of the limit's rate the last funding gave it, in requests a second.
     share_per_s: f64,
     /// The time a funding covers: the fill interval of the token bucket it pays for.
@@ -189,6 +197,7 @@ impl Bucket {
             next_funding_ms: now_ms,
             refilling: false,
             quiet: false,
+            funded_per_s: 0.0,
             share_per_s: 0.0,
             funding_span_ms: 1000,
             carry_per_k: 0,
@@ -219,8 +228,10 @@ impl Bucket {
             };
             self.last_window = Some(window);
             self.demand_per_s = Some(demand);
-            if self.quiet && demand * QUIET_SHARE_FACTOR > self.share_per_s {
-                // Offered more than a quiet bucket is funded for: its share, from the next tick.
+            let over = demand * QUIET_SHARE_FACTOR > self.share_per_s || demand > self.funded_per_s;
+            if self.quiet && over {
+                // Offered more than a quiet bucket is funded for: funded anew from the next
+                // tick (its share, or a quiet funding of what it is offered now).
                 self.quiet = false;
                 self.funding_span_ms = FUNDING_STEP_MS;
                 self.next_funding_ms = now_ms;
@@ -277,8 +288,18 @@ impl Bucket {
     /// two requests; `None` before a report has shown what it is offered.
     fn quiet_want(&self) -> Option<u64> {
         let offered = self.demand_per_s?;
-        let over_span = offered * 2.0 * QUIET_SPAN_MS as f64 / 1000.0;
+        let over_span = offered * 2.0 * self.quiet_span_ms() as f64 / 1000.0;
         Some((over_span.ceil() as u64).clamp(2, MAX_AMOUNT))
+    }
+
+    /// How long a quiet funding covers: [`IDLE_SPAN_MS`] for a bucket offered nothing since its
+    /// last report, else [`QUIET_SPAN_MS`].
+    fn quiet_span_ms(&self) -> u64 {
+        if self.demand_per_s == Some(0.0) {
+            IDLE_SPAN_MS
+        } else {
+            QUIET_SPAN_MS
+        }
     }
 
     fn silent(&self, now_ms: u64) -> bool {
@@ -383,7 +404,7 @@ impl Bucket {
             _ => false,
         };
         self.funding_span_ms = if self.quiet {
-            wanted_span_ms.max(QUIET_SPAN_MS)
+            wanted_span_ms.max(self.quiet_span_ms())
         } else {
             wanted_span_ms
         };
@@ -407,6 +428,7 @@ impl Bucket {
         // of a second (what every funding grants at least; the fractions the fundings carry
         // make up the rest), so that the assignment holds still from one funding to the next
         // (Envoy builds a new bucket for each changed one). Else what was granted, over the span.
+        self.funded_per_s = grant.granted as f64 * 1000.0 / span_ms as f64;
         let whole_share = !was_quiet && share_per_s >= 1.0 && grant.granted >= whole;
         let bucket = if whole_share {
             EnvoyTokenBucket::at_most_holding(share_per_s, share_per_s.floor() as u32)
@@ -669,6 +691,55 @@ mod tests {
         assert_eq!(demand(&b), 42_000, "40 a second now: at once");
         b.report(&usage(5, 20, 0), 25_000);
         assert_eq!(demand(&b), 4_200, "and back");
+    }
+
+    #[test]
+    fn an_idle_bucket_is_funded_a_minute_at_a_time_and_a_request_brings_it_back() {
+        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
+        b.funding_ask(0, Step::Report).unwrap();
+        let first = b.funded(&grant(20, 20.0), 0).unwrap();
+        b.sent(first, 0);
+        b.report(&usage(5, 0, 0), 500);
+        b.funded(&grant(20, 20.0), 1000);
+        let ask = b.funding_ask(2000, Step::Tick).expect("a span on");
+        assert_eq!(
+            (ask.want, ask.share_span_ms),
+            (2, IDLE_SPAN_MS),
+            "offered nothing: two requests over a minute"
+        );
+        let idle = b.funded(&grant(2, 20.0), 2000).unwrap();
+        b.sent(idle, 2000);
+        for t in (3000..60_000).step_by(5000) {
+            assert_eq!(b.funding_ask(t, Step::Tick), None, "funded until 62 s: {t}");
+            b.report(&usage(5, 0, 0), t);
+        }
+        // One request in 5 s: more than two a minute pay for.
+        b.report(&usage(5, 1, 0), 60_000);
+        let ask = b
+            .funding_ask(60_000, Step::Tick)
+            .expect("funded anew at once");
+        assert_eq!(ask.share_span_ms, FUNDING_STEP_MS);
+    }
+
+    #[test]
+    fn a_quiet_bucket_offered_more_than_its_funding_pays_for_is_funded_anew() {
+        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
+        b.funding_ask(0, Step::Report).unwrap();
+        let first = b.funded(&grant(20, 20.0), 0).unwrap();
+        b.sent(first, 0);
+        b.report(&usage(5, 1, 0), 500);
+        b.funded(&grant(20, 20.0), 1000);
+        b.funding_ask(2000, Step::Tick).unwrap();
+        let quiet = b.funded(&grant(6, 20.0), 2000).unwrap();
+        b.sent(quiet, 2000);
+        assert_eq!(
+            b.funding_ask(6000, Step::Tick),
+            None,
+            "6 in 15 s: 0.4 a second"
+        );
+        // 3 in 5 s: under a quarter of its share, over what its funding pays for.
+        b.report(&usage(5, 3, 0), 7000);
+        assert!(b.funding_ask(7000, Step::Tick).is_some());
     }
 
     #[test]
