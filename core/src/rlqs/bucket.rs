@@ -510,6 +510,16 @@ mod tests {
         }
     }
 
+    /// A bucket funded in full at its first report, then reported `allowed` requests in 5 s.
+    fn reported(allowed: u64) -> Bucket {
+        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
+        b.funding_ask(0, Step::Report).unwrap();
+        let first = b.funded(&grant(20, 20.0), 0).unwrap();
+        b.sent(first, 0);
+        b.report(&usage(5, allowed, 0), 500);
+        b
+    }
+
     #[test]
     fn each_refill_is_funded_before_it_is_assigned() {
         let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
@@ -695,11 +705,7 @@ mod tests {
 
     #[test]
     fn an_idle_bucket_is_funded_a_minute_at_a_time_and_a_request_brings_it_back() {
-        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
-        b.funding_ask(0, Step::Report).unwrap();
-        let first = b.funded(&grant(20, 20.0), 0).unwrap();
-        b.sent(first, 0);
-        b.report(&usage(5, 0, 0), 500);
+        let mut b = reported(0);
         b.funded(&grant(20, 20.0), 1000);
         let ask = b.funding_ask(2000, Step::Tick).expect("a span on");
         assert_eq!(
@@ -723,11 +729,7 @@ mod tests {
 
     #[test]
     fn a_quiet_bucket_offered_more_than_its_funding_pays_for_is_funded_anew() {
-        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
-        b.funding_ask(0, Step::Report).unwrap();
-        let first = b.funded(&grant(20, 20.0), 0).unwrap();
-        b.sent(first, 0);
-        b.report(&usage(5, 1, 0), 500);
+        let mut b = reported(1);
         b.funded(&grant(20, 20.0), 1000);
         b.funding_ask(2000, Step::Tick).unwrap();
         let quiet = b.funded(&grant(6, 20.0), 2000).unwrap();
