@@ -39,9 +39,9 @@
 
 local POOL = '#pool'
 
--- A ledger's live entries at `now`: {holder, units, expires, demand, secret, the entry as
--- written} each, in order,
--- and the pool's units and expiry. An entry of another shape is an error: never guess.
+-- A ledger's live entries at `now`, in order ({holder, units, expires, demand, secret, the
+-- entry as written} each), and the pool's units and expiry. An entry of another shape is an
+-- error: never guess.
 local function entries(ledger, stored, now)
   local live = {}
   local pool, pool_expires = 0, 0

@@ -86,16 +86,19 @@ pub const LEAST_DEMAND_PER_S: f64 = 0.1;
 /// One further off is a change of traffic, and counts at once.
 pub const STEADY_WITHIN: f64 = 0.1;
 
-/// The demand a report shows, given the latest's (a rate, and its requests and milliseconds)
-/// and the last's window: the last two together while the latest is within [`STEADY_WITHIN`]
-/// of them, else the latest.
-fn steady_demand(
-    latest: f64,
-    (last_offered, last_ms): (u64, u64),
-    (offered, ms): (u64, u64),
-) -> f64 {
-    let both = last_offered.saturating_add(offered) as f64 * 1000.0
-        / last_ms.saturating_add(ms).max(1) as f64;
+/// The requests a second a report shows, given its window (requests, and the milliseconds they
+/// cover) and the last report's: the two together while the latest alone is within
+/// [`STEADY_WITHIN`] of them, else the latest.
+fn steady_demand(last: Option<(u64, u64)>, (offered, ms): (u64, u64)) -> f64 {
+    let rate = |offered: u64, ms: u64| offered as f64 * 1000.0 / ms.max(1) as f64;
+    let latest = rate(offered, ms);
+    let Some((last_offered, last_ms)) = last else {
+        return latest;
+    };
+    let both = rate(
+        last_offered.saturating_add(offered),
+        last_ms.saturating_add(ms),
+    );
     if (latest - both).abs() <= STEADY_WITHIN * both {
         both
     } else {
@@ -220,12 +223,10 @@ impl Bucket {
     pub fn report(&mut self, usage: &Usage, now_ms: u64) {
         // (Its first report, which made it, covers no time.)
         let since_last_ms = now_ms.saturating_sub(self.last_reported_ms);
-        if let Some(latest) = usage.demand_per_s(Some(since_last_ms)) {
-            let window = (usage.offered(), usage.covered_ms(Some(since_last_ms)));
-            let demand = match self.last_window {
-                Some(last) => steady_demand(latest, last, window),
-                None => latest,
-            };
+        let covered_ms = usage.covered_ms(Some(since_last_ms));
+        if covered_ms > 0 {
+            let window = (usage.offered(), covered_ms);
+            let demand = steady_demand(self.last_window, window);
             self.last_window = Some(window);
             self.demand_per_s = Some(demand);
             let over = demand * QUIET_SHARE_FACTOR > self.share_per_s || demand > self.funded_per_s;
@@ -354,7 +355,7 @@ impl Bucket {
         match (self.share, self.demand_per_s) {
             (Share::Equal, _) => 1000,
             (Share::Demand, Some(demand)) => {
-                let claimed = demand.max(LEAST_DEMAND_PER_S / DEMAND_HEADROOM) * DEMAND_HEADROOM;
+                let claimed = (demand * DEMAND_HEADROOM).max(LEAST_DEMAND_PER_S);
                 ((claimed * 1000.0).ceil() as u64).min(max)
             }
             (Share::Demand, None) => {
@@ -390,7 +391,8 @@ impl Bucket {
         // What a funding of the share left over of a whole unit goes to the next; a grant
         // short of the share (the algorithm had no more) carries nothing.
         let (whole, carried) = share_over_span(grant.share_per_ks, span_ms, self.carry_per_k);
-        self.carry_per_k = if !was_quiet && grant.granted >= whole && wanted_span_ms == span_ms {
+        let paid_in_full = !was_quiet && grant.granted >= whole;
+        self.carry_per_k = if paid_in_full && wanted_span_ms == span_ms {
             carried
         } else {
             0
@@ -429,11 +431,10 @@ impl Bucket {
         // make up the rest), so that the assignment holds still from one funding to the next
         // (Envoy builds a new bucket for each changed one). Else what was granted, over the span.
         self.funded_per_s = grant.granted as f64 * 1000.0 / span_ms as f64;
-        let whole_share = !was_quiet && share_per_s >= 1.0 && grant.granted >= whole;
-        let bucket = if whole_share {
+        let bucket = if paid_in_full && share_per_s >= 1.0 {
             EnvoyTokenBucket::at_most_holding(share_per_s, share_per_s.floor() as u32)
         } else {
-            EnvoyTokenBucket::at_most(grant.granted as f64 * 1000.0 / span_ms as f64, 0)
+            EnvoyTokenBucket::at_most(self.funded_per_s, 0)
         };
         Some(match bucket {
             Some(bucket) => Assignment::TokenBucket(bucket),
@@ -510,12 +511,18 @@ mod tests {
         }
     }
 
-    /// A bucket funded in full at its first report, then reported `allowed` requests in 5 s.
-    fn reported(allowed: u64) -> Bucket {
+    /// A bucket funded in full at its first report.
+    fn funded_first() -> Bucket {
         let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
         b.funding_ask(0, Step::Report).unwrap();
         let first = b.funded(&grant(20, 20.0), 0).unwrap();
         b.sent(first, 0);
+        b
+    }
+
+    /// A bucket funded in full at its first report, then reported `allowed` requests in 5 s.
+    fn reported(allowed: u64) -> Bucket {
+        let mut b = funded_first();
         b.report(&usage(5, allowed, 0), 500);
         b
     }
@@ -641,12 +648,8 @@ mod tests {
 
     #[test]
     fn a_quiet_bucket_is_funded_for_long_spans_with_what_it_needs_and_renewed_between() {
-        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
-        b.funding_ask(0, Step::Report).unwrap();
-        let first = b.funded(&grant(20, 20.0), 0).unwrap();
-        b.sent(first, 0);
         // A request in 5 s: a fifth of a request a second, against a share of 20.
-        b.report(&usage(5, 1, 0), 500);
+        let mut b = reported(1);
         assert!(b.funding_ask(1000, Step::Tick).is_some());
         let assignment = b.funded(&grant(20, 20.0), 1000).unwrap();
         b.sent(assignment, 1000);
@@ -746,10 +749,7 @@ mod tests {
 
     #[test]
     fn a_bucket_whose_funding_failed_is_not_renewed() {
-        let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
-        b.funding_ask(0, Step::Report).unwrap();
-        let first = b.funded(&grant(20, 20.0), 0).unwrap();
-        b.sent(first, 0);
+        let mut b = funded_first();
         b.report(&usage(5, 100, 0), 4000);
         // No funding since: Redis did not answer. The assignment lapses at the Envoy.
         assert_eq!(b.renewal(4000), None);

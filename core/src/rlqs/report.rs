@@ -30,14 +30,9 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// The requests a second the bucket was offered at this Envoy, allowed or denied, over
-    /// the time the report covers; `None` for a bucket's first report, which covers none.
-    ///
-    /// Envoy counts `time_elapsed` in whole seconds, cut down: a report of 4 s may cover 4.99,
-    /// and a new bucket's first periodic report, under a second after the one that announced
-    /// it, says 0. `since_last_ms`, the time since the server took this bucket's last report,
-    /// says which: the time covered is taken as that, within the whole second Envoy names.
-    /// (A client that sends its reports faster than the time they claim is taken at its word.)
+    /// The requests a second the bucket was offered at this Envoy, allowed or denied, over the
+    /// time the report covers ([`Usage::covered_ms`]); `None` for a bucket's first report,
+    /// which covers none.
     pub fn demand_per_s(&self, since_last_ms: Option<u64>) -> Option<f64> {
         let covered_ms = self.covered_ms(since_last_ms);
         (covered_ms > 0).then(|| self.offered() as f64 * 1000.0 / covered_ms as f64)
@@ -48,7 +43,13 @@ impl Usage {
         self.allowed.saturating_add(self.denied)
     }
 
-    /// The time the report covers, in milliseconds (see [`Usage::demand_per_s`]).
+    /// The time the report covers, in milliseconds; 0 for a bucket's first report.
+    ///
+    /// Envoy counts `time_elapsed` in whole seconds, cut down: a report of 4 s may cover 4.99,
+    /// and a new bucket's first periodic report, under a second after the one that announced
+    /// it, says 0. `since_last_ms`, the time since the server took this bucket's last report,
+    /// says which: the time covered is taken as that, within the whole second Envoy names.
+    /// (A client that sends its reports faster than the time they claim is taken at its word.)
     pub fn covered_ms(&self, since_last_ms: Option<u64>) -> u64 {
         let named_ms = self.elapsed_s.saturating_mul(1000);
         match since_last_ms {

@@ -101,10 +101,7 @@ impl LeaseAsk {
 /// span, plus what the last grants carried, cut to whole units. `lua/lease.lua` makes the
 /// same cut.
 pub fn share_over_span(share_per_ks: u64, span_ms: u64, carry_per_k: u64) -> (u64, u64) {
-    let thousandths = share_per_ks
-        .saturating_mul(span_ms)
-        .div_euclid(1000)
-        .saturating_add(carry_per_k);
+    let thousandths = (share_per_ks.saturating_mul(span_ms) / 1000).saturating_add(carry_per_k);
     (thousandths / 1000, thousandths % 1000)
 }
 

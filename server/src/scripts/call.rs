@@ -296,8 +296,8 @@ impl LeaseCall {
                 ask.demand_per_ks(),
                 ask.carry_per_k,
             ]);
-            call.keys.push(state_key);
-            call.keys.push(ledger_key(&call.keys[call.keys.len() - 1]));
+            let ledger = ledger_key(&state_key);
+            call.keys.extend([state_key, ledger]);
         }
         call.args.push(number(call.held.len() as u64));
         call.args.push(number(terms.len() as u64));
