@@ -42,15 +42,12 @@ local POOL = '#pool'
 -- A ledger's live entries at `now`, in order ({holder, units, expires, demand, secret, the
 -- entry as written} each), and the pool's units and expiry. An entry of another shape is an
 -- error: never guess.
-local function entries(ledger, stored, now)
+local function entries(ledger, now)
   local live = {}
   local pool, pool_expires = 0, 0
+  local stored = take(ledger)
   if not stored then
-    -- Absent, or of another type (MGET does not tell): GET fails for the second.
-    stored = redis.call('GET', ledger)
-    if not stored then
-      return live, pool, pool_expires
-    end
+    return live, pool, pool_expires
   end
   for item in string.gmatch(stored, '[^ ]+') do
     local field, units, expires, demand, secret =
@@ -241,10 +238,10 @@ local n = tonumber(ARGV[4])
 -- Every ask's ledger and state are read at once (the states for the algorithms, by
 -- read_fields), and every ledger before any is written, so that a call naming a stranger
 -- writes nothing. (Asks are for distinct keys, so no ask's writes change another's ledger.)
-local values = prefetch(KEYS)
+prefetch(KEYS)
 local ledgers = {}
 for i = 1, n do
-  local live, pool, pool_expires = entries(KEYS[2 * i], values[2 * i], now)
+  local live, pool, pool_expires = entries(KEYS[2 * i], now)
   if stranger(live, holder, secret) then
     return 'stranger ' .. (i - 1)
   end

@@ -143,15 +143,20 @@ local function flag(b)
   return 0
 end
 
+-- The value prefetch() read for `key`, taken once; else read now. nil for an absent key.
+local function take(key)
+  local stored = prefetched[key]
+  if stored == nil then
+    return redis.call('GET', key) or nil
+  end
+  prefetched[key] = nil
+  return stored or nil
+end
+
 -- The string at `key` split by `pattern` (up to three captures), after `true`; `false` for an
 -- absent key. A value of another shape than the algorithm writes is an error: never guess.
 local function read_fields(key, pattern, shape)
-  local stored = prefetched[key]
-  if stored then
-    prefetched[key] = nil
-  else
-    stored = redis.call('GET', key)
-  end
+  local stored = take(key)
   if not stored then
     return false
   end
@@ -162,17 +167,26 @@ local function read_fields(key, pattern, shape)
   return true, a, b, c
 end
 
--- Reads `keys` with one MGET, giving their values; the strings among them are also kept for
--- read_fields. (MGET answers false both for an absent key and for a key of another type: such
--- a key is read again by GET, which tells them apart, an error for the second.)
+-- Reads `keys` with one MGET, keeping their values for take(). MGET answers false both for an
+-- absent key and for a key of another type: one EXISTS of those keys tells whether all are
+-- absent (kept as false); if not, each is read again by GET, which tells them apart, an error
+-- for the second. (One command for a call's absent keys, where a GET each cost a quiet
+-- bucket's funding two.)
 local function prefetch(keys)
   local values = redis.call('MGET', unpack(keys))
+  local missing = {}
   for i, key in ipairs(keys) do
     if values[i] then
       prefetched[key] = values[i]
+    else
+      missing[#missing + 1] = key
     end
   end
-  return values
+  if #missing > 0 and redis.call('EXISTS', unpack(missing)) == 0 then
+    for _, key in ipairs(missing) do
+      prefetched[key] = false
+    end
+  end
 end
 
 -- A check's six numbers in a reply.
