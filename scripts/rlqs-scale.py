@@ -13,7 +13,7 @@ server's RSS once the streams have ended.
 scripts/rlqs-scale.sh starts Redis and the server and runs it. Needs the project's .venv
 (xds-protos' gRPC stubs).
 """
-import queue, sys, threading, time, subprocess, urllib.request
+import os, queue, sys, threading, time, subprocess, urllib.request
 import grpc
 from envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
 from google.protobuf import duration_pb2
@@ -21,7 +21,8 @@ from google.protobuf import duration_pb2
 addr, server_pid, redis_port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 n, busy_frac = int(sys.argv[4]), float(sys.argv[5])
 streams = int(sys.argv[6]) if len(sys.argv) > 6 else 1
-SETTLE_S, MEASURE_S = 20, 30
+SETTLE_S = int(os.environ.get("SETTLE_S", 20))
+MEASURE_S = int(os.environ.get("MEASURE_S", 30))
 
 def rss_kb(pid):
     for line in open(f"/proc/{pid}/status"):

@@ -11,7 +11,7 @@
 //!
 //! Times are milliseconds on any clock the caller keeps; nothing here reads one.
 
-use super::envoy_bucket::EnvoyTokenBucket;
+use super::envoy_bucket::{EnvoyTokenBucket, MAX_FILL_INTERVAL_S};
 use super::report::Usage;
 use super::{BucketId, BucketRule, Quota, Share};
 use crate::duration::Millis;
@@ -59,16 +59,41 @@ pub const SILENT_AFTER_MS: u64 = 12_000;
 /// (its last report's requests a second).
 pub const QUIET_SHARE_FACTOR: f64 = 4.0;
 
-/// A quiet bucket is funded this long at a time, with twice what it was offered over the span
-/// (at least two requests), rather than its whole share each second: most buckets of a
-/// per-client rule are quiet, and cost Redis one funding in 15 s instead of 15. A report that
-/// shows it offered more puts it back on fundings of its share at the next tick.
+/// A quiet bucket is funded at least this long at a time, with twice what it was offered over
+/// the span (at least two requests), rather than its whole share each second: most buckets of
+/// a per-client rule are quiet, and cost Redis one funding in 15 s or more instead of 15. A
+/// report that shows it offered more puts it back on fundings of its share at the next tick.
 pub const QUIET_SPAN_MS: u64 = 15_000;
 
+/// The longest a quiet bucket is funded for at once: as long as what it asks for takes at
+/// most half of what the limit admits at once (its capacity), up to this.
+pub const MAX_QUIET_SPAN_MS: u64 = 60_000;
+
 /// A quiet bucket its Envoy was offered nothing for since its last report is funded this long
-/// at a time (two requests): most of a per-client rule's buckets are idle, and an idle one
-/// costs Redis one funding a minute. A report that shows a request brings it back at once.
-pub const IDLE_SPAN_MS: u64 = 60_000;
+/// at a time, with a request a minute (the slowest refill Envoy is assigned,
+/// [`MAX_FILL_INTERVAL_S`]): most of a per-client rule's buckets are idle, and an idle one
+/// costs Redis one funding until the domain's `idle_after` (5 minutes in the shipped config)
+/// forgets it. A report that shows a request brings it back at once.
+pub const IDLE_SPAN_MS: u64 = 300_000;
+
+/// The longest span a busy bucket's share is funded over at once.
+pub const MAX_BUSY_SPAN_MS: u64 = 5_000;
+
+/// The span a share of at least a request a second is funded over: as many whole seconds of
+/// the limit's rate as its burst holds, from one to [`MAX_BUSY_SPAN_MS`]. The Envoys' fundings
+/// together take the whole rate over one span, which a bucket algorithm admits at once only
+/// within its burst; a window admits by its own windows, and a shaping bucket by its wait,
+/// so each is funded second by second. (A bucket of 10/s holding 20 is funded every 2 s: half
+/// the Redis calls of one a second, for what Envoys decide the same way, since the assignment
+/// is the share's rate, however long the span it is paid over.)
+pub fn busy_span_ms(limit: &Limit) -> u64 {
+    let fill_ms = match limit {
+        Limit::TokenBucket(b) | Limit::Gcra(b) => b.fill_ms(),
+        Limit::LeakyBucket(l) if !limit.shapes() => l.bucket().fill_ms(),
+        _ => 0,
+    };
+    (fill_ms / FUNDING_STEP_MS * FUNDING_STEP_MS).clamp(FUNDING_STEP_MS, MAX_BUSY_SPAN_MS)
+}
 
 /// A bucket claims a share by what its Envoy was offered this many times over: the Envoy's
 /// traffic wavers between reports, and an Envoy given exactly what it was offered is denied
@@ -286,20 +311,29 @@ impl Bucket {
     }
 
     /// What a quiet funding asks for: twice what the Envoy was offered over the span, at least
-    /// two requests; `None` before a report has shown what it is offered.
+    /// two requests and a request a minute; `None` before a report has shown what it is
+    /// offered.
     fn quiet_want(&self) -> Option<u64> {
         let offered = self.demand_per_s?;
-        let over_span = offered * 2.0 * self.quiet_span_ms() as f64 / 1000.0;
-        Some((over_span.ceil() as u64).clamp(2, MAX_AMOUNT))
+        let span_s = self.quiet_span_ms() as f64 / 1000.0;
+        let over_span = (offered * 2.0 * span_s).ceil();
+        let least = (span_s / f64::from(MAX_FILL_INTERVAL_S)).ceil().max(2.0);
+        Some((over_span.max(least) as u64).min(MAX_AMOUNT))
     }
 
     /// How long a quiet funding covers: [`IDLE_SPAN_MS`] for a bucket offered nothing since its
-    /// last report, else [`QUIET_SPAN_MS`].
+    /// last report; else the whole seconds over which twice what it was offered is a quarter
+    /// of the limit's capacity, from [`QUIET_SPAN_MS`] to [`MAX_QUIET_SPAN_MS`] (so that a
+    /// quiet funding finds what it asks for twice over at once).
     fn quiet_span_ms(&self) -> u64 {
-        if self.demand_per_s == Some(0.0) {
-            IDLE_SPAN_MS
-        } else {
-            QUIET_SPAN_MS
+        match (self.demand_per_s, self.quota) {
+            (Some(offered), _) if offered <= 0.0 => IDLE_SPAN_MS,
+            (Some(offered), Quota::Limit(limit)) => {
+                let fitting_s = (limit.capacity() as f64 / (4.0 * offered)).floor();
+                ((fitting_s.min(1e9) as u64).saturating_mul(1000))
+                    .clamp(QUIET_SPAN_MS, MAX_QUIET_SPAN_MS)
+            }
+            _ => QUIET_SPAN_MS,
         }
     }
 
@@ -374,11 +408,11 @@ impl Bucket {
         };
         let share_per_s = grant.share_per_ks as f64 / 1000.0;
         let span_ms = self.funding_span_ms;
-        // The span in which the share funds whole tokens, as Envoy refills them: a second for
-        // a share of a request a second or more (what a second's share has over whole units is
-        // carried to the next), else the interval in which it makes one.
+        // The span in which the share funds whole tokens, as Envoy refills them: whole seconds
+        // for a share of a request a second or more ([`busy_span_ms`]; what a span's share has
+        // over whole units is carried to the next), else the interval in which it makes one.
         let wanted_span_ms = if share_per_s >= 1.0 {
-            FUNDING_STEP_MS
+            busy_span_ms(&limit)
         } else {
             EnvoyTokenBucket::at_most(share_per_s, 0)
                 .map_or(span_ms, |b| u64::from(b.fill_interval_s) * 1000)
@@ -656,10 +690,10 @@ mod tests {
         let ask = b.funding_ask(2000, Step::Tick).expect("a span on");
         assert_eq!(
             (ask.want, ask.share_span_ms),
-            (6, QUIET_SPAN_MS),
-            "twice what it was offered, over 15 s"
+            (10, 25_000),
+            "twice what it was offered, over as long as that is half the limit's 20 (25 s)"
         );
-        let quiet = b.funded(&grant(6, 20.0), 2000).unwrap();
+        let quiet = b.funded(&grant(10, 20.0), 2000).unwrap();
         assert_eq!(
             quiet,
             Assignment::TokenBucket(EnvoyTokenBucket {
@@ -667,11 +701,14 @@ mod tests {
                 tokens_per_fill: 2,
                 fill_interval_s: 5
             }),
-            "6 tokens in 15 s"
+            "10 tokens in 25 s"
         );
         b.sent(quiet, 2000);
-        for t in (3000..17_000).step_by(1000) {
-            assert_eq!(b.funding_ask(t, Step::Tick), None, "funded until 17 s: {t}");
+        for t in (3000..27_000).step_by(1000) {
+            if t % 5000 == 0 {
+                b.report(&usage(5, 1, 0), t);
+            }
+            assert_eq!(b.funding_ask(t, Step::Tick), None, "funded until 27 s: {t}");
         }
         assert_eq!(b.renewal(5000), None, "sent 3 s ago");
         assert_eq!(
@@ -707,25 +744,33 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_bucket_is_funded_a_minute_at_a_time_and_a_request_brings_it_back() {
+    fn an_idle_bucket_is_funded_once_in_five_minutes_and_a_request_brings_it_back() {
         let mut b = reported(0);
         b.funded(&grant(20, 20.0), 1000);
         let ask = b.funding_ask(2000, Step::Tick).expect("a span on");
         assert_eq!(
             (ask.want, ask.share_span_ms),
-            (2, IDLE_SPAN_MS),
-            "offered nothing: two requests over a minute"
+            (5, IDLE_SPAN_MS),
+            "offered nothing: a request a minute over five"
         );
-        let idle = b.funded(&grant(2, 20.0), 2000).unwrap();
+        let idle = b.funded(&grant(5, 20.0), 2000).unwrap();
+        assert_eq!(
+            idle,
+            Assignment::TokenBucket(EnvoyTokenBucket {
+                max_tokens: 1,
+                tokens_per_fill: 1,
+                fill_interval_s: 60
+            })
+        );
         b.sent(idle, 2000);
-        for t in (3000..60_000).step_by(5000) {
-            assert_eq!(b.funding_ask(t, Step::Tick), None, "funded until 62 s: {t}");
+        for t in (3000..300_000).step_by(5000) {
+            assert_eq!(b.funding_ask(t, Step::Tick), None, "funded until 302 s: {t}");
             b.report(&usage(5, 0, 0), t);
         }
-        // One request in 5 s: more than two a minute pay for.
-        b.report(&usage(5, 1, 0), 60_000);
+        // One request in 5 s: more than one a minute pays for.
+        b.report(&usage(5, 1, 0), 300_000);
         let ask = b
-            .funding_ask(60_000, Step::Tick)
+            .funding_ask(300_000, Step::Tick)
             .expect("funded anew at once");
         assert_eq!(ask.share_span_ms, FUNDING_STEP_MS);
     }
@@ -735,12 +780,12 @@ mod tests {
         let mut b = reported(1);
         b.funded(&grant(20, 20.0), 1000);
         b.funding_ask(2000, Step::Tick).unwrap();
-        let quiet = b.funded(&grant(6, 20.0), 2000).unwrap();
+        let quiet = b.funded(&grant(10, 20.0), 2000).unwrap();
         b.sent(quiet, 2000);
         assert_eq!(
             b.funding_ask(6000, Step::Tick),
             None,
-            "6 in 15 s: 0.4 a second"
+            "10 in 25 s: 0.4 a second"
         );
         // 3 in 5 s: under a quarter of its share, over what its funding pays for.
         b.report(&usage(5, 3, 0), 7000);
@@ -753,6 +798,49 @@ mod tests {
         b.report(&usage(5, 100, 0), 4000);
         // No funding since: Redis did not answer. The assignment lapses at the Envoy.
         assert_eq!(b.renewal(4000), None);
+    }
+
+    #[test]
+    fn a_busy_share_is_funded_over_as_many_seconds_as_the_burst_holds() {
+        let limit = |algorithm: &str, burst: u64| {
+            let bucket = !algorithm.ends_with("window");
+            Limit::try_from(RawLimit {
+                algorithm: algorithm.into(),
+                rate: bucket.then_some(10),
+                per: bucket.then(|| Millis::new(1000)).flatten(),
+                burst: bucket.then_some(burst),
+                limit: (!bucket).then_some(10),
+                window: (!bucket).then(|| Millis::new(1000)).flatten(),
+                ..RawLimit::default()
+            })
+            .unwrap()
+        };
+        assert_eq!(busy_span_ms(&limit("gcra", 20)), 2000);
+        assert_eq!(busy_span_ms(&limit("token_bucket", 29)), 2000, "whole seconds");
+        assert_eq!(busy_span_ms(&limit("gcra", 10)), 1000);
+        assert_eq!(busy_span_ms(&limit("gcra", 5)), 1000, "at least a second");
+        assert_eq!(busy_span_ms(&limit("gcra", 1000)), MAX_BUSY_SPAN_MS);
+        assert_eq!(busy_span_ms(&limit("sliding_window", 0)), 1000);
+
+        let mut rule = rule(Share::Demand);
+        rule.quota = Quota::Limit(limit("gcra", 20));
+        let mut b = Bucket::new("shop", &id("k"), &rule, 0);
+        assert_eq!(b.funding_ask(0, Step::Report).unwrap().share_span_ms, 1000);
+        let first = b.funded(&grant(10, 10.0), 0).unwrap();
+        b.sent(first, 0);
+        let ask = b.funding_ask(1000, Step::Tick).expect("the first refill");
+        assert_eq!(ask.share_span_ms, 2000, "then two seconds at a time");
+        assert_eq!(
+            b.funded(&grant(20, 10.0), 1000),
+            Some(Assignment::TokenBucket(EnvoyTokenBucket {
+                max_tokens: 10,
+                tokens_per_fill: 10,
+                fill_interval_s: 1
+            })),
+            "assigned the share's rate, as over one second"
+        );
+        assert_eq!(b.funding_ask(2400, Step::Tick), None);
+        assert!(b.funding_ask(3000, Step::Tick).is_some());
     }
 
     #[test]
