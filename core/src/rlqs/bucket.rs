@@ -764,7 +764,11 @@ mod tests {
         );
         b.sent(idle, 2000);
         for t in (3000..300_000).step_by(5000) {
-            assert_eq!(b.funding_ask(t, Step::Tick), None, "funded until 302 s: {t}");
+            assert_eq!(
+                b.funding_ask(t, Step::Tick),
+                None,
+                "funded until 302 s: {t}"
+            );
             b.report(&usage(5, 0, 0), t);
         }
         // One request in 5 s: more than one a minute pays for.
@@ -816,7 +820,11 @@ mod tests {
             .unwrap()
         };
         assert_eq!(busy_span_ms(&limit("gcra", 20)), 2000);
-        assert_eq!(busy_span_ms(&limit("token_bucket", 29)), 2000, "whole seconds");
+        assert_eq!(
+            busy_span_ms(&limit("token_bucket", 29)),
+            2000,
+            "whole seconds"
+        );
         assert_eq!(busy_span_ms(&limit("gcra", 10)), 1000);
         assert_eq!(busy_span_ms(&limit("gcra", 5)), 1000, "at least a second");
         assert_eq!(busy_span_ms(&limit("gcra", 1000)), MAX_BUSY_SPAN_MS);
