@@ -290,6 +290,15 @@ impl Limit {
         }
     }
 
+    /// The bucket of a bucket algorithm (token bucket, gcra, leaky bucket); `None` for a window.
+    pub fn bucket_limit(&self) -> Option<&BucketLimit> {
+        match self {
+            Limit::TokenBucket(b) | Limit::Gcra(b) => Some(b),
+            Limit::LeakyBucket(l) => Some(&l.bucket),
+            Limit::FixedWindow(_) | Limit::SlidingLog(_) | Limit::SlidingWindow(_) => None,
+        }
+    }
+
     /// Whether it is a shaping leaky bucket: one that delays requests, not only admits or
     /// denies them.
     pub fn shapes(&self) -> bool {

@@ -87,9 +87,8 @@ pub const MAX_BUSY_SPAN_MS: u64 = 5_000;
 /// the Redis calls of one a second, for what Envoys decide the same way, since the assignment
 /// is the share's rate, however long the span it is paid over.)
 pub fn busy_span_ms(limit: &Limit) -> u64 {
-    let fill_ms = match limit {
-        Limit::TokenBucket(b) | Limit::Gcra(b) => b.fill_ms(),
-        Limit::LeakyBucket(l) if !limit.shapes() => l.bucket().fill_ms(),
+    let fill_ms = match limit.bucket_limit() {
+        Some(bucket) if !limit.shapes() => bucket.fill_ms(),
         _ => 0,
     };
     (fill_ms / FUNDING_STEP_MS * FUNDING_STEP_MS).clamp(FUNDING_STEP_MS, MAX_BUSY_SPAN_MS)
@@ -322,16 +321,16 @@ impl Bucket {
     }
 
     /// How long a quiet funding covers: [`IDLE_SPAN_MS`] for a bucket offered nothing since its
-    /// last report; else the whole seconds over which twice what it was offered is a quarter
-    /// of the limit's capacity, from [`QUIET_SPAN_MS`] to [`MAX_QUIET_SPAN_MS`] (so that a
+    /// last report; else the whole seconds over which twice what it was offered is half the
+    /// limit's capacity, from [`QUIET_SPAN_MS`] to [`MAX_QUIET_SPAN_MS`] (so that a
     /// quiet funding finds what it asks for twice over at once).
     fn quiet_span_ms(&self) -> u64 {
         match (self.demand_per_s, self.quota) {
             (Some(offered), _) if offered <= 0.0 => IDLE_SPAN_MS,
             (Some(offered), Quota::Limit(limit)) => {
+                // (A float cast to u64 saturates.)
                 let fitting_s = (limit.capacity() as f64 / (4.0 * offered)).floor();
-                ((fitting_s.min(1e9) as u64).saturating_mul(1000))
-                    .clamp(QUIET_SPAN_MS, MAX_QUIET_SPAN_MS)
+                ((fitting_s * 1000.0) as u64).clamp(QUIET_SPAN_MS, MAX_QUIET_SPAN_MS)
             }
             _ => QUIET_SPAN_MS,
         }
