@@ -9,7 +9,8 @@
 -- ARGV[5]  the number of terms
 -- then per terms (asks of one rule share them): the algorithm's number (1-6), max_units,
 -- max_outstanding, ttl (us), the rate holders share as units per period (us; 0 units: not
--- paced), the span (us; 0: none, see below), the number of parameters, the parameters;
+-- paced), the span (us; 0: none, see below), the most holders the ledger may name (0: no
+-- cap, see below), the number of parameters, the parameters;
 -- then per ask: its terms' number (from 1), want, held, returning, demand (units a thousand
 -- seconds), carry (thousandths of a unit its span's earlier grants left over; see below).
 -- KEYS[2i - 1], KEYS[2i]  ask i's state key and ledger key (one hash tag).
@@ -33,11 +34,16 @@
 -- makes a whole unit: the share over the span in thousandths, plus the carry, cut to whole
 -- units, as share_over_span in core/src/wire/lease.rs), and stays in the ledger
 -- while it wants units, even holding none, so that its demand counts in the others' shares.
+-- A holder the ledger does not name, asking when it names the most holders its terms allow,
+-- is crowded out: it is granted nothing, claims no share, and is told when the first of the
+-- others' entries ends; nothing is written.
 -- Answers per ask (reply() in prelude.lua): granted, lease_ms, more_in_ms, limit, remaining,
--- pace_us, held (of the units the ask said were held, those the ledger still counted), and
--- the share (units a second, times 1000; 0 unless the ask has a span).
+-- pace_us, held (of the units the ask said were held, those the ledger still counted), the
+-- share (units a second, times 1000; 0 unless the ask has a span), and 1 if crowded out.
 
 local POOL = '#pool'
+-- The furthest ahead an ask with a span reaches (see lease()).
+local MAX_REACH_US = 1000000
 
 -- A ledger's live entries at `now`, in order ({holder, units, expires, demand, secret, the
 -- entry as written} each), and the pool's units and expiry. An entry of another shape is an
@@ -131,6 +137,14 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
       kept[#kept + 1] = e[6]
     end
   end
+  if not own and terms.max_holders > 0 and #kept >= terms.max_holders then
+    local first_ends = others_expire
+    for _, e in ipairs(live) do
+      first_ends = math.min(first_ends, e[3])
+    end
+    local peek = run(key, now, 0, false, false, p)
+    return {0, 0, ceil_ms(first_ends - now), peek[2], peek[3], 0, 0, 0, 1}
+  end
 
   -- A holder cannot give back, or keep, more than the ledger says it holds.
   returning = math.min(returning, mine)
@@ -164,14 +178,15 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
   local fresh = math.max(0, math.min(wanted - from_pool, max_total - outstanding))
 
   -- The most the algorithm admits now, up to `fresh`, as a request of that cost would take it.
-  -- An ask with a span reaches a tenth of a span ahead: holders whose shares add up to the
-  -- whole rate find a bucket at its edge each span (what a funding takes was made up since the
-  -- last), and one a moment early would otherwise find a unit short, every other span. (What
-  -- a grant so takes is what the algorithm admits within a tenth of a span, which the bound
-  -- allows: docs/algorithms.md.)
+  -- An ask with a span reaches half a span ahead, at most a second: holders whose shares add
+  -- up to the whole rate find a bucket at its edge each span (what a funding takes was made up
+  -- since the last), so a funding that comes earlier after the last than a span, as a busy
+  -- server's do by a few hundred milliseconds, would find units short. (What a grant so takes
+  -- is what the algorithm admits within half a span, which the bound allows:
+  -- docs/algorithms.md.)
   local reach = nil
   if spread then
-    reach = math.floor(terms.span / 10)
+    reach = math.min(math.floor(terms.span / 2), MAX_REACH_US)
   end
   local answer
   if fresh > 0 then
@@ -228,7 +243,7 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
       redis.call('DEL', ledger)
     end
   end
-  return {granted, ceil_ms(ttl), more_in, answer[2], answer[3], pace, held, share_milli}
+  return {granted, ceil_ms(ttl), more_in, answer[2], answer[3], pace, held, share_milli, 0}
 end
 
 local now = clock(ARGV[1])
@@ -250,10 +265,10 @@ end
 local terms = {}
 local at = 6
 for t = 1, tonumber(ARGV[5]) do
-  local count = tonumber(ARGV[at + 7])
+  local count = tonumber(ARGV[at + 8])
   local p = {}
   for j = 1, count do
-    p[j] = tonumber(ARGV[at + 7 + j])
+    p[j] = tonumber(ARGV[at + 8 + j])
   end
   terms[t] = {
     run = ALGORITHMS[tonumber(ARGV[at])],
@@ -263,9 +278,10 @@ for t = 1, tonumber(ARGV[5]) do
     nominal_units = tonumber(ARGV[at + 4]),
     nominal_period = tonumber(ARGV[at + 5]),
     span = tonumber(ARGV[at + 6]),
+    max_holders = tonumber(ARGV[at + 7]),
     p = p,
   }
-  at = at + 8 + count
+  at = at + 9 + count
 end
 local out = {}
 for i = 1, n do
@@ -281,4 +297,4 @@ for i = 1, n do
     terms[tonumber(ARGV[at])], ask)
   at = at + 6
 end
-return reply(out, '%d %d %d %d %d %d %d %d')
+return reply(out, '%d %d %d %d %d %d %d %d %d')

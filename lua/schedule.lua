@@ -37,6 +37,12 @@ local function pair_units(a, af, P, R)
   return q + floor_div(r + af, P)
 end
 
+-- The whole units that the tolerance (`tol`, `tolf`) leaves past an excess (`e`, `ef`).
+local function remaining(tol, tolf, e, ef, P, R)
+  local left, leftf = pair_sub(tol, tolf, e, ef, R)
+  return pair_units(left, leftf, P, R)
+end
+
 -- `units` intervals as a pair.
 local function intervals(units, P, R)
   return muldivmod(units, P, R)
@@ -58,16 +64,11 @@ local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_w
     tol = tol + reach
   end
 
-  local function remaining(e, ef)
-    local left, leftf = pair_sub(tol, tolf, e, ef, R)
-    return pair_units(left, leftf, P, R)
-  end
-
   if cost < 0 then
-    cost = math.min(-cost, remaining(ex, exf), burst)
+    cost = math.min(-cost, remaining(tol, tolf, ex, exf, P, R), burst)
   end
   if cost > burst then
-    return {0, burst, remaining(ex, exf), ceil_ms_frac(ex, exf), NEVER, 0, 0}
+    return {0, burst, remaining(tol, tolf, ex, exf, P, R), ceil_ms_frac(ex, exf), NEVER, 0, 0}
   end
   local c, cf = intervals(cost, P, R)
   local new, newf = pair_add(ex, exf, c, cf, R)
@@ -110,6 +111,6 @@ local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_w
     end
     redis.call('SET', key, tat, 'PX', ttl_ms(kept, keptf))
   end
-  return {flag(allowed), burst, remaining(kept, keptf), ceil_ms_frac(kept, keptf), retry, delay,
+  return {flag(allowed), burst, remaining(tol, tolf, kept, keptf, P, R), ceil_ms_frac(kept, keptf), retry, delay,
     allowed and cost or 0}
 end

@@ -140,6 +140,7 @@ fn any_grant() -> impl Strategy<Value = LeaseGrant> {
             pace_us,
             kept,
             share_per_ks: 0,
+            crowded: false,
         },
     )
 }

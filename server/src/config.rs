@@ -192,6 +192,11 @@ pub struct Args {
     #[arg(long, env = "SLUICE_RLQS_MAX_BUCKETS", default_value_t = crate::rlqs::DEFAULT_MAX_BUCKETS)]
     pub rlqs_max_buckets: usize,
 
+    /// The most quota streams (Envoys) one bucket may be shared by; past it, the bucket gets
+    /// no assignment on a further stream until one of them leaves it.
+    #[arg(long, env = "SLUICE_RLQS_MAX_HOLDERS_PER_BUCKET", default_value_t = crate::rlqs::DEFAULT_MAX_HOLDERS_PER_BUCKET)]
+    pub rlqs_max_holders_per_bucket: u64,
+
     /// How often the rate limit and quota configurations' files are checked for changes.
     #[arg(long, env = "SLUICE_RLS_RELOAD_EVERY", default_value = "1s")]
     pub rls_reload_every: Millis,
@@ -529,6 +534,7 @@ fn rlqs_state(args: &Args) -> Result<Option<Arc<RlqsState>>, FlagError> {
     let mut rlqs = RlqsState::new(config, reload_every(args));
     rlqs.max_buckets_per_stream = args.rlqs_max_buckets_per_stream;
     rlqs.max_buckets = args.rlqs_max_buckets;
+    rlqs.max_holders_per_bucket = args.rlqs_max_holders_per_bucket;
     Ok(Some(Arc::new(rlqs)))
 }
 

@@ -55,6 +55,15 @@ impl Keys {
         self.engine.lease(&request, Some(now)).await.unwrap().grants[0]
     }
 
+    /// The grant of `request`'s first ask, asked `at_s` seconds after [`NOW`].
+    async fn fund(&self, request: LeaseRequest, at_s: f64) -> LeaseGrant {
+        self.engine
+            .lease(&request, Some(NOW + (at_s * 1e6) as i64))
+            .await
+            .unwrap()
+            .grants[0]
+    }
+
     /// What a per-request decision of `cost` says at `now` (cost 0: only asks).
     async fn decide(&self, now: i64, cost: u64) -> (bool, u64) {
         let body = format!(
@@ -498,17 +507,7 @@ async fn a_funding_that_changes_nothing_in_the_ledger_does_not_rewrite_it() {
     let ledger = sluice_core::key::ledger_key(&sluice_core::key::redis_key(
         "lease", &ask.rule, &ask.key, &ask.limit,
     ));
-    let fund = |holder: &'static str, demand: u64, at_s: f64| {
-        let request = request(holder, demand);
-        let engine = &keys.engine;
-        async move {
-            engine
-                .lease(&request, Some(NOW + (at_s * 1e6) as i64))
-                .await
-                .unwrap()
-                .grants[0]
-        }
-    };
+    let fund = |holder: &str, demand: u64, at_s: f64| keys.fund(request(holder, demand), at_s);
     let stored = || redis.cli(&["GET", &ledger]).unwrap().trim().to_owned();
     fund("a", 10, 0.0).await;
     let first = stored();
@@ -536,7 +535,7 @@ async fn a_funding_that_changes_nothing_in_the_ledger_does_not_rewrite_it() {
 /// Quota streams whose shares add up to the whole rate find the algorithm at its edge every
 /// span: with a burst of one span's rate, the units a funding takes are those made up since the
 /// last, so a funding a moment early found one short (and the Envoy a unit less every other
-/// second). Asked a tenth of a span ahead, each gets its whole share.
+/// second). Asked ahead of the span, each gets its whole share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holders_sharing_the_whole_rate_get_their_shares_though_a_funding_comes_early() {
     let redis = RedisServer::start().unwrap();
@@ -568,4 +567,69 @@ async fn holders_sharing_the_whole_rate_get_their_shares_though_a_funding_comes_
         b_got[1..].iter().all(|&g| g == 5),
         "b was granted {b_got:?}"
     );
+}
+
+/// A busy server's fundings come late by turns, a few hundred milliseconds: a funding that
+/// follows a late one by less than a span finds the algorithm short of what the late one
+/// left, unless it reaches ahead by as much.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_funding_on_time_after_a_late_one_still_gets_the_whole_share() {
+    let redis = RedisServer::start().unwrap();
+    let limit = r#"{"algorithm":"gcra","rate":10,"per":"1s","burst":10}"#;
+    let keys = Keys::new(Topology::Standalone(redis.url()), limit.to_owned()).await;
+    let request = share_ask(limit, "a", 10);
+    let mut got = Vec::new();
+    for k in 0..=20 {
+        let late_s = if k % 2 == 1 { 0.4 } else { 0.0 };
+        got.push(
+            keys.fund(request.clone(), f64::from(k) + late_s)
+                .await
+                .granted,
+        );
+    }
+    assert!(got.iter().all(|&g| g == 10), "granted {got:?}");
+}
+
+/// A key's ledger names at most an ask's `max_holders`: a further holder is crowded out,
+/// granted nothing, claims no share, and is told when the first entry ends; the ledger and the
+/// algorithm's state are left as they were, and the holders it names are funded as before.
+/// Once an entry ends, a crowded holder gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_full_of_holders_crowds_out_a_new_one_until_one_leaves() {
+    let redis = RedisServer::start().unwrap();
+    let limit = r#"{"algorithm":"gcra","rate":10,"per":"1s","burst":20}"#;
+    let keys = Keys::new(Topology::Standalone(redis.url()), limit.to_owned()).await;
+    let capped = |holder: &str| {
+        let mut request = share_ask(limit, holder, 10);
+        request.asks[0].max_holders = 2;
+        request
+    };
+    let ask = &capped("a").asks[0];
+    let state = sluice_core::key::redis_key("lease", &ask.rule, &ask.key, &ask.limit);
+    let ledger = sluice_core::key::ledger_key(&state);
+    let fund = |holder: &str, at_s: f64| keys.fund(capped(holder), at_s);
+    let stored = |key: &str| redis.cli(&["GET", key]).unwrap().trim().to_owned();
+    assert_eq!(fund("a", 0.0).await.share_per_ks, 10_000);
+    assert_eq!(fund("b", 0.5).await.share_per_ks, 5_000);
+    let (ledger_before, state_before) = (stored(&ledger), stored(&state));
+    let c = fund("c", 1.0).await;
+    assert!(c.crowded, "{c:?}");
+    assert_eq!((c.granted, c.share_per_ks), (0, 0), "{c:?}");
+    assert_eq!(
+        c.more_in_ms, 9_000,
+        "a's entry, written at 0 s for 10 s, ends first"
+    );
+    assert_eq!(stored(&ledger), ledger_before, "c is not written in");
+    assert_eq!(stored(&state), state_before, "nothing taken for c");
+    let a = fund("a", 1.0).await;
+    assert!(
+        !a.crowded && a.granted > 0,
+        "a named holder is funded: {a:?}"
+    );
+    assert_eq!(a.share_per_ks, 5_000, "c claims nothing");
+    // b's entry ends at 10.5 s; a renews its own; c gets b's place.
+    fund("a", 6.0).await;
+    let c = fund("c", 10.6).await;
+    assert!(!c.crowded && c.granted > 0, "{c:?}");
+    assert_eq!(c.share_per_ks, 5_000, "c shares with a");
 }

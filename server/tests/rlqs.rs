@@ -646,3 +646,39 @@ async fn request_counts_from_reports_saturate_and_never_wrap() {
         "a wrapped counter reads as a reset"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_shared_by_as_many_streams_as_allowed_gets_no_assignment_on_another() {
+    let (_dir, _redis, server) = start(SHOP, |c| {
+        let rlqs = Arc::get_mut(c.rlqs.as_mut().unwrap()).unwrap();
+        rlqs.max_holders_per_bucket = 2;
+    })
+    .await;
+    let mut a = Envoy::connect(&server).await.unwrap();
+    let mut b = Envoy::connect(&server).await.unwrap();
+    let mut c = Envoy::connect(&server).await.unwrap();
+    a.report("shop", 0, &[(K1, 1, 0)]);
+    a.first_for(K1).await;
+    b.report("shop", 0, &[(K1, 1, 0)]);
+    b.first_for(K1).await;
+    c.report("shop", 0, &[(K1, 1, 0)]);
+    let seen = c.actions_for(K1, Duration::from_millis(1500)).await;
+    assert!(
+        seen.is_empty(),
+        "a third stream on a bucket capped at two: {seen:?}"
+    );
+    let refused = metric_line(
+        &server,
+        r#"sluice_rlqs_refused_buckets_total{cap="holder_cap"}"#,
+    )
+    .await;
+    assert_eq!(refused.as_deref(), Some("1"), "one refusal, not one a tick");
+    // a leaves: its claim is withdrawn at once, and c gets its place at its next try.
+    drop(a);
+    let seen = c.actions_for(K1, Duration::from_millis(6500)).await;
+    assert_share(
+        rate(seen.last().expect("c assigned once a left")),
+        10.0,
+        "c beside b",
+    );
+}

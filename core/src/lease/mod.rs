@@ -30,7 +30,7 @@
 //! use sluice_core::wire::LeaseGrant;
 //! let mut a = Allowance::new("per-tenant:acme");
 //! // 10 units for an ask of 10 sent at 0 µs, for a lease of 500 ms.
-//! let grant = LeaseGrant { granted: 10, lease_ms: 500, more_in_ms: 0, limit: 100, remaining: 90, pace_us: 0, kept: None, share_per_ks: 0 };
+//! let grant = LeaseGrant { granted: 10, lease_ms: 500, more_in_ms: 0, limit: 100, remaining: 90, pace_us: 0, kept: None, share_per_ks: 0, crowded: false };
 //! a.grant(0, &grant);
 //! assert_eq!(a.take(3, 200_000), Take::Taken);
 //! assert_eq!(a.units, 7);

@@ -127,6 +127,7 @@ mod tests {
             pace_us,
             kept: None,
             share_per_ks: 0,
+            crowded: false,
         };
         a.grant(0, &grant);
         a

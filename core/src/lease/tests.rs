@@ -23,6 +23,7 @@ fn grant(granted: u64, lease_ms: u64, more_in_ms: u64) -> LeaseGrant {
         pace_us: 0,
         kept: None,
         share_per_ks: 0,
+        crowded: false,
     }
 }
 

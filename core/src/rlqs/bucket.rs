@@ -79,6 +79,27 @@ pub const IDLE_SPAN_MS: u64 = 300_000;
 /// The longest span a busy bucket's share is funded over at once.
 pub const MAX_BUSY_SPAN_MS: u64 = 5_000;
 
+/// How long after a quiet funding the next is due: its span cut by up to a quarter, by how
+/// `key` hashes. Buckets first funded together (an Envoy's first report of 50,000 clients) then
+/// fall due apart, not all in one step, seconds long, span after span, behind which busy
+/// buckets' fundings came late and found the algorithm short. Each funding still pays for the
+/// whole span; the next comes before it runs out.
+fn staggered(span_ms: u64, key: &LimitKey) -> u64 {
+    // FNV-1a: the same spread on every server and every run.
+    let hash = key
+        .as_str()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    span_ms - span_ms / 4 * (hash % 1024) / 1024
+}
+
+/// The longest a bucket crowded out of its ledger (its bucket shared by as many streams as the
+/// server allows) waits before it asks again; its Envoy applies its no_assignment_behavior
+/// meanwhile.
+pub const CROWDED_RETRY_MS: u64 = 5_000;
+
 /// The span a share of at least a request a second is funded over: as many whole seconds of
 /// the limit's rate as its burst holds, from one to [`MAX_BUSY_SPAN_MS`]. The Envoys' fundings
 /// together take the whole rate over one span, which a bucket algorithm admits at once only
@@ -340,14 +361,19 @@ impl Bucket {
         now_ms.saturating_sub(self.last_reported_ms) > SILENT_AFTER_MS
     }
 
-    /// The assignment to send again at `now_ms` though no funding made it anew: a quiet
-    /// bucket's, renewed between its fundings while they pay for it. `None` otherwise.
-    pub fn renewal(&self, now_ms: u64) -> Option<Assignment> {
-        let (assignment, at_ms) = self.sent?;
-        let funded = now_ms < self.next_funding_ms;
-        let due = now_ms.saturating_sub(at_ms) >= RENEW_AFTER_MS;
-        (matches!(self.quota, Quota::Limit(_)) && funded && due && !self.silent(now_ms))
-            .then_some(assignment)
+    /// How long the assignment sent at `now_ms` lives at the Envoy: [`ASSIGNMENT_TTL_S`] past
+    /// the time its funding pays until. A busy bucket is funded every few seconds, within that;
+    /// a quiet bucket's funding pays for its whole span, through which its assignment then
+    /// lives without being sent again (an Envoy copies its whole bucket cache for every
+    /// response it takes in, so 180,000 quiet buckets renewed every 3.3 s cost the server and
+    /// each Envoy 54,000 actions a second for nothing).
+    pub fn assignment_ttl_s(&self, now_ms: u64) -> u64 {
+        let paid_ms = if self.quiet {
+            self.next_funding_ms.saturating_sub(now_ms)
+        } else {
+            0
+        };
+        ASSIGNMENT_TTL_S.saturating_add(paid_ms.div_ceil(1000))
     }
 
     /// The ask that takes this Envoy's claim to a share out of the ledger (its stream ended),
@@ -377,6 +403,7 @@ impl Bucket {
             share_span_ms: self.funding_span_ms,
             demand_per_ks,
             carry_per_k: 0,
+            max_holders: 0,
         }
     }
 
@@ -455,8 +482,13 @@ impl Bucket {
             // One span on from when this one was due; a stream that stalled (or could not
             // fund) makes up at most one span, funding at each tick until it has.
             self.refilling = true;
+            let cycle_ms = if was_quiet {
+                staggered(span_ms, &self.key)
+            } else {
+                span_ms
+            };
             self.next_funding_ms
-                .saturating_add(span_ms)
+                .saturating_add(cycle_ms)
                 .max(now_ms.saturating_sub(span_ms))
         };
         // A share funded in full is assigned as the share: its rate, holding its whole units
@@ -473,6 +505,16 @@ impl Bucket {
             Some(bucket) => Assignment::TokenBucket(bucket),
             None => Assignment::DenyAll,
         })
+    }
+
+    /// Takes in that the bucket's ledger had no room for this Envoy's stream (`grant` is
+    /// crowded out): nothing is assigned, and it asks again when the first of the other
+    /// streams' claims would end, within [`CROWDED_RETRY_MS`].
+    pub fn crowded_out(&mut self, grant: &LeaseGrant, now_ms: u64) {
+        let wait_ms = grant.more_in_ms.clamp(FUNDING_STEP_MS, CROWDED_RETRY_MS);
+        self.next_funding_ms = now_ms.saturating_add(wait_ms);
+        // What it was last funded for is no longer paid for: not renewed.
+        self.quiet = false;
     }
 
     /// Whether `assignment` is to be sent at `now_ms`: it is new, or the last one sent is due
@@ -532,6 +574,7 @@ mod tests {
             pace_us: 0,
             kept: None,
             share_per_ks: (share_per_s * 1000.0) as u64,
+            crowded: false,
         }
     }
 
@@ -680,7 +723,45 @@ mod tests {
     }
 
     #[test]
-    fn a_quiet_bucket_is_funded_for_long_spans_with_what_it_needs_and_renewed_between() {
+    fn a_crowded_out_bucket_is_no_longer_quiet_and_asks_again_within_five_seconds() {
+        let mut b = reported(1);
+        let assignment = b.funded(&grant(20, 20.0), 1000).unwrap();
+        b.sent(assignment, 1000);
+        let quiet = b.funding_ask(2000, Step::Tick).expect("a span on");
+        b.funded(&grant(quiet.want, 20.0), 2000).unwrap();
+        assert!(
+            b.assignment_ttl_s(2000) > ASSIGNMENT_TTL_S,
+            "quiet: its span and more"
+        );
+        // Its claim lapsed (a stalled stream), and others filled the ledger meanwhile.
+        let crowded = |more_in_ms| LeaseGrant {
+            crowded: true,
+            more_in_ms,
+            ..grant(0, 0.0)
+        };
+        b.report(&usage(5, 1, 0), 30_000);
+        b.crowded_out(&crowded(9_000), 30_000);
+        assert_eq!(
+            b.assignment_ttl_s(30_000),
+            ASSIGNMENT_TTL_S,
+            "no longer quiet"
+        );
+        assert_eq!(b.funding_ask(34_000, Step::Tick), None);
+        assert!(
+            b.funding_ask(35_000, Step::Tick).is_some(),
+            "at most 5 s on"
+        );
+        b.report(&usage(5, 1, 0), 35_000);
+        b.crowded_out(&crowded(300), 40_000);
+        assert_eq!(b.funding_ask(40_500, Step::Report), None, "not at a report");
+        assert!(
+            b.funding_ask(41_000, Step::Tick).is_some(),
+            "at least a tick on"
+        );
+    }
+
+    #[test]
+    fn a_quiet_bucket_is_funded_for_long_spans_with_what_it_needs_and_assigned_through_them() {
         // A request in 5 s: a fifth of a request a second, against a share of 20.
         let mut b = reported(1);
         assert!(b.funding_ask(1000, Step::Tick).is_some());
@@ -703,19 +784,25 @@ mod tests {
             "10 tokens in 25 s"
         );
         b.sent(quiet, 2000);
-        for t in (3000..27_000).step_by(1000) {
+        // Looked at again within the 25 s, when its key says (so that buckets funded together
+        // fall due apart).
+        let next_ms = 2000 + staggered(25_000, &b.key);
+        assert!((2000 + 18_750..=27_000).contains(&next_ms), "{next_ms}");
+        for t in (3000..next_ms).step_by(1000) {
             if t % 5000 == 0 {
                 b.report(&usage(5, 1, 0), t);
             }
-            assert_eq!(b.funding_ask(t, Step::Tick), None, "funded until 27 s: {t}");
+            assert_eq!(
+                b.funding_ask(t, Step::Tick),
+                None,
+                "funded until {next_ms} ms: {t}"
+            );
         }
-        assert_eq!(b.renewal(5000), None, "sent 3 s ago");
         assert_eq!(
-            b.renewal(2000 + RENEW_AFTER_MS),
-            Some(quiet),
-            "renewed, as its funding pays for it"
+            b.assignment_ttl_s(2000),
+            (next_ms - 2000).div_ceil(1000) + ASSIGNMENT_TTL_S,
+            "lives until its next funding, and the usual TTL on"
         );
-        b.sent(quiet, 2000 + RENEW_AFTER_MS);
         // Offered 10 a second: back to its share, at the next tick.
         b.report(&usage(5, 50, 0), 5500);
         let ask = b.funding_ask(6000, Step::Tick).expect("funded at once");
@@ -762,11 +849,12 @@ mod tests {
             })
         );
         b.sent(idle, 2000);
-        for t in (3000..300_000).step_by(5000) {
+        let next_ms = 2000 + staggered(IDLE_SPAN_MS, &b.key);
+        for t in (3000..next_ms).step_by(5000) {
             assert_eq!(
                 b.funding_ask(t, Step::Tick),
                 None,
-                "funded until 302 s: {t}"
+                "funded until {next_ms} ms: {t}"
             );
             b.report(&usage(5, 0, 0), t);
         }
@@ -796,11 +884,31 @@ mod tests {
     }
 
     #[test]
-    fn a_bucket_whose_funding_failed_is_not_renewed() {
-        let mut b = funded_first();
-        b.report(&usage(5, 100, 0), 4000);
-        // No funding since: Redis did not answer. The assignment lapses at the Envoy.
-        assert_eq!(b.renewal(4000), None);
+    fn quiet_buckets_funded_together_fall_due_apart_within_their_spans() {
+        let keys: Vec<LimitKey> = (0..1000)
+            .map(|i| crate::rlqs::bucket_key("shop", &id(&format!("client-{i}"))))
+            .collect();
+        let due: Vec<u64> = keys.iter().map(|k| staggered(20_000, k)).collect();
+        assert!(due.iter().all(|&d| (15_000..=20_000).contains(&d)));
+        for second in 15..20 {
+            let falling = due.iter().filter(|&&d| d / 1000 == second).count();
+            assert!(
+                (150..=250).contains(&falling),
+                "{falling} of 1,000 due in second {second} of 15 to 19"
+            );
+        }
+        assert_eq!(
+            due,
+            keys.iter()
+                .map(|k| staggered(20_000, k))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_busy_bucket_is_assigned_for_the_usual_ttl_only() {
+        let b = funded_first();
+        assert_eq!(b.assignment_ttl_s(0), ASSIGNMENT_TTL_S);
     }
 
     #[test]

@@ -83,6 +83,13 @@ pub struct LeaseAsk {
     /// cut to whole units, so that a share of 4.2 a second is granted 4, 4, 4, 4 and 5.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub carry_per_k: u64,
+    /// The most holders the key's ledger may name at once; 0: no cap. When it names that many
+    /// and not this holder, the ask is given nothing and claims no share
+    /// ([`LeaseGrant::crowded`]). The quota service caps its Envoys' streams on a bucket so, as
+    /// a client opening stream after stream would otherwise lengthen the ledger every funding
+    /// reads.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_holders: u64,
 }
 
 impl LeaseAsk {
@@ -148,6 +155,11 @@ pub struct LeaseGrant {
     /// thousand seconds. 0 otherwise.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub share_per_ks: u64,
+    /// The key's ledger named as many holders as the ask's `max_holders`, and not this one:
+    /// nothing was granted, no share claimed, and `more_in_ms` says when the first of those
+    /// holders' entries ends, if it is not renewed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub crowded: bool,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -100,6 +100,7 @@ fn grant(granted: u64) -> LeaseGrant {
         pace_us: 0,
         kept: None,
         share_per_ks: 0,
+        crowded: false,
     }
 }
 

@@ -211,6 +211,7 @@ impl Leases {
                     share_span_ms: 0,
                     demand_per_ks: 0,
                     carry_per_k: 0,
+                    max_holders: 0,
                 });
                 call.sent.push(Sent {
                     slot: slot.to_owned(),
@@ -281,6 +282,7 @@ impl Leases {
                 share_span_ms: 0,
                 demand_per_ks: 0,
                 carry_per_k: 0,
+                max_holders: 0,
             });
             call.sent.push(Sent {
                 slot: String::new(),

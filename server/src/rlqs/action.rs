@@ -8,11 +8,16 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
     AbandonAction, BucketAction as Action, QuotaAssignmentAction,
 };
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value};
-use sluice_core::rlqs::bucket::{ASSIGNMENT_TTL_S, Assignment};
+use sluice_core::rlqs::bucket::Assignment;
 
-/// The action assigning `assignment` to bucket `id`, for [`ASSIGNMENT_TTL_S`]: Envoy ignores an
-/// assignment without a time to live.
-pub fn assign(id: &sluice_core::rlqs::BucketId, assignment: &Assignment) -> BucketAction {
+/// The action assigning `assignment` to bucket `id` for `ttl_s` seconds
+/// ([`sluice_core::rlqs::bucket::Bucket::assignment_ttl_s`]): Envoy ignores an assignment
+/// without a time to live.
+pub fn assign(
+    id: &sluice_core::rlqs::BucketId,
+    assignment: &Assignment,
+    ttl_s: u64,
+) -> BucketAction {
     let strategy = match assignment {
         Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
         Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
@@ -27,7 +32,7 @@ pub fn assign(id: &sluice_core::rlqs::BucketId, assignment: &Assignment) -> Buck
     BucketAction {
         bucket_id: Some(bucket_id(id)),
         bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
-            assignment_time_to_live: Some(seconds(ASSIGNMENT_TTL_S)),
+            assignment_time_to_live: Some(seconds(ttl_s)),
             rate_limit_strategy: Some(RateLimitStrategy {
                 strategy: Some(strategy),
             }),

@@ -20,6 +20,11 @@ use self::config::WatchedConfig;
 pub const DEFAULT_MAX_BUCKETS_PER_STREAM: usize = 100_000;
 /// The most buckets all streams of one server may hold, by default.
 pub const DEFAULT_MAX_BUCKETS: usize = 500_000;
+/// The most streams one bucket may be shared by, by default: every funding reads the bucket's
+/// ledger, an entry per stream, so a client opening stream after stream would otherwise make
+/// each funding of the bucket longer (measured: 0.05 ms of Redis with one entry, 0.6 ms with
+/// 128, 1.2 ms with 256).
+pub const DEFAULT_MAX_HOLDERS_PER_BUCKET: u64 = 128;
 
 /// What the quota service adds to the server's state.
 #[derive(Debug)]
@@ -32,6 +37,9 @@ pub struct RlqsState {
     pub max_buckets_per_stream: usize,
     /// The most buckets all streams together may hold.
     pub max_buckets: usize,
+    /// The most streams one bucket may be shared by: a bucket funded on that many streams gets
+    /// no assignment on another.
+    pub max_holders_per_bucket: u64,
     /// The buckets all streams hold now.
     buckets: AtomicUsize,
 }
@@ -44,6 +52,7 @@ impl RlqsState {
             poll,
             max_buckets_per_stream: DEFAULT_MAX_BUCKETS_PER_STREAM,
             max_buckets: DEFAULT_MAX_BUCKETS,
+            max_holders_per_bucket: DEFAULT_MAX_HOLDERS_PER_BUCKET,
             buckets: AtomicUsize::new(0),
         }
     }

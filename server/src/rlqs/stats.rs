@@ -100,7 +100,7 @@ impl Default for RlqsStats {
         let refused_buckets = Family::<CapLabels, Counter>::default();
         registry.register(
             "refused_buckets",
-            "New buckets given no assignment because a cap was reached, by cap (stream_cap: --rlqs-max-buckets-per-stream, server_cap: --rlqs-max-buckets)",
+            "New buckets given no assignment because a cap was reached, by cap (stream_cap: --rlqs-max-buckets-per-stream, server_cap: --rlqs-max-buckets, holder_cap: --rlqs-max-holders-per-bucket, counted at each funding refused)",
             refused_buckets.clone(),
         );
         RlqsStats {

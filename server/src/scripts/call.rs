@@ -51,7 +51,8 @@ pub enum ScriptTime {
 }
 
 /// An ask's terms as the lease script takes them (`lua/lease.lua`): the algorithm's number,
-/// the caps and ttl, the rate holders share, the span, and the limit's parameters.
+/// the caps and ttl, the rate holders share, the span, the cap on holders, and the limit's
+/// parameters.
 fn lease_terms(ask: &LeaseAsk) -> Vec<u64> {
     let params = script_params(&ask.limit);
     // The buckets' over-limit regime is a steady rate, which holders over it share as a pace;
@@ -75,6 +76,7 @@ fn lease_terms(ask: &LeaseAsk) -> Vec<u64> {
         units,
         period.as_micros().unsigned_abs(),
         ask.share_span_ms.saturating_mul(1000),
+        ask.max_holders,
         params.len() as u64,
     ];
     terms.extend(params);
@@ -327,7 +329,7 @@ impl LeaseCall {
         numbers
             .chunks_exact(LEASE_NUMBERS)
             .zip(&self.held)
-            .map(|(eight, &held)| grant(eight, held).ok_or_else(|| BadReply::of(reply)))
+            .map(|(nine, &held)| grant(nine, held).ok_or_else(|| BadReply::of(reply)))
             .collect::<Result<_, _>>()
             .map(LeaseReply::Granted)
     }

@@ -8,7 +8,7 @@ use sluice_core::wire::LeaseGrant;
 /// A reply that is not what the scripts answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unexpected script reply {reply}: expected a string of integers, six a check (allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms) or eight a lease ask (granted, lease_ms, more_in_ms, limit, remaining, pace_us, held, share_per_ks)"
+    "unexpected script reply {reply}: expected a string of integers, six a check (allowed, limit, remaining, reset_ms, retry_after_ms, delay_ms) or nine a lease ask (granted, lease_ms, more_in_ms, limit, remaining, pace_us, held, share_per_ks, crowded)"
 )]
 #[non_exhaustive]
 pub struct BadReply {
@@ -29,7 +29,7 @@ impl BadReply {
 /// The numbers of a check in a script's reply.
 pub(super) const CHECK_NUMBERS: usize = 6;
 /// The numbers of a lease ask in a script's reply.
-pub(super) const LEASE_NUMBERS: usize = 8;
+pub(super) const LEASE_NUMBERS: usize = 9;
 
 /// The integers of a script's reply to `entries` checks or lease asks of `width` numbers
 /// each: one string, the numbers separated by spaces (`reply` in `lua/prelude.lua`).
@@ -59,9 +59,9 @@ pub fn decode_reply(reply: &redis::Value) -> Result<Verdict, BadReply> {
     verdict(&numbers).ok_or_else(|| BadReply::of(reply))
 }
 
-/// A lease ask's eight numbers as its grant, for an ask that said `asked_held` units were
+/// A lease ask's nine numbers as its grant, for an ask that said `asked_held` units were
 /// held; `None` if they cannot be one.
-pub(super) fn grant(eight: &[i64], asked_held: u64) -> Option<LeaseGrant> {
+pub(super) fn grant(nine: &[i64], asked_held: u64) -> Option<LeaseGrant> {
     let &[
         granted,
         lease_ms,
@@ -71,7 +71,8 @@ pub(super) fn grant(eight: &[i64], asked_held: u64) -> Option<LeaseGrant> {
         pace_us,
         held,
         share_per_ks,
-    ] = eight
+        crowded,
+    ] = nine
     else {
         return None;
     };
@@ -85,6 +86,11 @@ pub(super) fn grant(eight: &[i64], asked_held: u64) -> Option<LeaseGrant> {
         pace_us: non_negative(pace_us)?,
         kept: (held < asked_held).then_some(held),
         share_per_ks: non_negative(share_per_ks)?,
+        crowded: match crowded {
+            0 => false,
+            1 => true,
+            _ => return None,
+        },
     })
 }
 
