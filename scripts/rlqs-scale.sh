@@ -4,6 +4,9 @@
 #
 #   scripts/rlqs-scale.sh 50000 0.1      # 50,000 buckets, a tenth of them busy
 #   scripts/rlqs-scale.sh 50000 0.1 4    # four such streams
+#
+# SERVER_BIN runs another build of sluice-server (to compare two); SETTLE_S and MEASURE_S set
+# how long scripts/rlqs-scale.py settles and measures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 buckets=${1:-50000}
@@ -15,7 +18,7 @@ server_port=$(free_port)
 dir=$(mktemp -d)
 trap 'kill "$server" 2>/dev/null; redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1; rm -rf "$dir"' EXIT
 redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir" --save '' --daemonize yes >/dev/null
-target/release/sluice-server --listen "127.0.0.1:$server_port" --redis "redis://127.0.0.1:$redis_port" \
+"${SERVER_BIN:-target/release/sluice-server}" --listen "127.0.0.1:$server_port" --redis "redis://127.0.0.1:$redis_port" \
   --rlqs-config envoy/rlqs >"$dir/server.log" 2>&1 &
 server=$!
 sleep 1

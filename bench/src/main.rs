@@ -8,6 +8,7 @@ mod lease;
 mod load;
 mod memory;
 mod replay;
+mod scale;
 mod sections;
 mod server;
 
@@ -100,6 +101,12 @@ enum Command {
         #[arg(long)]
         stats: bool,
     },
+    /// The quota service at scale: quota streams of many buckets (scripts/rlqs-scale.sh).
+    Scale {
+        /// Runs.
+        #[arg(long, default_value_t = SCALE_RUNS)]
+        runs: usize,
+    },
     /// Everything, written to a Markdown file.
     All {
         /// Where to write the results.
@@ -110,6 +117,9 @@ enum Command {
         seconds: u64,
     },
 }
+
+/// Runs of the quota service at scale (each some 2 minutes).
+const SCALE_RUNS: usize = 3;
 
 /// Rounds of every setup in the real-Envoy section.
 const ENVOY_ROUNDS: usize = 3;
@@ -230,6 +240,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", sections::deny_cache_section(&modules)?);
         }
         Command::Lease => print!("{}", sections::lease_section(&Modules::built())?),
+        Command::Scale { runs } => print!("{}", scale::section(&scale::run(runs)?)?),
         Command::Envoy {
             rounds,
             seconds,
@@ -304,6 +315,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 doc,
                 "## Lease mode\n\n{}",
                 sections::lease_section(&modules)?
+            )?;
+            writeln!(
+                doc,
+                "## Quota service at scale\n\n{}",
+                scale::section(&scale::run(SCALE_RUNS)?)?
             )?;
             std::fs::write(&out, &doc)?;
             print!("{doc}");
