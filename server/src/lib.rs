@@ -25,6 +25,7 @@ pub mod clock;
 pub mod config;
 pub mod config_files;
 pub mod engine;
+pub mod flag_error;
 pub mod health;
 pub mod http;
 pub mod in_process;

@@ -6,7 +6,7 @@ use std::path::Path;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::FlagError;
+use crate::flag_error::FlagError;
 
 /// The file `flag` names, whole.
 pub(crate) fn read(flag: &'static str, path: &Path) -> Result<Vec<u8>, FlagError> {

@@ -5,7 +5,7 @@ use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult, TlsCertificates};
 
-use crate::config::FlagError;
+use crate::flag_error::FlagError;
 
 /// Where Redis is.
 #[derive(Clone, PartialEq, Eq)]

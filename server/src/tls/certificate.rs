@@ -10,7 +10,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::config::FlagError;
+use crate::flag_error::FlagError;
 use crate::pem;
 
 /// What tells that a file changed: when it was last written, and its length.

@@ -21,7 +21,7 @@ use rustls::{
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::FlagError;
+use crate::flag_error::FlagError;
 use crate::pem;
 use certificate::ReloadingCertificate;
 pub(crate) use listener::{ConnectionLimits, Listening};
