@@ -205,3 +205,18 @@ pub fn finish(result: wasmtime::Result<Access<()>>) -> HostResult {
         Err(s) => status(s),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pointer_is_read_unsigned_and_a_region_that_wraps_is_refused() {
+        assert_eq!(region(16, 4), Ok(16..20));
+        // Envoy reads the module's i32 pointers as u32: past 2 GiB is an address, not an error
+        // (the memory's size decides).
+        assert_eq!(region(-1, 1), Ok(0xffff_ffff..0x1_0000_0000));
+        assert_eq!(region(i32::MIN, 0), Ok(0x8000_0000..0x8000_0000));
+        assert_eq!(region(-1, usize::MAX), Err(Status::InvalidMemoryAccess));
+    }
+}

@@ -63,3 +63,73 @@ fn seconds(s: u64) -> Duration {
         nanos: 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::rlqs::envoy_bucket::EnvoyTokenBucket;
+
+    use super::*;
+
+    fn id() -> sluice_core::rlqs::BucketId {
+        sluice_core::rlqs::BucketId::from_iter([("name", "per-key"), ("key", "k1")])
+    }
+
+    fn assignment(action: &BucketAction) -> &QuotaAssignmentAction {
+        match &action.bucket_action {
+            Some(Action::QuotaAssignmentAction(a)) => a,
+            other => panic!("not an assignment: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_token_bucket_is_sent_as_envoy_reads_it_with_the_ttl_given() {
+        let bucket = EnvoyTokenBucket {
+            max_tokens: 10,
+            tokens_per_fill: 3,
+            fill_interval_s: 2,
+        };
+        let action = assign(&id(), &Assignment::TokenBucket(bucket), 35);
+        assert_eq!(
+            action.bucket_id.as_ref().map(|b| b.bucket.len()),
+            Some(2),
+            "every entry of the bucket id, as the Envoy reported it"
+        );
+        let a = assignment(&action);
+        assert_eq!(
+            a.assignment_time_to_live.map(|d| (d.seconds, d.nanos)),
+            Some((35, 0))
+        );
+        let Some(Strategy::TokenBucket(tb)) =
+            a.rate_limit_strategy.as_ref().and_then(|s| s.strategy)
+        else {
+            panic!("not a token bucket: {a:?}");
+        };
+        assert_eq!(tb.max_tokens, 10);
+        assert_eq!(tb.tokens_per_fill.map(|t| t.value), Some(3));
+        assert_eq!(tb.fill_interval.map(|d| (d.seconds, d.nanos)), Some((2, 0)));
+    }
+
+    #[test]
+    fn blanket_quotas_are_blanket_rules_and_abandon_is_its_own_action() {
+        for (quota, rule) in [
+            (Assignment::AllowAll, BlanketRule::AllowAll),
+            (Assignment::DenyAll, BlanketRule::DenyAll),
+        ] {
+            let action = assign(&id(), &quota, 10);
+            let strategy = assignment(&action)
+                .rate_limit_strategy
+                .as_ref()
+                .and_then(|s| s.strategy);
+            assert_eq!(strategy, Some(Strategy::BlanketRule(rule as i32)));
+        }
+        assert!(matches!(
+            abandon(&id()).bucket_action,
+            Some(Action::AbandonAction(_))
+        ));
+    }
+
+    #[test]
+    fn a_ttl_past_what_protobuf_holds_is_the_longest_it_holds() {
+        assert_eq!(seconds(u64::MAX).seconds, i64::MAX);
+    }
+}
