@@ -17,6 +17,7 @@
 //! trace's time (advanced by the wall clock), so a limit of 10 per second means 10 per trace
 //! second at any speed.
 
+mod clock;
 mod event;
 mod pace;
 mod queue;
@@ -32,6 +33,7 @@ use crate::transport::{Delivered, Dispatcher, upstream_timeout};
 use sluice_host::envoy::{Completed, Envoy, Output, Request};
 use sluice_host::state::CalloutReply;
 
+pub use self::clock::{Clock, DEFAULT_CALLOUT_LATENCY};
 use self::event::{ARRIVAL, Answer, Event, LATER};
 use self::pace::{Answered, Pace, spin_until_done};
 use self::queue::EventQueue;
@@ -39,35 +41,8 @@ use self::queue::EventQueue;
 /// How long Envoy lets a paused stream wait (its default `stream_idle_timeout`).
 pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The modelled time from a callout to its answer.
-pub const DEFAULT_CALLOUT_LATENCY: Duration = Duration::from_millis(1);
-
 /// The host requests are for when the trace does not say.
 const DEFAULT_AUTHORITY: &str = "shop.example";
-
-/// The clock a replay runs on.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Clock {
-    /// As fast as the machine goes; answers arrive `callout_latency` after their callout.
-    Virtual {
-        /// The modelled time from a callout to its answer.
-        callout_latency: Duration,
-    },
-    /// Paced by the wall clock at `speed` trace seconds per wall second; answers arrive when
-    /// they arrive.
-    RealTime {
-        /// The speed-up factor (1: as recorded).
-        speed: f64,
-    },
-}
-
-impl Default for Clock {
-    fn default() -> Clock {
-        Clock::Virtual {
-            callout_latency: DEFAULT_CALLOUT_LATENCY,
-        }
-    }
-}
 
 /// What the replay hands its observer.
 pub trait Observer {
