@@ -2,14 +2,7 @@
 //! the same keys (deny cache, lease allowances), and a write that lost the race to another
 //! worker is decided again on what that worker wrote.
 
-use crate::shared_data::{SharedData, WriteError};
-
-/// The CAS of a write to a key that was absent. Envoy accepts any CAS for an absent key but
-/// refuses one that does not match a key that exists, so a write with this CAS creates the key
-/// only if no other worker did in between: with CAS 0, two workers that both found it absent
-/// would both write, and the first one's update would be lost. (CAS values count up from 1
-/// across the process; a key holds this one only from the write at which the counter wraps.)
-pub const CREATE_ONLY: u32 = u32::MAX;
+use crate::shared_data::{CREATE_ONLY, SharedData, WriteError};
 
 /// Reads `key`, lets `f` decide from its current value (`None`: empty or unreadable) what to
 /// write (`None`: nothing) and what to return, and writes with compare-and-swap, deciding

@@ -9,6 +9,13 @@
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 
+/// The CAS of a write to a key that was absent. Envoy accepts any CAS for an absent key but
+/// refuses one that does not match a key that exists, so a write with this CAS creates the key
+/// only if no other worker did in between: with CAS 0, two workers that both found it absent
+/// would both write, and the first one's update would be lost. (CAS values count up from 1
+/// across the process; a key holds this one only from the write at which the counter wraps.)
+pub const CREATE_ONLY: u32 = u32::MAX;
+
 /// Why a write was not made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteError {
@@ -33,7 +40,7 @@ pub struct HostSharedData;
 impl SharedData for HostSharedData {
     fn read(&self, key: &str) -> Option<(Vec<u8>, u32)> {
         match hostcalls::get_shared_data(key) {
-            Ok((Some(bytes), cas)) => Some((bytes, cas.unwrap_or(crate::cas::CREATE_ONLY))),
+            Ok((Some(bytes), cas)) => Some((bytes, cas.unwrap_or(CREATE_ONLY))),
             _ => None,
         }
     }

@@ -39,10 +39,10 @@ pub mod wasi;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use wasmtime::{Config, Engine, ExternType, InstancePre, Linker, Module, Store};
+use wasmtime::{Config, Engine, ExternType, Linker, Module, Store};
 
 pub use state::{HostState, VmInfo};
-pub use vm::{Effects, Vm, VmFailed};
+pub use vm::{Effects, Plugin, Vm, VmFailed};
 
 use self::log_sink::LogSink;
 use self::metric_registry::MetricRegistry;
@@ -122,12 +122,6 @@ pub struct Host {
     linker: Linker<HostState>,
 }
 
-/// A compiled, checked module, ready to instantiate as many VMs as wanted.
-#[derive(Clone)]
-pub struct Plugin {
-    pre: InstancePre<HostState>,
-}
-
 impl Host {
     /// A host providing every function of Envoy's proxy-wasm host.
     pub fn new() -> wasmtime::Result<Host> {
@@ -192,19 +186,12 @@ impl Host {
             .linker
             .instantiate_pre(&module)
             .map_err(|e| ModuleError::Compile(format!("{e:#}")))?;
-        Ok(Plugin { pre })
+        Ok(Plugin::new(pre))
     }
 
     /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
-    }
-}
-
-impl Plugin {
-    /// The instantiable module.
-    pub fn pre(&self) -> &InstancePre<HostState> {
-        &self.pre
     }
 }
 

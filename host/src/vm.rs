@@ -6,11 +6,28 @@
 
 use std::sync::Arc;
 
-use wasmtime::{Store, TypedFunc, WasmParams, WasmResults};
+use wasmtime::{InstancePre, Store, TypedFunc, WasmParams, WasmResults};
 
-use super::Plugin;
 use super::abi::{Action, Status};
 use super::state::{CalloutReply, HostState, OutgoingCallout, StreamAction, StreamHost};
+
+/// A compiled, checked module ([`crate::Host::load`]), ready to instantiate as many VMs as
+/// wanted.
+#[derive(Clone)]
+pub struct Plugin {
+    pre: InstancePre<HostState>,
+}
+
+impl Plugin {
+    pub(crate) fn new(pre: InstancePre<HostState>) -> Plugin {
+        Plugin { pre }
+    }
+
+    /// The instantiable module.
+    pub fn pre(&self) -> &InstancePre<HostState> {
+        &self.pre
+    }
+}
 
 /// The VM has trapped; nothing more runs in it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

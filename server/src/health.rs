@@ -11,7 +11,7 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_health::server::{HealthReporter, HealthService, WatchStream};
 
-use crate::http::AppState;
+use crate::app_state::AppState;
 
 /// Health checking: the server as a whole (`""`) is serving while a decision succeeds; the rate
 /// limit and quota services too, each when it has a configuration.

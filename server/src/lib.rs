@@ -20,6 +20,7 @@
 
 #![deny(missing_docs)]
 
+pub mod app_state;
 pub mod busy_poll;
 pub mod clock;
 pub mod config;
@@ -29,6 +30,7 @@ pub mod flag_error;
 pub mod health;
 pub mod http;
 pub mod in_process;
+pub mod inbound;
 pub mod label_budget;
 pub mod log_throttle;
 pub mod metrics;
@@ -52,9 +54,10 @@ use tokio::task::JoinHandle;
 
 pub use config::ServerConfig;
 
+use crate::app_state::AppState;
 use crate::config_files::Reload;
 use crate::engine::Engine;
-use crate::http::{AppState, Service, Shortcuts, router};
+use crate::http::{Service, Shortcuts, router};
 use crate::metrics::Metrics;
 use crate::rlqs::RlqsState;
 use crate::rls::RlsState;

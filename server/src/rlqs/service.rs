@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::stream;
-use crate::http::{AppState, authorize};
+use crate::app_state::AppState;
+use crate::inbound::authorize;
 
 /// `envoy.service.rate_limit_quota.v3.RateLimitQuotaService` over the server's state.
 #[derive(Clone)]

@@ -31,7 +31,7 @@ use super::RlqsState;
 use super::action::{abandon, assign};
 use super::report::from_proto;
 use super::stats::RlqsStats;
-use crate::http::AppState;
+use crate::app_state::AppState;
 
 /// How often a stream funds its buckets' refills and renews their assignments.
 pub const STEP_EVERY: Duration = Duration::from_millis(FUNDING_STEP_MS);

@@ -19,7 +19,8 @@ use sluice_core::rls::answer::{Answer, Code};
 use sluice_core::rls::request::{LimitOverride, RlsDescriptor, RlsRequest};
 use tonic::{Request, Response, Status};
 
-use crate::http::{AppState, authorize, replay_time};
+use crate::app_state::AppState;
+use crate::inbound::{authorize, replay_time};
 
 use super::RlsError;
 

@@ -17,7 +17,8 @@ use http_body_util::{BodyExt, Full};
 use prost::Message;
 use tonic::Status;
 
-use crate::http::{AppState, whole_body};
+use crate::app_state::AppState;
+use crate::inbound::whole_body;
 
 use super::service::should_rate_limit;
 
