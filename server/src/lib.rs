@@ -209,25 +209,7 @@ pub async fn serve_thread(
     let state = app_state(&config, &thread, stopping_rx.clone());
     let mut app = router(Arc::clone(&state));
     let mut grpc_app = None;
-    let mut background = Vec::new();
-    if let Some(rls) = state.rls.as_ref().filter(|_| thread.primary) {
-        background.push(watch_rls_config(rls, &state.metrics));
-    }
-    if let Some(rlqs) = state.rlqs.as_ref().filter(|_| thread.primary) {
-        background.push(watch_rlqs_config(rlqs));
-    }
-    if let Some(tls) = config.tls.as_ref().filter(|_| thread.primary) {
-        background.push(tls.keep_reloading());
-    }
-    if let Some(budget) = config.busy_poll {
-        let activity = Arc::clone(state.engine.store().activity());
-        let metrics = Arc::clone(&state.metrics);
-        background.push(tokio::spawn(busy_poll::busy_poll(
-            activity,
-            budget,
-            move |spent| metrics.busy_polled(spent),
-        )));
-    }
+    let mut background = background_tasks(&config, &thread, &state);
     // Without a configuration the rate limit service still answers, to say how to get one.
     let (grpc, health_task) = grpc_router(&state);
     background.push(health_task);
@@ -300,6 +282,35 @@ pub async fn serve_thread(
         task.abort();
     }
     result
+}
+
+/// What a thread runs beside its servers: the primary thread watches the configurations' and
+/// certificates' files, and every thread busy-polls when asked to.
+fn background_tasks(
+    config: &ServerConfig,
+    thread: &ServerThread,
+    state: &Arc<AppState>,
+) -> Vec<JoinHandle<()>> {
+    let mut background = Vec::new();
+    if let Some(rls) = state.rls.as_ref().filter(|_| thread.primary) {
+        background.push(watch_rls_config(rls, &state.metrics));
+    }
+    if let Some(rlqs) = state.rlqs.as_ref().filter(|_| thread.primary) {
+        background.push(watch_rlqs_config(rlqs));
+    }
+    if let Some(tls) = config.tls.as_ref().filter(|_| thread.primary) {
+        background.push(tls.keep_reloading());
+    }
+    if let Some(budget) = config.busy_poll {
+        let activity = Arc::clone(state.engine.store().activity());
+        let metrics = Arc::clone(&state.metrics);
+        background.push(tokio::spawn(busy_poll::busy_poll(
+            activity,
+            budget,
+            move |spent| metrics.busy_polled(spent),
+        )));
+    }
+    background
 }
 
 /// The rate limit and quota services and gRPC health checking, as routes, and the task that

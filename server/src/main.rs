@@ -62,12 +62,60 @@ fn init_logging(args: &Args) {
 }
 
 fn run(args: &Args) -> anyhow::Result<()> {
-    let config = ServerConfig::try_from(args)?;
+    let mut config = ServerConfig::try_from(args)?;
     let threads = match args.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,
     };
-    let (listeners, grpc_listeners) = {
+    let Sockets { listeners, grpc } = Sockets::bind(args, threads)?;
+    let (grpc_said, tls_said) = describe(&config, grpc.as_ref().map(|l| &l[0]))?;
+    let listen = listeners[0].local_addr()?;
+    // Each thread its share of the connection cap, its own sockets, runtime and Redis
+    // connection; they share the metrics, and stop together.
+    config.max_connections = config.max_connections.div_ceil(threads).max(1);
+    let shared = ServerThread::first_of(threads);
+    let (stop, stopping) = watch::channel(false);
+    let mut grpc = grpc.map(Vec::into_iter);
+    let mut listeners = listeners.into_iter();
+    let (Some(primary_listener), primary_grpc) =
+        (listeners.next(), grpc.as_mut().and_then(Iterator::next))
+    else {
+        anyhow::bail!("no listening socket");
+    };
+    let others = spawn_others(&config, &shared, listeners, grpc, &stopping)?;
+    tracing::info!(%listen, grpc = %grpc_said, tls = tls_said, threads, topology = ?config.topology, "sluice-server started");
+    let served = current_thread_runtime()?.block_on(serve(
+        config,
+        shared,
+        primary_listener,
+        primary_grpc,
+        async move {
+            shutdown_signal().await;
+            let _ = stop.send(true);
+        },
+    ));
+    // Whatever ended this thread's serving also dropped `stop`, which stops the others.
+    drop(stopping);
+    for other in others {
+        match other.join() {
+            Ok(result) => result?,
+            Err(_) => anyhow::bail!("a server thread panicked"),
+        }
+    }
+    served?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Every thread's listening sockets: one each for the HTTP port, and for the gRPC port when
+/// it has its own.
+struct Sockets {
+    listeners: Vec<std::net::TcpListener>,
+    grpc: Option<Vec<std::net::TcpListener>>,
+}
+
+impl Sockets {
+    fn bind(args: &Args, threads: usize) -> anyhow::Result<Sockets> {
         // Sockets are made in a runtime and handed to each thread's own.
         let binding = current_thread_runtime()?;
         let _entered = binding.enter();
@@ -79,14 +127,21 @@ fn run(args: &Args) -> anyhow::Result<()> {
             )?),
             None => None,
         };
-        (
-            sluice_server::bind_each(args.listen, threads, args.listen_backlog)?,
+        Ok(Sockets {
+            listeners: sluice_server::bind_each(args.listen, threads, args.listen_backlog)?,
             grpc,
-        )
-    };
-    let grpc = match (&config.rls, &grpc_listeners) {
+        })
+    }
+}
+
+/// Where gRPC is served and where TLS is on, for the line that says the server started.
+fn describe(
+    config: &ServerConfig,
+    grpc: Option<&std::net::TcpListener>,
+) -> anyhow::Result<(String, &'static str)> {
+    let grpc = match (&config.rls, grpc) {
         (None, _) => "off".to_owned(),
-        (Some(_), Some(l)) => l[0].local_addr()?.to_string(),
+        (Some(_), Some(l)) => l.local_addr()?.to_string(),
         (Some(_), None) => "on the same port".to_owned(),
     };
     let tls = match &config.tls {
@@ -96,24 +151,21 @@ fn run(args: &Args) -> anyhow::Result<()> {
             TlsFor::Grpc => "on the gRPC listener",
         },
     };
-    let listen = listeners[0].local_addr()?;
-    // Each thread its share of the connection cap, its own sockets, runtime and Redis
-    // connection; they share the metrics, and stop together.
-    let mut config = config;
-    config.max_connections = config.max_connections.div_ceil(threads).max(1);
-    let shared = ServerThread::first_of(threads);
-    let (stop, stopping) = watch::channel(false);
-    let mut grpc_listeners = grpc_listeners.map(Vec::into_iter);
-    let mut listeners = listeners.into_iter();
-    let (Some(primary_listener), primary_grpc) = (
-        listeners.next(),
-        grpc_listeners.as_mut().and_then(Iterator::next),
-    ) else {
-        anyhow::bail!("no listening socket");
-    };
-    let mut others: Vec<std::thread::JoinHandle<anyhow::Result<()>>> = Vec::new();
+    Ok((grpc, tls))
+}
+
+/// Starts a thread serving each of `listeners` (with the matching gRPC listener), each
+/// stopping when `stopping` turns true.
+fn spawn_others(
+    config: &ServerConfig,
+    shared: &ServerThread,
+    listeners: impl Iterator<Item = std::net::TcpListener>,
+    mut grpc: Option<impl Iterator<Item = std::net::TcpListener>>,
+    stopping: &watch::Receiver<bool>,
+) -> anyhow::Result<Vec<std::thread::JoinHandle<anyhow::Result<()>>>> {
+    let mut others = Vec::new();
     for (index, listener) in (1..).zip(listeners) {
-        let grpc_listener = grpc_listeners.as_mut().and_then(Iterator::next);
+        let grpc_listener = grpc.as_mut().and_then(Iterator::next);
         let thread = ServerThread {
             primary: false,
             ..shared.clone()
@@ -136,29 +188,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
                 })?,
         );
     }
-    let thread = shared;
-    tracing::info!(%listen, %grpc, tls, threads, topology = ?config.topology, "sluice-server started");
-    let served = current_thread_runtime()?.block_on(serve(
-        config,
-        thread,
-        primary_listener,
-        primary_grpc,
-        async move {
-            shutdown_signal().await;
-            let _ = stop.send(true);
-        },
-    ));
-    // Whatever ended this thread's serving also dropped `stop`, which stops the others.
-    drop(stopping);
-    for other in others {
-        match other.join() {
-            Ok(result) => result?,
-            Err(_) => anyhow::bail!("a server thread panicked"),
-        }
-    }
-    served?;
-    tracing::info!("stopped");
-    Ok(())
+    Ok(others)
 }
 
 /// Serves one thread's share on `listener` (and `grpc_listener`) in the current runtime.
