@@ -111,6 +111,6 @@ local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_w
     end
     redis.call('SET', key, tat, 'PX', ttl_ms(kept, keptf))
   end
-  return {flag(allowed), burst, remaining(tol, tolf, kept, keptf, P, R), ceil_ms_frac(kept, keptf), retry, delay,
-    allowed and cost or 0}
+  return {flag(allowed), burst, remaining(tol, tolf, kept, keptf, P, R),
+    ceil_ms_frac(kept, keptf), retry, delay, allowed and cost or 0}
 end

@@ -227,10 +227,9 @@ impl EnvoyStream {
             let state = Arc::clone(&state);
             async move { state.engine.lease(&request, None).await }
         }))
-        .buffered(LEASE_CALLS_IN_FLIGHT);
-        let mut chunks = names.chunks(MAX_ASKS);
-        while let Some(answer) = answers.next().await {
-            let chunk = chunks.next().unwrap_or_default();
+        .buffered(LEASE_CALLS_IN_FLIGHT)
+        .zip(futures::stream::iter(names.chunks(MAX_ASKS)));
+        while let Some((answer, chunk)) = answers.next().await {
             let grants = match answer {
                 Ok(response) => response.grants,
                 Err(e) => {
@@ -352,8 +351,8 @@ impl Drop for EnvoyStream {
     }
 }
 
-/// Counts a bucket refused for `cap` (`stream_cap`, `server_cap`, `holder_cap`), and says so in the log
-/// now and then.
+/// Counts a bucket refused for `cap` (`stream_cap`, `server_cap`, `holder_cap`), and says so
+/// in the log now and then.
 fn refuse_bucket(state: &AppState, cap: &'static str) {
     state.metrics.rlqs().bucket_refused(cap);
     if let Some(left_out) = state.failure_warnings.quota_buckets.due(Instant::now()) {
