@@ -231,9 +231,7 @@ impl Bucket {
             if self.quiet && over {
                 // Offered more than a quiet bucket is funded for: funded anew from the next
                 // tick (its share, or a quiet funding of what it is offered now).
-                self.quiet = false;
-                self.funding_span_ms = FUNDING_STEP_MS;
-                self.next_funding_ms = now_ms;
+                self.fund_share_from(now_ms);
             }
         }
         if usage.allowed > 0 || usage.denied > 0 {
@@ -465,9 +463,16 @@ impl Bucket {
     /// streams' claims would end, within [`CROWDED_RETRY_MS`].
     pub fn crowded_out(&mut self, grant: &LeaseGrant, now_ms: u64) {
         let wait_ms = grant.more_in_ms.clamp(FUNDING_STEP_MS, CROWDED_RETRY_MS);
-        self.next_funding_ms = now_ms.saturating_add(wait_ms);
-        // What it was last funded for is no longer paid for: not renewed.
+        // Its claim lapsed from the ledger, and what a quiet funding paid for with it: once in,
+        // it is funded its share a step at a time, as a new bucket is.
+        self.fund_share_from(now_ms.saturating_add(wait_ms));
+    }
+
+    /// Puts the bucket back on fundings of its share, one step at a time, from `at_ms`.
+    fn fund_share_from(&mut self, at_ms: u64) {
         self.quiet = false;
+        self.funding_span_ms = FUNDING_STEP_MS;
+        self.next_funding_ms = at_ms;
     }
 
     /// Whether `assignment` is to be sent at `now_ms`: it is new, or the last one sent is due

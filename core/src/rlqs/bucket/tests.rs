@@ -220,6 +220,30 @@ fn a_crowded_out_bucket_is_no_longer_quiet_and_asks_again_within_five_seconds() 
 }
 
 #[test]
+fn a_quiet_bucket_crowded_out_asks_for_its_share_a_step_at_a_time_when_it_gets_in() {
+    let mut b = reported(1);
+    let assignment = b.funded(&grant(20, 20.0), 1000).unwrap();
+    b.sent(assignment, 1000);
+    let quiet = b.funding_ask(2000, Step::Tick).expect("a span on");
+    assert_eq!(quiet.share_span_ms, 25_000, "quiet");
+    b.report(&usage(5, 1, 0), 2000);
+    b.crowded_out(
+        &LeaseGrant {
+            crowded: true,
+            more_in_ms: 3000,
+            ..grant(0, 0.0)
+        },
+        2000,
+    );
+    let ask = b.funding_ask(5000, Step::Tick).expect("tried again");
+    assert_eq!(
+        (ask.want, ask.share_span_ms),
+        (MAX_AMOUNT, FUNDING_STEP_MS),
+        "its share over a step, not over the quiet span it no longer holds"
+    );
+}
+
+#[test]
 fn a_quiet_bucket_is_funded_for_long_spans_with_what_it_needs_and_assigned_through_them() {
     // A request in 5 s: a fifth of a request a second, against a share of 20.
     let mut b = reported(1);
