@@ -19,10 +19,7 @@ local checks = {}
 local at = 3
 for i = 1, n do
   local count = tonumber(ARGV[at + 4])
-  local p = {}
-  for j = 1, count do
-    p[j] = tonumber(ARGV[at + 4 + j])
-  end
+  local p = read_params(ARGV, at + 4, count)
   checks[i] = {
     run = ALGORITHMS[tonumber(ARGV[at])],
     cost = tonumber(ARGV[at + 1]),

@@ -189,6 +189,15 @@ local function prefetch(keys)
   end
 end
 
+-- An algorithm's parameters (`p`): the `count` numbers of `args` (a call's ARGV) after `at`.
+local function read_params(args, at, count)
+  local p = {}
+  for j = 1, count do
+    p[j] = tonumber(args[at + j])
+  end
+  return p
+end
+
 -- A check's six numbers in a reply.
 local CHECK_REPLY = '%d %d %d %d %d %d'
 

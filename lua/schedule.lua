@@ -48,16 +48,59 @@ local function intervals(units, P, R)
   return muldivmod(units, P, R)
 end
 
-local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_wait, reach)
-  local ex, exf = 0, 0
+-- The excess a key holds at `now` (the time it stores past `now`, as a pair; 0 if none).
+local function excess(key, now, R)
   local found, us, ticks = read_fields(key, '^(%d+):?(%d*)$', '<us>[:<ticks>]')
   if found then
     us = tonumber(us)
     ticks = math.min(tonumber(ticks) or 0, R - 1)
     if pair_lt(now, 0, us, ticks) then
-      ex, exf = us - now, ticks
+      return us - now, ticks
     end
   end
+  return 0, 0
+end
+
+-- Stores an excess of (`kept`, `keptf`) past `now`.
+local function store(key, now, kept, keptf)
+  local tat = string.format('%d', now + kept)
+  if keptf > 0 then
+    tat = string.format('%d:%d', now + kept, keptf)
+  end
+  redis.call('SET', key, tat, 'PX', ttl_ms(kept, keptf))
+end
+
+-- A grant without a wait, as schedule(key, now, -want, false, true, P, R, burst, nil, reach)
+-- takes it: the units taken, and the units left after (a quota funding needs no more of its
+-- answer).
+local function grant(key, now, want, P, R, burst, reach)
+  local ex, exf = excess(key, now, R)
+  local tol = burst * P + reach
+  if R == 1 and tol < TWO_52 then
+    -- Whole microseconds an interval, every number below 2^53: plain arithmetic is exact
+    -- (a quotient of integers below 2^53, rounded, never crosses an integer), and spares a
+    -- quota funding on such a limit (nearly all are) a tenth of its instructions.
+    local take = math.max(0, math.min(want, math.floor(math.max(tol - ex, 0) / P), burst))
+    local kept = ex + take * P
+    if take > 0 then
+      redis.call('SET', key, string.format('%d', now + kept), 'PX', ttl_ms(kept))
+    end
+    return take, math.floor(math.max(tol - kept, 0) / P)
+  end
+  local tolf
+  tol, tolf = intervals(burst, P, R)
+  tol = tol + reach
+  local take = math.max(0, math.min(want, remaining(tol, tolf, ex, exf, P, R), burst))
+  if take > 0 then
+    local c, cf = intervals(take, P, R)
+    ex, exf = pair_add(ex, exf, c, cf, R)
+    store(key, now, ex, exf)
+  end
+  return take, remaining(tol, tolf, ex, exf, P, R)
+end
+
+local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_wait, reach)
+  local ex, exf = excess(key, now, R)
   local tol, tolf = intervals(burst, P, R)
   if reach then
     -- What it admits `reach` later: that much more excess tolerated.
@@ -105,11 +148,7 @@ local function schedule(key, now, cost, count_denied, commit, P, R, burst, max_w
     delay = ceil_ms_frac(ex, exf)
   end
   if commit and pair_lt(ex, exf, kept, keptf) then
-    local tat = string.format('%d', now + kept)
-    if keptf > 0 then
-      tat = string.format('%d:%d', now + kept, keptf)
-    end
-    redis.call('SET', key, tat, 'PX', ttl_ms(kept, keptf))
+    store(key, now, kept, keptf)
   end
   return {flag(allowed), burst, remaining(tol, tolf, kept, keptf, P, R),
     ceil_ms_frac(kept, keptf), retry, delay, allowed and cost or 0}

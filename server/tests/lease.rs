@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::{Http, server};
 use sluice_core::limit::{Algorithm, Limit};
-use sluice_core::wire::{DecideRequest, LeaseGrant, LeaseRequest};
+use sluice_core::wire::{DecideRequest, LeaseAsk, LeaseGrant, LeaseRequest};
 use sluice_harness::{RedisCluster, RedisServer};
 use sluice_server::engine::{Engine, LeaseError};
 use sluice_server::metrics::Metrics;
@@ -632,4 +632,140 @@ async fn a_ledger_full_of_holders_crowds_out_a_new_one_until_one_leaves() {
     let c = fund("c", 10.6).await;
     assert!(!c.crowded && c.granted > 0, "{c:?}");
     assert_eq!(c.share_per_ks, 5_000, "c shares with a");
+}
+
+/// One step of [`the_fund_script_grants_and_writes_what_the_lease_script_does`]: a call of
+/// `holder`'s asks, one a limit, at `at_us` after [`NOW`].
+struct FundingStep {
+    at_us: i64,
+    holder: &'static str,
+    asks: Vec<LeaseAsk>,
+}
+
+/// The quota service's fundings go to `lua/fund.lua`, which takes a holder alone in its ledger
+/// on a path of its own: it must grant, answer and write exactly what `lua/lease.lua` does for
+/// the same asks. Random fundings of three holders (wants, demands, carries and spans), their
+/// withdrawals, and a secret holder that leases and gives units back (a pool in the ledger),
+/// on every algorithm (a gcra of whole-microsecond intervals and one of thirds of one), are
+/// run through both scripts on keys of their own: every answer, every state and every ledger
+/// the same, by FCALL and by EVALSHA. (In replay time, as here, every key lives an hour:
+/// expiries are not compared.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fund_script_grants_and_writes_what_the_lease_script_does() {
+    use rand::{RngExt, SeedableRng};
+    use sluice_core::key::ledger_key;
+    use sluice_server::scripts::{LeaseCall, ScriptTime};
+    use sluice_server::store::ScriptCalls;
+
+    let limits = [
+        r#"{"algorithm":"gcra","rate":10,"per":"1s","burst":20}"#,
+        r#"{"algorithm":"gcra","rate":3,"per":"1s","burst":5}"#,
+        r#"{"algorithm":"token_bucket","rate":7,"per":"2s","burst":4}"#,
+        r#"{"algorithm":"leaky_bucket","rate":5,"per":"1s","burst":5}"#,
+        r#"{"algorithm":"leaky_bucket","rate":5,"per":"1s","burst":5,"mode":"shaping","max_wait":"300ms"}"#,
+        r#"{"algorithm":"sliding_window","limit":20,"window":"1s"}"#,
+        r#"{"algorithm":"fixed_window","limit":30,"window":"1s"}"#,
+        r#"{"algorithm":"sliding_log","limit":10,"window":"1s"}"#,
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(56);
+    let mut at_us = 0;
+    let mut steps = Vec::new();
+    for _ in 0..150 {
+        at_us += rng.random_range(0..1_500_000);
+        // Half the time the last call again, as a busy bucket's steady fundings are.
+        if let Some(last) = steps.last().filter(|_| rng.random_bool(0.5)) {
+            let FundingStep { holder, asks, .. } = last;
+            let (holder, asks) = (*holder, asks.clone());
+            steps.push(FundingStep {
+                at_us,
+                holder,
+                asks,
+            });
+            continue;
+        }
+        let holder = ["a", "b", "c", "f"][rng.random_range(0..4)];
+        let asks = limits
+            .iter()
+            .map(|limit| {
+                let span_ms = [1000, 2000, 15_000][rng.random_range(0..3)];
+                let (want, demand) = match rng.random_range(0..6) {
+                    0 => (0, 0),
+                    1 => (rng.random_range(1..4), rng.random_range(0..3)),
+                    _ => (1_000_000_000, rng.random_range(0..30)),
+                };
+                let body = if holder == "f" {
+                    format!(
+                        r#"{{"rule":"r","key":"k","limit":{limit},"terms":{{"max_units":6,"max_outstanding":9,"ttl":"3s"}},"want":{},"held":{},"returning":{}}}"#,
+                        rng.random_range(0..6),
+                        rng.random_range(0..4),
+                        rng.random_range(0..3),
+                    )
+                } else {
+                    format!(
+                        r#"{{"rule":"r","key":"k","limit":{limit},"terms":{{"max_units":1000000000,"max_outstanding":1000000000,"ttl":"10s"}},"want":{want},"demand":{demand},"share_span_ms":{span_ms},"carry_per_k":{}}}"#,
+                        rng.random_range(0..1000),
+                    )
+                };
+                serde_json::from_str(&body).unwrap()
+            })
+            .collect();
+        steps.push(FundingStep {
+            at_us,
+            holder,
+            asks,
+        });
+    }
+
+    for calls in [ScriptCalls::Functions, ScriptCalls::Eval] {
+        let redis = RedisServer::start().unwrap();
+        let store = common::connected_store_calling(Topology::Standalone(redis.url()), calls).await;
+        let redis = redis::Client::open(redis.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let keys = |prefix: &str, asks: &[LeaseAsk]| -> Vec<String> {
+            asks.iter()
+                .enumerate()
+                .map(|(i, ask)| {
+                    sluice_core::key::redis_key(prefix, &ask.rule, &ask.key, &ask.limit)
+                        + &format!("{i}")
+                })
+                .collect()
+        };
+        let mut funded = 0;
+        for (n, step) in steps.iter().enumerate() {
+            let time = ScriptTime::Replay(NOW + step.at_us);
+            let secret = if step.holder == "f" { "s3cr3t" } else { "" };
+            let pairs = |prefix| step.asks.iter().zip(keys(prefix, &step.asks));
+            let general = LeaseCall::general(time, step.holder, secret, pairs("general"));
+            let chosen = LeaseCall::new(time, step.holder, secret, pairs("chosen"));
+            if chosen.script().function() != general.script().function() {
+                funded += 1;
+            }
+            let by_lease = store.run_lease(&general).await.unwrap();
+            let by_chosen = store.run_lease(&chosen).await.unwrap();
+            assert_eq!(
+                by_chosen, by_lease,
+                "step {n} ({} at {} us)",
+                step.holder, step.at_us
+            );
+            let stored = |prefix| {
+                let keys: Vec<String> = keys(prefix, &step.asks)
+                    .into_iter()
+                    .flat_map(|key| [ledger_key(&key), key])
+                    .collect();
+                let mut redis = redis.clone();
+                async move {
+                    redis::cmd("MGET")
+                        .arg(&keys)
+                        .query_async::<Vec<Option<String>>>(&mut redis)
+                        .await
+                        .unwrap()
+                }
+            };
+            assert_eq!(stored("chosen").await, stored("general").await, "step {n}");
+        }
+        assert!(funded > 50, "the fund script took {funded} of the calls");
+    }
 }

@@ -105,7 +105,7 @@ impl LeaseAsk {
 
 /// The whole units a share grants over a span, and the thousandths of a unit it carries to the
 /// next: the share (units a thousand seconds, as [`LeaseGrant::share_per_ks`] says it) over the
-/// span, plus what the last grants carried, cut to whole units. `lua/lease.lua` makes the
+/// span, plus what the last grants carried, cut to whole units. `lua/ledger.lua` makes the
 /// same cut.
 pub fn share_over_span(share_per_ks: u64, span_ms: u64, carry_per_k: u64) -> (u64, u64) {
     let thousandths = (share_per_ks.saturating_mul(span_ms) / 1000).saturating_add(carry_per_k);

@@ -68,8 +68,20 @@ fn lease_terms(ask: &LeaseAsk) -> Vec<u64> {
     } else {
         (0, Millis::MIN)
     };
+    // Algorithm 0: schedule.lua's grant without a wait, which the fund script takes without
+    // the rest of a decision's answer (`scheduled()` in `lua/ledger.lua`).
+    let scheduled = match &ask.limit {
+        Limit::TokenBucket(_) | Limit::Gcra(_) => true,
+        Limit::LeakyBucket(l) => l.mode().max_wait().is_none(),
+        Limit::FixedWindow(_) | Limit::SlidingLog(_) | Limit::SlidingWindow(_) => false,
+    };
+    let algorithm = if scheduled {
+        0
+    } else {
+        ask.limit.algorithm().ordinal() as u64 + 1
+    };
     let mut terms = vec![
-        ask.limit.algorithm().ordinal() as u64 + 1,
+        algorithm,
         ask.terms.max_units,
         ask.terms.max_outstanding,
         ask.terms.ttl.as_micros().unsigned_abs(),
@@ -244,8 +256,9 @@ impl BatchCall {
     }
 }
 
-/// Lease asks of one holder, granted by one call of the lease script (see `lua/lease.lua`).
-/// On a Redis Cluster a call holds the asks of one key only.
+/// Lease asks of one holder, granted by one call of the lease script (see `lua/lease.lua`),
+/// or, when every ask is a quota funding, of the fund script (`lua/fund.lua`), which grants
+/// the same for half the work. On a Redis Cluster a call holds the asks of one key only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseCall {
     /// `KEYS`: each ask's state key and ledger key.
@@ -254,6 +267,14 @@ pub struct LeaseCall {
     pub args: Vec<String>,
     /// Each ask's `held`, to tell the holder when the ledger counted fewer.
     pub held: Vec<u64>,
+    /// Whether the fund script grants it.
+    funding: bool,
+}
+
+/// Whether the fund script takes this ask: a quota funding, with a span, holding nothing and
+/// giving nothing back (of a holder with no secret).
+fn is_funding(ask: &LeaseAsk) -> bool {
+    ask.share_span_ms > 0 && ask.held == 0 && ask.returning == 0
 }
 
 impl LeaseCall {
@@ -264,17 +285,41 @@ impl LeaseCall {
         secret: &str,
         asks: impl IntoIterator<Item = (&'a LeaseAsk, String)>,
     ) -> LeaseCall {
+        let asks: Vec<(&LeaseAsk, String)> = asks.into_iter().collect();
+        let funding = secret.is_empty() && asks.iter().all(|(ask, _)| is_funding(ask));
+        LeaseCall::with(time, holder, secret, asks, funding)
+    }
+
+    /// The call for `asks` by the lease script, whatever they are: what the fund script must
+    /// grant the same as.
+    pub fn general<'a>(
+        time: ScriptTime,
+        holder: &str,
+        secret: &str,
+        asks: impl IntoIterator<Item = (&'a LeaseAsk, String)>,
+    ) -> LeaseCall {
+        LeaseCall::with(time, holder, secret, asks.into_iter().collect(), false)
+    }
+
+    fn with(
+        time: ScriptTime,
+        holder: &str,
+        secret: &str,
+        asks: Vec<(&LeaseAsk, String)>,
+        funding: bool,
+    ) -> LeaseCall {
         // Lease calls are few (most requests are decided from what they grant), so their
         // arguments are strings, the holder's among them; numbers are written as a check's.
         let number = |n: u64| ScriptArg::Number(n).to_string();
+        let mut args = vec![ScriptArg::Time(time).to_string(), holder.to_owned()];
+        if !funding {
+            args.push(secret.to_owned());
+        }
         let mut call = LeaseCall {
             keys: Vec::new(),
-            args: vec![
-                ScriptArg::Time(time).to_string(),
-                holder.to_owned(),
-                secret.to_owned(),
-            ],
+            args,
             held: Vec::new(),
+            funding,
         };
         // Each distinct terms once, the asks naming theirs by number: a quota stream's
         // fundings are many asks of a few rules, and each argument costs Redis and the script.
@@ -290,14 +335,23 @@ impl LeaseCall {
                     terms.len() - 1
                 }
             };
-            per_ask.extend([
-                index as u64 + 1,
-                ask.want,
-                ask.held,
-                ask.returning,
-                ask.demand_per_ks(),
-                ask.carry_per_k,
-            ]);
+            if funding {
+                per_ask.extend([
+                    index as u64 + 1,
+                    ask.want,
+                    ask.demand_per_ks(),
+                    ask.carry_per_k,
+                ]);
+            } else {
+                per_ask.extend([
+                    index as u64 + 1,
+                    ask.want,
+                    ask.held,
+                    ask.returning,
+                    ask.demand_per_ks(),
+                    ask.carry_per_k,
+                ]);
+            }
             let ledger = ledger_key(&state_key);
             call.keys.extend([state_key, ledger]);
         }
@@ -308,9 +362,13 @@ impl LeaseCall {
         call
     }
 
-    /// The lease script.
+    /// The lease script, or the fund script.
     pub fn script(&self) -> &'static LimitScript {
-        SCRIPTS.lease()
+        if self.funding {
+            SCRIPTS.fund()
+        } else {
+            SCRIPTS.lease()
+        }
     }
 
     /// Splits the script's reply into one grant per ask, or says which ask named a holder

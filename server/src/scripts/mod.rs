@@ -3,7 +3,9 @@
 //! Each algorithm's script is `lua/prelude.lua`, `lua/schedule.lua`, that algorithm's file
 //! wrapped as the function `run`, and `lua/single.lua`, compiled in, with its SHA computed
 //! once. The batch script decides every check of a request in one call, all or nothing: the
-//! prelude, the schedule, every algorithm's file wrapped as a function, and `lua/batch.lua`.
+//! prelude, the schedule, every algorithm's file wrapped as a function, and `lua/batch.lua`;
+//! the lease script and the fund script the same with `lua/ledger.lua`, then `lua/lease.lua`
+//! or `lua/fund.lua`.
 //! The same files also make one Redis Functions library ([`Library`]), which registers every
 //! script as a function: called by `FCALL`, a script's definitions run once when the library
 //! loads rather than on every call.
@@ -28,7 +30,9 @@ const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
 const SCHEDULE: &str = include_str!("../../../lua/schedule.lua");
 const SINGLE: &str = include_str!("../../../lua/single.lua");
 const BATCH: &str = include_str!("../../../lua/batch.lua");
+const LEDGER: &str = include_str!("../../../lua/ledger.lua");
 const LEASE: &str = include_str!("../../../lua/lease.lua");
+const FUND: &str = include_str!("../../../lua/fund.lua");
 
 /// Each algorithm's file, in `Algorithm::ALL` order (the batch script numbers them from 1).
 const ALGORITHM_FILES: [(Algorithm, &str); 6] = [
@@ -137,12 +141,13 @@ impl Library {
     }
 }
 
-/// Every algorithm's script, the batch script and the lease script.
+/// Every algorithm's script, the batch script, the lease script and the fund script.
 pub struct Scripts {
     /// By [`Algorithm::ordinal`].
     singles: Vec<LimitScript>,
     batch: LimitScript,
     lease: LimitScript,
+    fund: LimitScript,
     library: Library,
 }
 
@@ -167,13 +172,14 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         })
         .collect();
     let batch_text = format!("{all}{BATCH}");
-    let lease_text = format!("{all}{LEASE}");
+    let lease_text = format!("{all}{LEDGER}\n{LEASE}");
+    let fund_text = format!("{all}{LEDGER}\n{FUND}");
 
     // The library: the definitions once, then each script's body as a function. It is named
     // by the hash of its code, written first with a placeholder for the name.
     const NAME: &str = "@library@";
     let function = |name: &str, what: &str| format!("{name}_{what}");
-    let mut code = format!("#!lua name={NAME}\n{all}");
+    let mut code = format!("#!lua name={NAME}\n{all}{LEDGER}\n");
     for (algorithm, _) in ALGORITHM_FILES {
         code.push_str(&format!(
             "do\nlocal run = ALGORITHMS[{}]\nredis.register_function('{}', {})\nend\n",
@@ -182,7 +188,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
             callback(SINGLE)
         ));
     }
-    for (what, body) in [("batch", BATCH), ("lease", LEASE)] {
+    for (what, body) in [("batch", BATCH), ("lease", LEASE), ("fund", FUND)] {
         code.push_str(&format!(
             "redis.register_function('{}', {})\n",
             function(NAME, what),
@@ -210,6 +216,10 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
             text: Script::new(&lease_text),
             function: function("lease"),
         },
+        fund: LimitScript {
+            text: Script::new(&fund_text),
+            function: function("fund"),
+        },
         library: Library { name, code },
     }
 });
@@ -228,6 +238,11 @@ impl Scripts {
     /// The lease script.
     pub fn lease(&self) -> &LimitScript {
         &self.lease
+    }
+
+    /// The fund script: the lease script's grants for quota fundings, for less work.
+    pub fn fund(&self) -> &LimitScript {
+        &self.fund
     }
 
     /// Every script as one Redis Functions library.

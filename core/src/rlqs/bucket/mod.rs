@@ -1,7 +1,7 @@
 //! One bucket as one Envoy reports it: what it is offered, when its share of the limit is next
 //! funded, and the assignment it was last sent.
 //!
-//! Each Envoy (one quota stream) is a holder in the bucket's lease ledger (`lua/lease.lua`).
+//! Each Envoy (one quota stream) is a holder in the bucket's lease ledger (`lua/ledger.lua`).
 //! Every refill of the token bucket it is assigned is funded before it is assigned: once per
 //! fill interval the server asks the ledger for the Envoy's share of the limit's rate over
 //! that interval, and the algorithm grants the units out of its own state, as it would grant
