@@ -8,7 +8,8 @@
 
 CARGO  ?= cargo
 WASM   := target/wasm32-wasip1/wasm/sluice_filter.wasm
-SIM    := target/release/sluice-sim
+# The demo's simulator: the `quick` profile, release without link-time optimisation (Cargo.toml).
+SIM    := target/quick/sluice-sim
 DEMO   := target/demo
 # make demo TRACE=/path/to/access.log   (any access log)
 TRACE  ?=
@@ -33,10 +34,13 @@ wasm: setup
 	$(CARGO) build -p sluice-filter -p sluice-probe -p sluice-noop-filter --target wasm32-wasip1 --profile wasm
 	@bash scripts/optimize-wasm.sh $(WASM) target/wasm32-wasip1/wasm/sluice_noop_filter.wasm
 
+# The binaries as they ship: the tuned release profile.
 build: wasm
 	$(CARGO) build --release -p sluice-sim -p sluice-server
 
-demo: build
+# Builds only what it runs: the filter and the simulator (which runs the server in process).
+demo: wasm
+	$(CARGO) build --profile quick -p sluice-sim
 	@mkdir -p $(DEMO)
 	@trace='$(TRACE)'; \
 	if [ -z "$$trace" ] && [ -r $(REAL_TRACE) ]; then \
