@@ -17,8 +17,6 @@
 --
 -- Answers per ask the nine numbers lease.lua does.
 
-local LEASE_REPLY = '%d %d %d %d %d %d %d %d %d'
-
 local now = clock(ARGV[1])
 local holder = ARGV[2]
 local n = tonumber(ARGV[3])
@@ -75,7 +73,7 @@ local function alone(i, t, want, demand, carry)
   wanted = math.min(wanted, math.floor((math.floor(share_milli * t.span / 1000000) + carry) / 1000))
   local fresh = math.max(0, math.min(wanted, t.max_total))
   local granted, limit, remaining = 0, 0, 0
-  if fresh > 0 and t.scheduled then
+  if fresh > 0 and t.by_schedule then
     local p = t.p
     granted, remaining = grant(state, now, fresh, p[1], p[2], p[3], t.reach)
     limit = p[3]

@@ -50,4 +50,4 @@ for i = 1, n do
     terms[tonumber(ARGV[at])], ask)
   at = at + 6
 end
-return reply(out, '%d %d %d %d %d %d %d %d %d')
+return reply(out, LEASE_REPLY)

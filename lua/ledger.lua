@@ -26,6 +26,8 @@
 -- others' entries ends; nothing is written.
 
 local POOL = '#pool'
+-- An ask's nine numbers in a reply (see lease.lua).
+local LEASE_REPLY = '%d %d %d %d %d %d %d %d %d'
 -- The furthest ahead an ask with a span reaches (see lease()).
 local MAX_REACH_US = 1000000
 
@@ -252,7 +254,8 @@ local function read_terms(args, at, count)
     local span = tonumber(args[at + 6])
     terms[t] = {
       run = ALGORITHMS[algorithm] or scheduled,
-      scheduled = algorithm == 0,
+      -- Granted by grant() in schedule.lua, without the rest of a decision's answer.
+      by_schedule = algorithm == 0,
       max_units = tonumber(args[at + 1]),
       max_total = tonumber(args[at + 2]),
       ttl = tonumber(args[at + 3]),

@@ -62,6 +62,25 @@ fn reported(allowed: u64) -> Bucket {
     b
 }
 
+/// A bucket reported a request in 5 s, assigned its share at 1 s, and its quiet funding's ask
+/// at 2 s.
+fn gone_quiet() -> (Bucket, LeaseAsk) {
+    let mut b = reported(1);
+    let assignment = b.funded(&grant(20, 20.0), 1000).unwrap();
+    b.sent(assignment, 1000);
+    let quiet = b.funding_ask(2000, Step::Tick).expect("a span on");
+    (b, quiet)
+}
+
+/// The grant of an ask crowded out of its ledger, whose first entry ends in `more_in_ms`.
+fn crowded(more_in_ms: u64) -> LeaseGrant {
+    LeaseGrant {
+        crowded: true,
+        more_in_ms,
+        ..grant(0, 0.0)
+    }
+}
+
 #[test]
 fn each_refill_is_funded_before_it_is_assigned() {
     let mut b = Bucket::new("shop", &id("k"), &rule(Share::Demand), 0);
@@ -183,21 +202,13 @@ fn a_bucket_is_funded_at_its_first_report_then_once_a_tick_at_every_phase() {
 
 #[test]
 fn a_crowded_out_bucket_is_no_longer_quiet_and_asks_again_within_five_seconds() {
-    let mut b = reported(1);
-    let assignment = b.funded(&grant(20, 20.0), 1000).unwrap();
-    b.sent(assignment, 1000);
-    let quiet = b.funding_ask(2000, Step::Tick).expect("a span on");
+    let (mut b, quiet) = gone_quiet();
     b.funded(&grant(quiet.want, 20.0), 2000).unwrap();
     assert!(
         b.assignment_ttl_s(2000) > ASSIGNMENT_TTL_S,
         "quiet: its span and more"
     );
     // Its claim lapsed (a stalled stream), and others filled the ledger meanwhile.
-    let crowded = |more_in_ms| LeaseGrant {
-        crowded: true,
-        more_in_ms,
-        ..grant(0, 0.0)
-    };
     b.report(&usage(5, 1, 0), 30_000);
     b.crowded_out(&crowded(9_000), 30_000);
     assert_eq!(
@@ -221,20 +232,10 @@ fn a_crowded_out_bucket_is_no_longer_quiet_and_asks_again_within_five_seconds() 
 
 #[test]
 fn a_quiet_bucket_crowded_out_asks_for_its_share_a_step_at_a_time_when_it_gets_in() {
-    let mut b = reported(1);
-    let assignment = b.funded(&grant(20, 20.0), 1000).unwrap();
-    b.sent(assignment, 1000);
-    let quiet = b.funding_ask(2000, Step::Tick).expect("a span on");
+    let (mut b, quiet) = gone_quiet();
     assert_eq!(quiet.share_span_ms, 25_000, "quiet");
     b.report(&usage(5, 1, 0), 2000);
-    b.crowded_out(
-        &LeaseGrant {
-            crowded: true,
-            more_in_ms: 3000,
-            ..grant(0, 0.0)
-        },
-        2000,
-    );
+    b.crowded_out(&crowded(3000), 2000);
     let ask = b.funding_ask(5000, Step::Tick).expect("tried again");
     assert_eq!(
         (ask.want, ask.share_span_ms),
