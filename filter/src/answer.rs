@@ -9,9 +9,7 @@
 //! verdict or grant per check asked, is only ever written by sluice-server, with a 200.
 
 use proxy_wasm::traits::Context;
-
-/// How much of a failed answer's body an error quotes.
-const QUOTED_BYTES: usize = 512;
+use sluice_filter_logic::answer::refused;
 
 /// What `parse` makes of the body of a 200 answer, or what went wrong.
 pub fn read<T>(
@@ -31,13 +29,6 @@ pub fn read<T>(
         let status = context
             .get_http_call_response_header_bytes(":status")
             .unwrap_or_default();
-        if status == b"200" {
-            return reason;
-        }
-        format!(
-            "sluice-server answered {}: {}",
-            String::from_utf8_lossy(&status),
-            String::from_utf8_lossy(&body[..body.len().min(QUOTED_BYTES)]).trim()
-        )
+        refused(&status, &body, reason)
     })
 }

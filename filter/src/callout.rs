@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use proxy_wasm::traits::Context;
 use sluice_core::policy::Service;
+use sluice_filter_logic::callout_headers;
 
 /// Sends `body` to `path` of sluice-server; the callout's token, or why the host refused it.
 pub fn post(
@@ -13,15 +14,7 @@ pub fn post(
     path: &str,
     body: &[u8],
 ) -> Result<u32, String> {
-    let mut headers = vec![
-        (":method", "POST"),
-        (":path", path),
-        (":authority", service.authority.as_str()),
-        ("content-type", "application/json"),
-    ];
-    if let Some(authorization) = &service.authorization {
-        headers.push(("authorization", authorization.as_str()));
-    }
+    let headers = callout_headers(service, path);
     let timeout = Duration::from_millis(service.timeout.as_millis());
     context
         .dispatch_http_call(&service.cluster, headers, Some(body), vec![], timeout)

@@ -1,16 +1,23 @@
 //! What the root context and its streams share: a configuration with its counters, caches,
-//! leases and held streams, and the host's clock.
+//! leases and held streams; and that, in the proxy-wasm host, as the requests' [`Glue`].
 
 use std::time::UNIX_EPOCH;
 
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::Context;
-use sluice_core::policy::Policy;
+use sluice_core::deny_cache::{Entry, EntryId};
+use sluice_core::key::LimitKey;
+use sluice_core::lease::LeaseConfig;
+use sluice_core::policy::{Policy, Rule};
+use sluice_core::record::{DECISION_PROPERTY, RuleOutcome};
+use sluice_filter_logic::{Glue, Local};
 
 use crate::cache::DenyCache;
+use crate::ffi;
 use crate::held::SharedHeld;
-use crate::lease::Leases;
+use crate::lease::{Leases, Reservation};
 use crate::stats::Stats;
-use crate::warnings::Warnings;
+use crate::warnings::{Warning, Warnings};
 
 /// A configured root context: what it and every one of its streams share.
 pub struct Configured {
@@ -35,4 +42,71 @@ pub fn now_us(context: &dyn Context) -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+impl Glue for Configured {
+    type Reservation = Reservation;
+
+    fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    fn now_us(&self) -> u64 {
+        hostcalls::get_current_time()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+            .unwrap_or(0)
+    }
+
+    /// In the filter state `wasm.sluice.decision`.
+    fn record(&self, decision: &[u8]) {
+        ffi::set_filter_state(DECISION_PROPERTY, decision);
+    }
+
+    fn count_outcome(&self, rule: usize, outcome: RuleOutcome, delayed: bool, local: bool) {
+        self.stats.outcome(rule, outcome, delayed, local);
+    }
+
+    fn count_callout(&self, rules: impl Iterator<Item = usize>) {
+        self.stats.callout(rules);
+    }
+
+    fn callout_failed(&self, now_us: u64, reason: &str) {
+        self.warnings.warn(Warning::Callout, now_us, || {
+            format!("sluice: {reason}; failure mode applies")
+        });
+        self.stats.callout_failure();
+    }
+
+    fn count_client_ip_fallback(&self) {
+        self.stats.client_ip_fallback();
+    }
+
+    fn cache_enabled(&self) -> bool {
+        self.cache.enabled()
+    }
+
+    fn cache_lookup(&self, id: EntryId<'_>, now_ms: u64) -> Option<Entry> {
+        self.cache.lookup(id, now_ms)
+    }
+
+    fn cache_remember(&self, entry: &Entry, now_ms: u64) {
+        self.cache.remember(entry, now_ms);
+    }
+
+    fn take_lease(
+        &self,
+        rule_index: usize,
+        rule: &Rule,
+        config: &LeaseConfig,
+        key: &LimitKey,
+        now_us: u64,
+    ) -> Local<Reservation> {
+        self.leases.take(rule_index, rule, config, key, now_us)
+    }
+
+    fn give_back(&self, reservation: &Reservation, now_us: u64) {
+        self.leases.give_back(reservation, now_us);
+    }
 }

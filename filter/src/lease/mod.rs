@@ -22,6 +22,7 @@ use sluice_core::deny_cache::{SlotKeys, entry_id};
 use sluice_core::key::{LimitKey, RuleName};
 use sluice_core::lease::{Allowance, LEASE_SLOTS, LeaseConfig, Purse, Take};
 use sluice_core::policy::Rule;
+use sluice_filter_logic::Local;
 
 #[cfg(test)]
 mod tests;
@@ -40,29 +41,6 @@ pub struct Reservation {
     cost: u64,
     /// The lease of the purse the units came from; `None`: from the shared allowance.
     purse_lease_until_us: Option<u64>,
-}
-
-/// What an allowance says about one request.
-pub enum Local {
-    /// The units were taken: admitted; what the server said at the last grant.
-    Taken {
-        /// To give back if another rule denies the request.
-        reservation: Reservation,
-        /// The limit's capacity.
-        limit: u64,
-        /// What the server had left at the last grant.
-        remaining: u64,
-    },
-    /// Denied here: the server has nothing to lease for the key for a while, or the key is
-    /// contended and its units are spent at the pace they arrive.
-    Denied {
-        /// Milliseconds until a request could pass.
-        retry_after_ms: u64,
-        /// The limit's capacity.
-        limit: u64,
-    },
-    /// No units here: decide it per request.
-    NotHeld,
 }
 
 /// An ask on its way, to apply its answer.
@@ -242,7 +220,7 @@ impl Leases {
         config: &LeaseConfig,
         key: &LimitKey,
         now_us: u64,
-    ) -> Local {
+    ) -> Local<Reservation> {
         let id = entry_id(&rule.name, key);
         if let Some(local) = self.take_from_purse(&id, rule.cost, now_us) {
             return local;
@@ -317,7 +295,7 @@ impl Leases {
     }
 
     /// Takes `cost` units from the worker's purse for allowance `id`, if it holds them.
-    fn take_from_purse(&self, id: &str, cost: u64, now_us: u64) -> Option<Local> {
+    fn take_from_purse(&self, id: &str, cost: u64, now_us: u64) -> Option<Local<Reservation>> {
         let mut state = self.state.borrow_mut();
         let Pursed { slot, purse, .. } = state.purses.get_mut(id)?;
         if !purse.take(cost, now_us) {

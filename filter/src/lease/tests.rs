@@ -59,7 +59,7 @@ impl Envoy {
         )
     }
 
-    fn take(&self, worker: &Leases, now_us: u64) -> Local {
+    fn take(&self, worker: &Leases, now_us: u64) -> Local<Reservation> {
         let rule = &self.policy.rules[0];
         worker.take(0, rule, rule.lease.as_ref().unwrap(), &self.key, now_us)
     }
@@ -104,7 +104,7 @@ fn grant(granted: u64) -> LeaseGrant {
     }
 }
 
-fn taken(local: &Local) -> bool {
+fn taken(local: &Local<Reservation>) -> bool {
     matches!(local, Local::Taken { .. })
 }
 

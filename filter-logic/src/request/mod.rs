@@ -1,0 +1,426 @@
+//! One request: its checks, the deny cache, leases, at most one callout, and what comes of it.
+//!
+//! [`Request::start`] finds the rules that apply; a live denial in the deny cache answers at
+//! once. Leased rules are decided from their allowances where they hold units; every other
+//! check goes in one callout, whose answer (or its absence) decides: continue, hold (shaping),
+//! or reply. A request denied by any rule gives back the units it took from allowances: a
+//! denied request consumes nothing.
+
+use sluice_core::decision::{Decision, Denial, RuleVerdict, decide};
+use sluice_core::deny_cache::{Entry, EntryId, entry_id};
+use sluice_core::key::{LimitKey, RuleName};
+use sluice_core::policy::{FailureMode, HttpRequest, PlannedCheck, Rule};
+use sluice_core::record::{self, RuleOutcome, RuleRecord};
+use sluice_core::verdict::Verdict;
+use sluice_core::wire::{read_decide_response, write_decide_request};
+
+use crate::glue::{Glue, Local};
+
+#[cfg(test)]
+mod tests;
+
+/// What to do with the request once decided.
+#[derive(Debug)]
+pub enum Act {
+    /// Let it through.
+    Continue,
+    /// Hold it for `delay_ms` from [`Request::asked_at_ms`], then let it through (shaping).
+    Hold {
+        /// How long.
+        delay_ms: u64,
+    },
+    /// Reply locally.
+    Reply(Denial),
+}
+
+/// How a request starts.
+#[derive(Debug)]
+pub enum Start {
+    /// Decided without the server.
+    Decided(Act),
+    /// Send this body to sluice-server's decide path, then [`Request::sent`] or
+    /// [`Request::fail`].
+    Callout(Vec<u8>),
+}
+
+/// One request's checks and what has been decided of them.
+pub struct Request<R> {
+    planned: Vec<PlannedCheck>,
+    /// Per planned check, its verdict when decided here from a lease.
+    local: Vec<Option<Verdict>>,
+    /// Units taken from allowances, given back if the request is denied.
+    reservations: Vec<R>,
+    /// How many checks the callout carries (those not decided here), once it is sent.
+    asked: Option<usize>,
+    /// When the request started: the server decides at this time or a little later, so
+    /// waits it reports count from here and a cached denial never outlives the real one.
+    asked_at_ms: u64,
+    response_headers: Vec<(String, String)>,
+}
+
+impl<R> Default for Request<R> {
+    fn default() -> Request<R> {
+        Request {
+            planned: Vec::new(),
+            local: Vec::new(),
+            reservations: Vec::new(),
+            asked: None,
+            asked_at_ms: 0,
+            response_headers: Vec::new(),
+        }
+    }
+}
+
+/// The rule a planned check comes from. Planned checks come from this policy's `plan`, so the
+/// index is always in range.
+fn rule<'a, G: Glue>(glue: &'a G, planned: &PlannedCheck) -> &'a Rule {
+    &glue.policy().rules[planned.rule]
+}
+
+/// The deny-cache entry for the server's denial `verdict` of `rule`'s `key`, answered to a
+/// callout sent at `asked_at_ms`; none when it says when to retry.
+///
+/// No longer than the limit's own longest wait: an answer claiming more (a lagging clock, or
+/// garbage) would otherwise lock the key out here with no callout to correct it; an entry cut
+/// short only costs a callout.
+fn cache_entry(rule: &Rule, key: &LimitKey, verdict: &Verdict, asked_at_ms: u64) -> Option<Entry> {
+    let retry_ms = verdict.retry_after_ms?;
+    let longest_ms = rule.limit.longest_wait_ms();
+    Some(Entry {
+        id: entry_id(&rule.name, key),
+        until_ms: asked_at_ms.saturating_add(retry_ms.min(longest_ms)),
+        reset_at_ms: asked_at_ms.saturating_add(verdict.reset_ms.min(longest_ms)),
+        limit: verdict.limit,
+    })
+}
+
+/// The verdict a live cached denial stands for at `now_ms`.
+fn cached_verdict(entry: &Entry, now_ms: u64) -> Verdict {
+    Verdict {
+        allowed: false,
+        limit: entry.limit,
+        remaining: 0,
+        reset_ms: entry.reset_at_ms.saturating_sub(now_ms),
+        retry_after_ms: Some(entry.until_ms.saturating_sub(now_ms)),
+        delay_ms: 0,
+    }
+}
+
+impl<R> Request<R> {
+    /// Plans `request`'s checks and decides what can be decided here: with no checks, or
+    /// from a cached denial, or from leases alone, the request is decided; else the callout
+    /// to send.
+    pub fn start<G: Glue<Reservation = R>>(&mut self, glue: &G, request: &HttpRequest) -> Start {
+        let policy = glue.policy();
+        let plan = policy.plan(request);
+        if plan.client_ip_fell_back {
+            glue.count_client_ip_fallback();
+        }
+        self.planned = plan.checks;
+        if self.planned.is_empty() {
+            return Start::Decided(Act::Continue);
+        }
+        // One clock read for the whole request start: each is a host call.
+        let now_us = glue.now_us();
+        let now = now_us / 1000;
+        self.asked_at_ms = now;
+        self.decide_from_leases(glue, now_us);
+        if let Some((hit, denial)) = self.cached_denial(glue, now) {
+            self.give_back(glue);
+            self.record_cache_hit(glue, hit);
+            return Start::Decided(Act::Reply(denial));
+        }
+        if self.local.iter().all(Option::is_some) || self.denied_here(glue) {
+            let verdicts = self.local.clone();
+            return Start::Decided(self.conclude(glue, &verdicts));
+        }
+        let remote = self
+            .planned
+            .iter()
+            .zip(&self.local)
+            .filter(|(_, local)| local.is_none())
+            .map(|(p, _)| (&policy.rules[p.rule].template, &p.key));
+        let mut body = Vec::with_capacity(128 * self.planned.len() + 16);
+        write_decide_request(&mut body, remote);
+        Start::Callout(body)
+    }
+
+    /// The callout [`Request::start`] asked for is on its way.
+    pub fn sent<G: Glue<Reservation = R>>(&mut self, glue: &G) {
+        let remote = self.planned.iter().zip(&self.local);
+        let remote: Vec<usize> = remote
+            .filter(|(_, l)| l.is_none())
+            .map(|(p, _)| p.rule)
+            .collect();
+        self.asked = Some(remote.len());
+        glue.count_callout(remote.into_iter());
+    }
+
+    /// When the request started, in milliseconds since the epoch: a hold counts from here.
+    pub fn asked_at_ms(&self) -> u64 {
+        self.asked_at_ms
+    }
+
+    /// The rate-limit headers an admitted request's response carries.
+    pub fn take_response_headers(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.response_headers)
+    }
+
+    /// The verdicts in the callout's answer `body`, or why there are none: an answer that is
+    /// not one verdict per check asked, each possible for its rule's limit, is refused whole.
+    pub fn read_answer<G: Glue<Reservation = R>>(
+        &self,
+        glue: &G,
+        body: &[u8],
+    ) -> Result<Vec<Verdict>, String> {
+        let asked = self.asked.ok_or("an answer to no callout")?;
+        let remote = read_decide_response(body, asked).map_err(|e| e.to_string())?;
+        let asked_limits = self
+            .planned
+            .iter()
+            .zip(&self.local)
+            .filter(|(_, local)| local.is_none())
+            .map(|(p, _)| &rule(glue, p).limit);
+        for (i, (verdict, limit)) in remote.iter().zip(asked_limits).enumerate() {
+            verdict
+                .check_against(limit)
+                .map_err(|e| format!("response body: results[{i}].{e}"))?;
+        }
+        Ok(remote)
+    }
+
+    /// Decides from the server's verdicts `remote` (from [`Request::read_answer`]) and those
+    /// decided here.
+    pub fn answered<G: Glue<Reservation = R>>(&mut self, glue: &G, remote: &[Verdict]) -> Act {
+        let mut remote = remote.iter();
+        let verdicts: Vec<Option<Verdict>> = self
+            .local
+            .iter()
+            .map(|local| local.or_else(|| remote.next().copied()))
+            .collect();
+        self.conclude(glue, &verdicts)
+    }
+
+    /// The service gave no usable answer: count it, record it, apply the failure mode to the
+    /// checks it was asked (those decided here stand).
+    pub fn fail<G: Glue<Reservation = R>>(&mut self, glue: &G, reason: &str) -> Act {
+        glue.callout_failed(glue.now_us(), reason);
+        let admit = glue.policy().failure_mode == FailureMode::Allow;
+        let outcomes = self.local.iter().map(|local| match local {
+            Some(_) if admit => (RuleOutcome::Allowed, 0, true),
+            Some(_) => (RuleOutcome::Skipped, 0, true),
+            None => (RuleOutcome::Failed, 0, false),
+        });
+        self.record(glue, outcomes);
+        if admit {
+            Act::Continue
+        } else {
+            self.give_back(glue);
+            Act::Reply(glue.policy().failure_denial())
+        }
+    }
+
+    /// Counts what came of each planned check and records it for access logs: `outcomes`
+    /// gives, check by check, its outcome, the delay it was held for and whether it was
+    /// decided here.
+    fn record<G: Glue<Reservation = R>>(
+        &self,
+        glue: &G,
+        outcomes: impl IntoIterator<Item = (RuleOutcome, u64, bool)>,
+    ) {
+        let records: Vec<RuleRecord<&RuleName, &str>> = self
+            .planned
+            .iter()
+            .zip(outcomes)
+            .map(|(p, (outcome, delay_ms, local))| {
+                glue.count_outcome(p.rule, outcome, delay_ms > 0, local);
+                RuleRecord {
+                    rule: &rule(glue, p).name,
+                    key: p.key.as_str(),
+                    outcome,
+                    delay_ms,
+                    local,
+                }
+            })
+            .collect();
+        glue.record(&record::encode(&records));
+    }
+
+    /// Records a request answered from the deny cache: check `hit` found a cached denial, the
+    /// others were skipped.
+    fn record_cache_hit<G: Glue<Reservation = R>>(&self, glue: &G, hit: usize) {
+        self.record(
+            glue,
+            (0..self.planned.len()).map(|i| {
+                let outcome = if i == hit {
+                    RuleOutcome::CachedDeny
+                } else {
+                    RuleOutcome::Skipped
+                };
+                (outcome, 0, false)
+            }),
+        );
+    }
+
+    /// A live cached denial for any enforced check not decided here, as a local reply. A
+    /// check decided from a lease needs none: the server admitted the units it holds, and
+    /// a lookup may be a host call.
+    fn cached_denial<G: Glue<Reservation = R>>(
+        &self,
+        glue: &G,
+        now: u64,
+    ) -> Option<(usize, Denial)> {
+        if !glue.cache_enabled() {
+            return None;
+        }
+        self.planned
+            .iter()
+            .zip(&self.local)
+            .enumerate()
+            .filter(|(_, (p, local))| local.is_none() && !rule(glue, p).shadow)
+            .find_map(|(i, (p, _))| {
+                let rule = rule(glue, p);
+                let entry = glue.cache_lookup(EntryId::new(&rule.name, &p.key), now)?;
+                let verdict = cached_verdict(&entry, now);
+                let rule_verdict = RuleVerdict {
+                    rule: rule.name.as_str(),
+                    limit: &rule.limit,
+                    shadow: false,
+                    verdict: &verdict,
+                };
+                match decide(&glue.policy().response, &[rule_verdict]) {
+                    Decision::Deny(denial) => Some((i, denial)),
+                    Decision::Allow { .. } => None,
+                }
+            })
+    }
+
+    /// Decides the leased checks that their allowances can decide: taken units admit, an
+    /// allowance the server said is empty denies.
+    fn decide_from_leases<G: Glue<Reservation = R>>(&mut self, glue: &G, now_us: u64) {
+        let rules = &glue.policy().rules;
+        let mut reservations = Vec::new();
+        self.local = self
+            .planned
+            .iter()
+            .map(|p| {
+                let rule = rules.get(p.rule)?;
+                let config = rule.lease.as_ref()?;
+                match glue.take_lease(p.rule, rule, config, &p.key, now_us) {
+                    Local::Taken {
+                        reservation,
+                        limit,
+                        remaining,
+                    } => {
+                        reservations.push(reservation);
+                        Some(Verdict {
+                            allowed: true,
+                            limit,
+                            remaining,
+                            reset_ms: 0,
+                            retry_after_ms: Some(0),
+                            delay_ms: 0,
+                        })
+                    }
+                    Local::Denied {
+                        retry_after_ms,
+                        limit,
+                    } => Some(Verdict {
+                        allowed: false,
+                        limit,
+                        remaining: 0,
+                        reset_ms: retry_after_ms,
+                        retry_after_ms: Some(retry_after_ms),
+                        delay_ms: 0,
+                    }),
+                    Local::NotHeld => None,
+                }
+            })
+            .collect();
+        self.reservations = reservations;
+    }
+
+    /// Whether a check decided here denies the request (an enforced one denied).
+    fn denied_here<G: Glue<Reservation = R>>(&self, glue: &G) -> bool {
+        self.planned
+            .iter()
+            .zip(&self.local)
+            .any(|(p, v)| !rule(glue, p).shadow && v.is_some_and(|v| !v.allowed))
+    }
+
+    /// Decides from the verdicts and remembers what came of each rule.
+    fn conclude<G: Glue<Reservation = R>>(
+        &mut self,
+        glue: &G,
+        verdicts: &[Option<Verdict>],
+    ) -> Act {
+        let asked_at = self.asked_at_ms;
+        let rule_verdicts: Vec<RuleVerdict<'_>> = self
+            .planned
+            .iter()
+            .zip(verdicts)
+            .filter_map(|(p, v)| {
+                let rule = rule(glue, p);
+                Some(RuleVerdict {
+                    rule: rule.name.as_str(),
+                    limit: &rule.limit,
+                    shadow: rule.shadow,
+                    verdict: v.as_ref()?,
+                })
+            })
+            .collect();
+        let decision = decide(&glue.policy().response, &rule_verdicts);
+        let denied =
+            record::request_denied(rule_verdicts.iter().map(|v| (v.shadow, v.verdict.allowed)));
+        let outcomes = self.planned.iter().zip(verdicts).zip(&self.local).map(
+            |((planned, verdict), local)| {
+                let rule = rule(glue, planned);
+                let local = local.is_some();
+                let outcome = verdict.map_or(RuleOutcome::Skipped, |v| {
+                    record::outcome(rule.shadow, v.allowed, denied)
+                });
+                let delay_ms = match verdict {
+                    Some(v) if outcome == RuleOutcome::Allowed => v.delay_ms,
+                    _ => 0,
+                };
+                if outcome == RuleOutcome::Denied
+                    && !local
+                    && let Some(entry) =
+                        verdict.and_then(|v| cache_entry(rule, &planned.key, &v, asked_at))
+                {
+                    // Judged at the request's start, not at a fresh clock read (a host call)
+                    // on an answer: against it, the cache keeps another key's entry only if
+                    // that outlasts this one, which then outlasts the answer too.
+                    glue.cache_remember(&entry, asked_at);
+                }
+                (outcome, delay_ms, local)
+            },
+        );
+        self.record(glue, outcomes);
+        match decision {
+            Decision::Deny(denial) => {
+                self.give_back(glue);
+                Act::Reply(denial)
+            }
+            Decision::Allow { delay_ms, headers } => {
+                self.response_headers = headers;
+                if delay_ms > 0 {
+                    Act::Hold { delay_ms }
+                } else {
+                    Act::Continue
+                }
+            }
+        }
+    }
+
+    /// The request is denied: the units it took from allowances go back.
+    fn give_back<G: Glue<Reservation = R>>(&mut self, glue: &G) {
+        if self.reservations.is_empty() {
+            return;
+        }
+        let now = glue.now_us();
+        for reservation in self.reservations.drain(..) {
+            glue.give_back(&reservation, now);
+        }
+    }
+}

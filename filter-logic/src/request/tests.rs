@@ -1,0 +1,249 @@
+//! The request's logic against a glue of plain memory and a clock the test sets: the deny
+//! cache, leases' reservations and the failure mode, as both filters rely on them.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use sluice_core::deny_cache::{Entry, EntryId};
+use sluice_core::key::LimitKey;
+use sluice_core::lease::LeaseConfig;
+use sluice_core::policy::{HttpRequest, Policy, Rule};
+use sluice_core::record::RuleOutcome;
+use sluice_core::verdict::Verdict;
+use sluice_core::wire::write_decide_response;
+
+use super::{Act, Request, Start};
+use crate::glue::{Glue, Local};
+
+/// A glue whose deny cache is a map, whose lease on rule `leased` holds `units`, and which
+/// keeps what it was told.
+struct Memory {
+    policy: Policy,
+    now_us: Cell<u64>,
+    cache: RefCell<HashMap<String, Entry>>,
+    units: Cell<u64>,
+    given_back: Cell<u64>,
+    outcomes: RefCell<Vec<(usize, RuleOutcome)>>,
+    failures: Cell<u32>,
+}
+
+fn memory(policy: &str) -> Memory {
+    Memory {
+        policy: Policy::from_json(policy.as_bytes()).unwrap(),
+        now_us: Cell::new(1_000_000_000),
+        cache: RefCell::new(HashMap::new()),
+        units: Cell::new(0),
+        given_back: Cell::new(0),
+        outcomes: RefCell::new(Vec::new()),
+        failures: Cell::new(0),
+    }
+}
+
+impl Glue for Memory {
+    type Reservation = u64;
+
+    fn policy(&self) -> &Policy {
+        &self.policy
+    }
+    fn now_us(&self) -> u64 {
+        self.now_us.get()
+    }
+    fn record(&self, _decision: &[u8]) {}
+    fn count_outcome(&self, rule: usize, outcome: RuleOutcome, _delayed: bool, _local: bool) {
+        self.outcomes.borrow_mut().push((rule, outcome));
+    }
+    fn count_callout(&self, _rules: impl Iterator<Item = usize>) {}
+    fn callout_failed(&self, _now_us: u64, _reason: &str) {
+        self.failures.set(self.failures.get() + 1);
+    }
+    fn count_client_ip_fallback(&self) {}
+    fn cache_enabled(&self) -> bool {
+        true
+    }
+    fn cache_lookup(&self, id: EntryId<'_>, now_ms: u64) -> Option<Entry> {
+        let cache = self.cache.borrow();
+        let entry = cache.get(&id.to_owned_id())?;
+        (entry.until_ms > now_ms).then(|| entry.clone())
+    }
+    fn cache_remember(&self, entry: &Entry, _now_ms: u64) {
+        self.cache
+            .borrow_mut()
+            .insert(entry.id.clone(), entry.clone());
+    }
+    fn take_lease(
+        &self,
+        _rule_index: usize,
+        _rule: &Rule,
+        _config: &LeaseConfig,
+        _key: &LimitKey,
+        _now_us: u64,
+    ) -> Local<u64> {
+        match self.units.get() {
+            0 => Local::NotHeld,
+            n => {
+                self.units.set(n - 1);
+                Local::Taken {
+                    reservation: 1,
+                    limit: 100,
+                    remaining: n - 1,
+                }
+            }
+        }
+    }
+    fn give_back(&self, reservation: &u64, _now_us: u64) {
+        self.given_back.set(self.given_back.get() + reservation);
+    }
+}
+
+const PER_CLIENT: &str = r#"{"cluster": "sluice", "failure_mode": "deny", "rules": [
+    {"name": "per-client", "key": [{"header": "x-client"}],
+     "limit": {"algorithm": "gcra", "rate": 1, "per": "1s", "burst": 1}}]}"#;
+
+const LEASED_AND_PER_CLIENT: &str = r#"{"cluster": "sluice", "rules": [
+    {"name": "leased", "key": [{"header": "x-client"}],
+     "limit": {"algorithm": "gcra", "rate": 100, "per": "1s", "burst": 100}, "lease": {"horizon": "1s"}},
+    {"name": "per-client", "key": [{"header": "x-client"}],
+     "limit": {"algorithm": "gcra", "rate": 1, "per": "1s", "burst": 1}}]}"#;
+
+fn client(name: &str) -> HttpRequest<'static> {
+    HttpRequest {
+        headers: vec![("x-client".into(), name.as_bytes().to_vec())],
+        source_address: None,
+    }
+}
+
+/// The server's answer: `verdicts`, as sluice-server writes them.
+fn answer(verdicts: &[Verdict]) -> Vec<u8> {
+    let mut body = Vec::new();
+    write_decide_response(&mut body, verdicts);
+    body
+}
+
+fn denied(retry_after_ms: u64) -> Verdict {
+    Verdict {
+        allowed: false,
+        limit: 1,
+        remaining: 0,
+        reset_ms: retry_after_ms,
+        retry_after_ms: Some(retry_after_ms),
+        delay_ms: 0,
+    }
+}
+
+/// Starts a request for `name` that must go to the server, and answers it with `verdicts`.
+fn ask(glue: &Memory, name: &str, verdicts: &[Verdict]) -> Act {
+    let mut request = Request::default();
+    let Start::Callout(_) = request.start(glue, &client(name)) else {
+        panic!("a request for {name} was decided without the server");
+    };
+    request.sent(glue);
+    let remote = request.read_answer(glue, &answer(verdicts)).unwrap();
+    request.answered(glue, &remote)
+}
+
+#[test]
+fn a_denial_is_remembered_and_answers_the_next_request_without_a_callout() {
+    let glue = memory(PER_CLIENT);
+    assert!(matches!(ask(&glue, "a", &[denied(700)]), Act::Reply(_)));
+    glue.now_us.set(glue.now_us.get() + 500_000);
+    let mut request: Request<u64> = Request::default();
+    let Start::Decided(Act::Reply(denial)) = request.start(&glue, &client("a")) else {
+        panic!("the cached denial did not answer");
+    };
+    assert_eq!(denial.status, 429);
+    let retry = denial
+        .headers
+        .iter()
+        .find(|(n, _)| n == "retry-after")
+        .unwrap();
+    // 700 ms after the first request's start, 500 ms of them gone: a second, rounded up.
+    assert_eq!(retry.1, "1");
+    assert_eq!(
+        glue.outcomes.borrow().last(),
+        Some(&(0, RuleOutcome::CachedDeny))
+    );
+    // Another client is not denied by it.
+    assert!(matches!(request_for(&glue, "b"), Start::Callout(_)));
+    // Once it lapses, the key goes to the server again.
+    glue.now_us.set(glue.now_us.get() + 200_000);
+    assert!(matches!(request_for(&glue, "a"), Start::Callout(_)));
+}
+
+fn request_for(glue: &Memory, name: &str) -> Start {
+    Request::<u64>::default().start(glue, &client(name))
+}
+
+#[test]
+fn a_cached_denial_lasts_no_longer_than_the_limits_longest_wait() {
+    let glue = memory(PER_CLIENT);
+    // A server claiming an hour, for a limit of one a second with a burst of one.
+    ask(&glue, "a", &[denied(3_600_000)]);
+    let entry = glue.cache.borrow().values().next().cloned().unwrap();
+    let longest = glue.policy.rules[0].limit.longest_wait_ms();
+    assert!(longest < 3_600_000);
+    assert_eq!(entry.until_ms, glue.now_us.get() / 1000 + longest);
+}
+
+#[test]
+fn the_failure_mode_decides_when_the_server_gives_no_answer() {
+    let deny = memory(PER_CLIENT);
+    let mut request: Request<u64> = Request::default();
+    let Start::Callout(_) = request.start(&deny, &client("a")) else {
+        panic!("decided without the server");
+    };
+    let Act::Reply(denial) = request.fail(&deny, "the callout was reset") else {
+        panic!("failure_mode deny admitted");
+    };
+    assert_eq!(denial.status, deny.policy.failure_denial().status);
+    assert_eq!(deny.failures.get(), 1);
+    assert_eq!(
+        deny.outcomes.borrow().as_slice(),
+        &[(0, RuleOutcome::Failed)]
+    );
+
+    let allow = memory(&PER_CLIENT.replace("\"deny\"", "\"allow\""));
+    let mut request: Request<u64> = Request::default();
+    request.start(&allow, &client("a"));
+    assert!(matches!(request.fail(&allow, "timeout"), Act::Continue));
+}
+
+#[test]
+fn a_request_denied_by_one_rule_gives_back_the_units_another_took_from_its_lease() {
+    let glue = memory(LEASED_AND_PER_CLIENT);
+    glue.units.set(10);
+    // The leased rule is decided here; only the other goes to the server, which denies.
+    let act = ask(&glue, "a", &[denied(1000)]);
+    assert!(matches!(act, Act::Reply(_)));
+    assert_eq!(glue.units.get(), 9);
+    assert_eq!(
+        glue.given_back.get(),
+        1,
+        "the denied request kept its leased unit"
+    );
+    // Admitted, it keeps it.
+    let allowed = Verdict {
+        allowed: true,
+        remaining: 0,
+        retry_after_ms: None,
+        ..denied(0)
+    };
+    assert!(matches!(ask(&glue, "b", &[allowed]), Act::Continue));
+    assert_eq!(glue.given_back.get(), 1);
+}
+
+#[test]
+fn an_answer_of_the_wrong_length_or_impossible_for_the_limit_is_refused() {
+    let glue = memory(PER_CLIENT);
+    let mut request: Request<u64> = Request::default();
+    request.start(&glue, &client("a"));
+    request.sent(&glue);
+    assert!(request.read_answer(&glue, &answer(&[])).is_err());
+    let impossible = Verdict {
+        remaining: 50,
+        ..denied(10)
+    };
+    let error = request
+        .read_answer(&glue, &answer(&[impossible]))
+        .unwrap_err();
+    assert!(error.contains("results[0]"), "{error}");
+}
