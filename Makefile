@@ -21,7 +21,7 @@ POLICY ?= examples/policy.json
 # Extra replay flags, e.g. ARGS="--sort --instances 3"
 ARGS   ?=
 
-.PHONY: all setup wasm build demo test bench schema lint fmt clean
+.PHONY: all setup wasm module build demo test bench schema lint fmt clean
 
 all: build
 
@@ -34,8 +34,13 @@ wasm: setup
 	$(CARGO) build -p sluice-filter -p sluice-probe -p sluice-noop-filter --target wasm32-wasip1 --profile wasm
 	@bash scripts/optimize-wasm.sh $(WASM) target/wasm32-wasip1/wasm/sluice_noop_filter.wasm
 
+# The filter as a native Envoy dynamic module: target/release/libsluice_module.so, which Envoy
+# loads from ENVOY_DYNAMIC_MODULES_SEARCH_PATH (docs/module.md).
+module: setup
+	$(CARGO) build --release -p sluice-module
+
 # The binaries as they ship: the tuned release profile.
-build: wasm
+build: wasm module
 	$(CARGO) build --release -p sluice-sim -p sluice-server
 
 # Builds only what it runs: the filter and the simulator (which runs the server in process).
@@ -59,7 +64,7 @@ demo: wasm
 # filter, a cdylib, has no doc tests.)
 TESTED := --workspace --exclude sluice-probe --exclude sluice-noop-filter
 
-test: wasm
+test: wasm module
 	@bash scripts/setup.sh --test
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run $(TESTED) --no-fail-fast; \
@@ -69,9 +74,9 @@ test: wasm
 	$(CARGO) test $(TESTED) --doc
 
 # Measures sluice beside its baselines and writes BENCHMARKS.md.
-bench: wasm
+bench: wasm module
 	@bash scripts/setup.sh --bench
-	$(CARGO) build --release -p sluice-sim -p sluice-server -p sluice-bench
+	$(CARGO) build --release -p sluice-sim -p sluice-server -p sluice-bench -p sluice-module -p sluice-noop-module
 	$(CARGO) build --release -p sluice-bench --example floor
 	target/release/sluice-bench all --out BENCHMARKS.md
 
@@ -83,6 +88,8 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --exclude sluice-probe --exclude sluice-noop-filter --all-targets -- -D warnings
 	$(CARGO) clippy -p sluice-filter -p sluice-probe -p sluice-noop-filter --target wasm32-wasip1 -- -D warnings
+	@rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
+	$(CARGO) clippy -p sluice-module --target aarch64-unknown-linux-gnu -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

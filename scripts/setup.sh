@@ -15,6 +15,8 @@ command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 command -v wasm-opt >/dev/null 2>&1 || need_apt+=(binaryen)
+# nm: the tests hold the module's ABI names against Envoy's binary.
+command -v nm >/dev/null 2>&1 || need_apt+=(binutils)
 if [ "${1:-}" = "--bench" ]; then
   command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
 fi

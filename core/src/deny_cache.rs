@@ -99,15 +99,7 @@ impl SlotKeys {
 
     /// The key of the slot of the id that is `parts` joined.
     fn key_of_parts(&self, parts: &[&[u8]]) -> String {
-        // FNV-1a: every worker's VM must pick the same slot for an id, so the hash is fixed
-        // (no random seed); it runs on every request, so it is a cheap one. A client choosing
-        // keys that collide only evicts its own entries, which costs callouts, never a wrong
-        // answer. It hashes byte by byte, so parts hash as their concatenation does.
-        let mut hasher = fnv::FnvHasher::default();
-        for part in parts {
-            hasher.write(part);
-        }
-        let slot = hasher.finish() % u64::from(self.slots);
+        let slot = slot_of_parts(parts, self.slots);
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(slot);
         let mut key = String::with_capacity(self.prefix.len() + digits.len());
@@ -115,6 +107,32 @@ impl SlotKeys {
         key.push_str(digits);
         key
     }
+}
+
+/// The slot, of `slots` (at least one), that the check `id` maps to: the one whose key
+/// [`SlotKeys::key_of`] names, for a cache kept in process memory rather than shared data.
+pub fn slot_of(id: EntryId<'_>, slots: u32) -> u32 {
+    slot_of_parts(&[id.rule.as_bytes(), b":", id.key.as_bytes()], slots.max(1))
+}
+
+/// The slot, of `slots`, of an id as [`entry_id`] writes it: the same as [`slot_of`] its
+/// [`EntryId`].
+pub fn slot_of_written(id: &str, slots: u32) -> u32 {
+    slot_of_parts(&[id.as_bytes()], slots.max(1))
+}
+
+/// The slot of the id that is `parts` joined.
+fn slot_of_parts(parts: &[&[u8]], slots: u32) -> u32 {
+    // FNV-1a: every worker must pick the same slot for an id, so the hash is fixed (no random
+    // seed); it runs on every request, so it is a cheap one. A client choosing keys that
+    // collide only evicts its own entries, which costs callouts, never a wrong answer. It
+    // hashes byte by byte, so parts hash as their concatenation does.
+    let mut hasher = fnv::FnvHasher::default();
+    for part in parts {
+        hasher.write(part);
+    }
+    // Below `slots`, so always a u32.
+    u32::try_from(hasher.finish() % u64::from(slots)).unwrap_or(0)
 }
 
 /// A short, stable fingerprint of a configuration's bytes.

@@ -11,6 +11,9 @@ pub const LEASE_CALLS: &str = "sluice.lease_calls";
 pub const LEASE_CALL_FAILURES: &str = "sluice.lease_call_failures";
 /// Requests keyed by the peer's address for an unreadable `x-forwarded-for` entry.
 pub const CLIENT_IP_FALLBACKS: &str = "sluice.client_ip_fallbacks";
+/// Requests decided by the failure mode after a panic in the module's code (the module only:
+/// in the .wasm, a panic traps the VM, and Envoy's `failure_policy` decides).
+pub const PANICS: &str = "sluice.panics";
 
 /// One rule's stats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_yaml_ng::Value;
 use sluice_harness::http::{self, Answer};
-use sluice_harness::{ACCESS_LOG, Envoy, ForwardingProxy, RedisServer, Upstream};
+use sluice_harness::{ACCESS_LOG, Envoy, ForwardingProxy, HarnessError, RedisServer, Upstream};
 use sluice_server::config::Args;
 use sluice_server::{RunningServer, ServerConfig};
 
@@ -164,9 +164,56 @@ fn spawn_server(
         .expect("sluice-server starts")
 }
 
-/// A wasm plugin as an Envoy config gives it.
+/// Which of sluice's two builds of its filter an Envoy runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// The proxy-wasm filter, `sluice_filter.wasm`, in V8.
+    Wasm,
+    /// The native dynamic module, `libsluice_module.so`.
+    Module,
+}
+
+impl Way {
+    /// The prefix Envoy shows the filter's own counters under.
+    pub fn stat_prefix(self) -> &'static str {
+        match self {
+            Way::Wasm => "wasmcustom.",
+            Way::Module => "dynamicmodulescustom.",
+        }
+    }
+
+    /// The filter state that holds the decision record.
+    pub fn decision_state(self) -> &'static str {
+        match self {
+            Way::Wasm => "wasm.sluice.decision",
+            Way::Module => "sluice.decision",
+        }
+    }
+}
+
+/// Starts Envoy on `config` with `workers` workers (sluice's module, if it loads it, built).
+pub fn start_envoy(config: &str, workers: usize) -> Envoy {
+    try_start_envoy(config, workers).expect("Envoy starts with the filter")
+}
+
+/// As [`start_envoy`], or why Envoy would not start.
+pub fn try_start_envoy(config: &str, workers: usize) -> Result<Envoy, HarnessError> {
+    if config.contains("dynamic_module_config") {
+        let module = sluice_harness::module_dir().join("libsluice_module.so");
+        assert!(
+            module.exists(),
+            "{} is not built: run `make module` (make test does it)",
+            module.display()
+        );
+    }
+    Envoy::start(config, workers)
+}
+
+/// sluice's filter as an Envoy config gives it: the .wasm (a wasm plugin) or the module.
 #[derive(Debug, Clone)]
 pub struct Plugin {
+    /// The build of the filter.
+    pub way: Way,
     /// The .wasm file.
     pub wasm: PathBuf,
     /// The plugin's `name`, `root_id`, and its VM's `vm_id`.
@@ -187,6 +234,7 @@ impl Plugin {
     /// sluice's filter with `policy`, as `envoy/envoy.yaml` names it, failing closed.
     pub fn sluice(policy: &str) -> Plugin {
         Plugin {
+            way: Way::Wasm,
             wasm: crate::filter_wasm_path(),
             names: ["sluice", "sluice", "sluice"].map(str::to_owned),
             configuration: policy.to_owned(),
@@ -201,6 +249,7 @@ impl Plugin {
     /// simulator's probe tests name it (`tests/src/probe.rs`).
     pub fn probe(script: &str) -> Plugin {
         Plugin {
+            way: Way::Wasm,
             wasm: crate::probe::probe_wasm_path(),
             names: ["probe-plugin", "probe-root", "probe"].map(str::to_owned),
             configuration: script.to_owned(),
@@ -209,6 +258,12 @@ impl Plugin {
             callout_cluster: "limits".to_owned(),
             callout_http2: false,
         }
+    }
+
+    /// The same filter, in the build `way`.
+    pub fn via(mut self, way: Way) -> Plugin {
+        self.way = way;
+        self
     }
 
     /// The same, with another failure policy.
@@ -234,6 +289,41 @@ pub fn plugin_config(plugin: &Plugin, server: SocketAddr, upstream: SocketAddr) 
         })
         .unwrap_or_default();
     let [name, root_id, vm_id] = &plugin.names;
+    let filter = match plugin.way {
+        Way::Wasm => format!(
+            r#"
+          - name: {name}
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: {name}
+                root_id: {root_id}
+                failure_policy: {failure_policy}
+                vm_config:
+                  vm_id: {vm_id}
+                  runtime: envoy.wasm.runtime.v8
+                  code: {{local: {{filename: {wasm}}}}}
+                  {vm_configuration}
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: {configuration}"#,
+            wasm = plugin.wasm.display(),
+            failure_policy = plugin.failure_policy,
+            configuration = quoted(&plugin.configuration),
+        ),
+        Way::Module => format!(
+            r#"
+          - name: {name}
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+              dynamic_module_config: {{name: sluice_module}}
+              filter_name: {name}
+              filter_config:
+                "@type": type.googleapis.com/google.protobuf.StringValue
+                value: {configuration}"#,
+            configuration = quoted(&plugin.configuration),
+        ),
+    };
     format!(
         r#"
 admin:
@@ -257,7 +347,7 @@ static_resources:
               path: {access_log}
               log_format:
                 text_format_source:
-                  inline_string: "%RESPONSE_CODE% %FILTER_STATE(wasm.sluice.decision:PLAIN)%\n"
+                  inline_string: "%RESPONSE_CODE% %FILTER_STATE({decision_state}:PLAIN)%\n"
           route_config:
             virtual_hosts:
             - name: all
@@ -265,22 +355,7 @@ static_resources:
               routes:
               - match: {{prefix: "/"}}
                 route: {{cluster: upstream}}
-          http_filters:
-          - name: {name}
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: {name}
-                root_id: {root_id}
-                failure_policy: {failure_policy}
-                vm_config:
-                  vm_id: {vm_id}
-                  runtime: envoy.wasm.runtime.v8
-                  code: {{local: {{filename: {wasm}}}}}
-                  {vm_configuration}
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: {configuration}
+          http_filters:{filter}
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
@@ -306,9 +381,7 @@ static_resources:
       - lb_endpoints:
         - endpoint: {{address: {{socket_address: {{address: {upstream_ip}, port_value: {upstream_port}}}}}}}
 "#,
-        wasm = plugin.wasm.display(),
-        failure_policy = plugin.failure_policy,
-        configuration = quoted(&plugin.configuration),
+        decision_state = plugin.way.decision_state(),
         callout_cluster = plugin.callout_cluster,
         callout_protocol = if plugin.callout_http2 {
             "http2_protocol_options"

@@ -41,10 +41,14 @@ pub enum Setup {
     NoFilter,
     /// A proxy-wasm filter that does nothing.
     Noop,
+    /// An Envoy dynamic module that does nothing.
+    NoopModule,
     /// Envoy's native `local_ratelimit`: a token bucket per Envoy, not global.
     LocalRatelimit,
     /// sluice's filter, one callout a request.
     Sluice,
+    /// sluice's filter as a native dynamic module, one callout a request.
+    SluiceModule,
     /// sluice's filter, one callout a request, to a server with [`SERVER_THREADS`] threads.
     SluiceThreads,
     /// sluice's filter in lease mode.
@@ -64,11 +68,13 @@ pub enum Setup {
 
 impl Setup {
     /// The setups measured on every key spread, in the order of the table.
-    pub const COMPARED: [Setup; 7] = [
+    pub const COMPARED: [Setup; 9] = [
         Setup::NoFilter,
         Setup::Noop,
+        Setup::NoopModule,
         Setup::LocalRatelimit,
         Setup::Sluice,
+        Setup::SluiceModule,
         Setup::SluiceThreads,
         Setup::SluiceLease,
         Setup::NativeGrpc,
@@ -79,8 +85,10 @@ impl Setup {
         match self {
             Setup::NoFilter => "none",
             Setup::Noop => "noop",
+            Setup::NoopModule => "noop-module",
             Setup::LocalRatelimit => "local",
             Setup::Sluice => "sluice",
+            Setup::SluiceModule => "module",
             Setup::SluiceThreads => "threads",
             Setup::SluiceLease => "lease",
             Setup::NativeGrpc => "grpc",
@@ -96,8 +104,10 @@ impl Setup {
         match self {
             Setup::NoFilter => "no filter".into(),
             Setup::Noop => "no-op wasm filter".into(),
+            Setup::NoopModule => "no-op dynamic module".into(),
             Setup::LocalRatelimit => "native `local_ratelimit` (per Envoy)".into(),
             Setup::Sluice => "sluice wasm, per request".into(),
+            Setup::SluiceModule => "sluice module, per request".into(),
             Setup::SluiceThreads => {
                 format!("sluice wasm, per request; server `--threads {SERVER_THREADS}`")
             }

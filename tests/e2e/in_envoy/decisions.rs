@@ -1,9 +1,11 @@
-//! The same traffic decided by a real Envoy and by the simulator: a recorded trace (the
+//! The same traffic decided by a real Envoy, with the .wasm and with the module, and by the
+//! simulator: a recorded trace (the
 //! zanbil access log, where the checkout has it) and a synthetic one with many clients, sent
 //! through Envoy 1.40 in real time (sped up: the trace's own timeline is compressed, so both
 //! sides see the same schedule and the same policy) and replayed by `sluice-sim` in virtual
 //! time. Each request's decision record (Envoy's access log, the simulator's filter state) is
-//! tallied per rule, key and outcome, and the two tallies compared.
+//! tallied per rule, key and outcome, and the two tallies compared. Each build of the filter is
+//! held to the simulator's tally, so the two builds' per-client decisions on `exact` are equal.
 //!
 //! - `exact`, a sliding log whose window outlasts the replay, admits each client's first
 //!   [`EXACT_LIMIT`] requests whenever they come: its counts must agree exactly.
@@ -17,14 +19,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sluice_e2e::real_envoy::{Backends, eventually};
+use sluice_e2e::real_envoy::{Backends, Way, eventually};
 use sluice_e2e::{Stack, decision_record, shared_trace};
 use sluice_harness::http;
 use sluice_sim::Topology;
 use sluice_sim::trace::synthetic::{GenOptions, Kind, generate};
 use sluice_sim::trace::{ReadOptions, TraceRecord, read_file};
 
-use super::filter::envoy_with;
+use super::filter::{both_ways, envoy_with};
 
 /// Each client's requests the `exact` rule admits.
 const EXACT_LIMIT: u64 = 40;
@@ -111,10 +113,11 @@ fn send_on_schedule(envoy: &sluice_harness::Envoy, records: &[TraceRecord]) -> D
     Duration::from_micros(latest_us.load(Ordering::SeqCst))
 }
 
-/// Both sides' tallies of `records`, and the sender's lateness.
-fn decide_both(records: &[TraceRecord]) -> (Tally, Tally, Duration) {
+/// Both sides' tallies of `records`, Envoy's with the filter built `way`, and the sender's
+/// lateness.
+fn decide_both(way: Way, records: &[TraceRecord]) -> (Tally, Tally, Duration) {
     let backends = Backends::start(&[]);
-    let envoy = envoy_with(&backends, &policy(), "FAIL_CLOSED");
+    let envoy = envoy_with(way, &backends, &policy(), "FAIL_CLOSED");
     let late = send_on_schedule(&envoy, records);
     eventually(
         "every request in the access log",
@@ -155,8 +158,8 @@ fn per_key(tally: &Tally, rule: &str) -> PerKey {
     keys
 }
 
-fn compare(name: &str, records: &[TraceRecord]) {
-    let (real, simulated, late) = decide_both(records);
+fn compare(way: Way, name: &str, records: &[TraceRecord]) {
+    let (real, simulated, late) = decide_both(way, records);
     let (real_exact, sim_exact) = (per_key(&real, "exact"), per_key(&simulated, "exact"));
     let sum = |keys: &PerKey| {
         keys.values()
@@ -177,7 +180,7 @@ fn compare(name: &str, records: &[TraceRecord]) {
         .max()
         .unwrap_or(0);
     eprintln!(
-        "{name}: {} requests from {} clients, sent at most {:.1} ms late\n  exact (sliding_log {EXACT_LIMIT}/1h): Envoy {:?}, simulator {:?} (allowed, denied)\n  rate (gcra {RATE}/s, shadow): Envoy {:?}, simulator {:?}; {} of {} clients differ, by at most {widest} (bound {bound})",
+        "{name}, {way:?}: {} requests from {} clients, sent at most {:.1} ms late\n  exact (sliding_log {EXACT_LIMIT}/1h): Envoy {:?}, simulator {:?} (allowed, denied)\n  rate (gcra {RATE}/s, shadow): Envoy {:?}, simulator {:?}; {} of {} clients differ, by at most {widest} (bound {bound})",
         records.len(),
         real_exact.len(),
         late.as_secs_f64() * 1000.0,
@@ -198,30 +201,32 @@ fn compare(name: &str, records: &[TraceRecord]) {
     );
 }
 
-#[test]
-fn envoy_and_the_simulator_decide_a_synthetic_many_client_trace_alike() {
-    let records = generate(GenOptions {
-        kind: Kind::Demo,
-        seconds: 300,
-        seed: 7,
-        max_requests: 0,
-        rate_scale: 1.0,
-    });
-    compare("synthetic demo, 5 min at 10x", &compressed(&records, 10.0));
+both_ways! {
+    fn envoy_and_the_simulator_decide_a_synthetic_many_client_trace_alike(way) {
+        let records = generate(GenOptions {
+            kind: Kind::Demo,
+            seconds: 300,
+            seed: 7,
+            max_requests: 0,
+            rate_scale: 1.0,
+        });
+        compare(way, "synthetic demo, 5 min at 10x", &compressed(&records, 10.0));
+    }
 }
 
-#[test]
-fn envoy_and_the_simulator_decide_the_zanbil_trace_alike() {
-    let Some(path) = shared_trace("zanbil_access_10k.log") else {
-        return;
-    };
-    let trace = read_file(
-        &path,
-        ReadOptions {
-            skip_bad: true,
-            ..ReadOptions::default()
-        },
-    )
-    .expect("the zanbil trace");
-    compare("zanbil, 41 min at 80x", &compressed(&trace.records, 80.0));
+both_ways! {
+    fn envoy_and_the_simulator_decide_the_zanbil_trace_alike(way) {
+        let Some(path) = shared_trace("zanbil_access_10k.log") else {
+            return;
+        };
+        let trace = read_file(
+            &path,
+            ReadOptions {
+                skip_bad: true,
+                ..ReadOptions::default()
+            },
+        )
+        .expect("the zanbil trace");
+        compare(way, "zanbil, 41 min at 80x", &compressed(&trace.records, 80.0));
+    }
 }

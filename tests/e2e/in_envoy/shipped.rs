@@ -1,10 +1,12 @@
 //! The Envoy configs shipped in `envoy/`, in a real Envoy 1.40, changed only in their addresses
-//! and the .wasm's path: Envoy takes them, their clusters are healthy within seconds of start,
+//! and the .wasm's path (the module's is the search path the harness gives every Envoy): Envoy takes them, their clusters are healthy within seconds of start,
 //! and real traffic is limited as `envoy/smoke.sh` checks in the compose workflow.
 
 use std::time::{Duration, Instant};
 
-use sluice_e2e::real_envoy::{Backends, any_port, burst, count_status, localize, repo_root};
+use sluice_e2e::real_envoy::{
+    Backends, any_port, burst, count_status, localize, repo_root, start_envoy,
+};
 use sluice_harness::http;
 use sluice_harness::{Envoy, validate_envoy_config};
 
@@ -39,6 +41,7 @@ fn ratelimit_backends() -> Backends {
 fn shipped_configs() -> Vec<(&'static str, Backends)> {
     vec![
         ("envoy.yaml", Backends::start(&[])),
+        ("envoy-module.yaml", Backends::start(&[])),
         ("envoy-ratelimit.yaml", ratelimit_backends()),
         (
             "envoy-rlqs.yaml",
@@ -149,6 +152,26 @@ fn the_shipped_wasm_config_limits_a_burst_as_the_compose_smoke_test_checks() {
     assert_eq!(
         envoy
             .stat("wasmcustom.sluice.callout_failures")
+            .expect("stats"),
+        0,
+        "{}",
+        envoy.admin_get("/stats?filter=sluice").unwrap_or_default()
+    );
+}
+
+#[test]
+fn the_shipped_module_config_limits_a_burst_as_the_wasm_config_does() {
+    let backends = Backends::start(&[]);
+    let envoy = start_envoy(&pointed_at("envoy-module.yaml", &backends), 2);
+    let ingress = envoy.listener("ingress").expect("ingress");
+    let first = http::get(ingress, "/", &[]).expect("an answer");
+    assert_eq!(first.status, 200, "{first:?}");
+    std::thread::sleep(Duration::from_secs(3)); // as for envoy.yaml
+    let (passed, limited) = smoke(&envoy, true);
+    eprintln!("envoy-module.yaml: {passed} passed, {limited} limited");
+    assert_eq!(
+        envoy
+            .stat("dynamicmodulescustom.sluice.callout_failures")
             .expect("stats"),
         0,
         "{}",

@@ -31,6 +31,15 @@ pub struct Envoy {
     admin: SocketAddr,
 }
 
+/// Where every Envoy started here looks for dynamic modules (`ENVOY_DYNAMIC_MODULES_SEARCH_PATH`):
+/// `SLUICE_MODULE_DIR`, else the project's `target/release`, where `make module` builds
+/// `libsluice_module.so`.
+pub fn module_dir() -> PathBuf {
+    std::env::var_os("SLUICE_MODULE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release"))
+}
+
 /// The `envoy` binary: `SLUICE_ENVOY`, else the project's virtualenv, else `PATH`.
 pub fn envoy_binary() -> Result<PathBuf, HarnessError> {
     if let Some(path) = std::env::var_os("SLUICE_ENVOY") {
@@ -57,6 +66,7 @@ pub fn validate(config: &str) -> Result<(), HarnessError> {
     let output = Command::new(envoy_binary()?)
         .args(["--mode", "validate", "--log-level", "error", "-c"])
         .arg(&path)
+        .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", module_dir())
         .stdin(Stdio::null())
         .output()?;
     if output.status.success() {
@@ -104,6 +114,7 @@ impl Envoy {
             // Access log lines reach their file at once, not after Envoy's default 10 s.
             .args(["--file-flush-interval-msec", "20"])
             .args(extra_args)
+            .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", module_dir())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

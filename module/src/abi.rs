@@ -1,0 +1,207 @@
+//! The part of Envoy's dynamic-module ABI sluice uses, written from Envoy's
+//! `source/extensions/dynamic_modules/abi/abi.h` (ABI v0.2.0, Envoy 1.40): the types, and the
+//! callbacks Envoy exports. The hooks Envoy calls are in [`crate::hooks`].
+//!
+//! Every name here is checked against the Envoy binary's exports by the test
+//! `module_abi_names_are_envoys` (tests/e2e).
+
+#![allow(unsafe_code, missing_docs, non_camel_case_types)]
+
+use std::ffi::c_void;
+
+/// The ABI version the module was written against; Envoy 1.40 logs "ABI version v0.2.0
+/// matched" for it.
+pub const ABI_VERSION: &std::ffi::CStr = c"v0.2.0";
+
+/// Bytes owned by Envoy, valid for the hook that handed them over.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EnvoyBuffer {
+    pub ptr: *const u8,
+    pub length: usize,
+}
+
+impl EnvoyBuffer {
+    /// The bytes, empty for a null buffer.
+    ///
+    /// # Safety
+    /// `ptr` must point at `length` readable bytes for `'a` (Envoy's promise for the hook
+    /// that handed the buffer over, or until a setter is called).
+    pub unsafe fn bytes<'a>(self) -> &'a [u8] {
+        if self.ptr.is_null() || self.length == 0 {
+            return &[];
+        }
+        // SAFETY: the caller's promise above.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.length) }
+    }
+
+    pub const EMPTY: EnvoyBuffer = EnvoyBuffer {
+        ptr: std::ptr::null(),
+        length: 0,
+    };
+}
+
+/// Bytes owned by the module, read by Envoy during the callback it is passed to.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ModuleBuffer {
+    pub ptr: *const u8,
+    pub length: usize,
+}
+
+impl ModuleBuffer {
+    pub fn of(bytes: &[u8]) -> ModuleBuffer {
+        ModuleBuffer {
+            ptr: bytes.as_ptr(),
+            length: bytes.len(),
+        }
+    }
+}
+
+/// A header the module hands Envoy.
+#[repr(C)]
+pub struct ModuleHttpHeader {
+    pub key_ptr: *const u8,
+    pub key_length: usize,
+    pub value_ptr: *const u8,
+    pub value_length: usize,
+}
+
+impl ModuleHttpHeader {
+    pub fn of(key: &str, value: &str) -> ModuleHttpHeader {
+        ModuleHttpHeader {
+            key_ptr: key.as_ptr(),
+            key_length: key.len(),
+            value_ptr: value.as_ptr(),
+            value_length: value.len(),
+        }
+    }
+}
+
+/// A header of Envoy's, valid for the hook that handed it over.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EnvoyHttpHeader {
+    pub key_ptr: *const u8,
+    pub key_length: usize,
+    pub value_ptr: *const u8,
+    pub value_length: usize,
+}
+
+/// `DynamicModuleHttpFilterConfig` in Envoy.
+pub type ConfigEnvoyPtr = *mut c_void;
+/// `DynamicModuleHttpFilter` in Envoy: one stream's filter.
+pub type FilterEnvoyPtr = *mut c_void;
+/// The module's own configuration object.
+pub type ConfigModulePtr = *const c_void;
+/// The module's own per-stream filter object.
+pub type FilterModulePtr = *const c_void;
+
+// envoy_dynamic_module_type_http_header_type
+pub const REQUEST_HEADER: u32 = 0;
+pub const RESPONSE_HEADER: u32 = 2;
+
+// envoy_dynamic_module_type_on_http_filter_request_headers_status (and the other statuses:
+// 0 is Continue in each)
+pub const CONTINUE: u32 = 0;
+pub const STOP_ITERATION: u32 = 1;
+
+// envoy_dynamic_module_type_http_callout_init_result
+pub const CALLOUT_INIT_SUCCESS: u32 = 0;
+// envoy_dynamic_module_type_http_callout_result
+pub const CALLOUT_SUCCESS: u32 = 0;
+
+// envoy_dynamic_module_type_attribute_id
+pub const ATTRIBUTE_SOURCE_ADDRESS: u32 = 24;
+
+// envoy_dynamic_module_type_metrics_result
+pub const METRICS_SUCCESS: u32 = 0;
+
+// envoy_dynamic_module_type_log_level
+pub const LOG_WARN: u32 = 3;
+pub const LOG_ERROR: u32 = 4;
+
+unsafe extern "C" {
+    pub fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
+    pub fn envoy_dynamic_module_callback_http_get_header(
+        filter: FilterEnvoyPtr,
+        header_type: u32,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+        index: usize,
+        optional_size: *mut usize,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_get_headers_size(
+        filter: FilterEnvoyPtr,
+        header_type: u32,
+    ) -> usize;
+    pub fn envoy_dynamic_module_callback_http_get_headers(
+        filter: FilterEnvoyPtr,
+        header_type: u32,
+        result_headers: *mut EnvoyHttpHeader,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_add_header(
+        filter: FilterEnvoyPtr,
+        header_type: u32,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_send_response(
+        filter: FilterEnvoyPtr,
+        status_code: u32,
+        headers: *mut ModuleHttpHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        details: ModuleBuffer,
+    );
+    pub fn envoy_dynamic_module_callback_http_set_filter_state_bytes(
+        filter: FilterEnvoyPtr,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
+        filter: FilterEnvoyPtr,
+        attribute_id: u32,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_filter_http_callout(
+        filter: FilterEnvoyPtr,
+        callout_id_out: *mut u64,
+        cluster_name: ModuleBuffer,
+        headers: *mut ModuleHttpHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_milliseconds: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterEnvoyPtr);
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+        config: ConfigEnvoyPtr,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_length: usize,
+        counter_id: *mut usize,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_increment_counter(
+        filter: FilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> u32;
+}
+
+/// Every callback above, for the test that holds them against Envoy's exports.
+pub const CALLBACKS: &[&str] = &[
+    "envoy_dynamic_module_callback_log",
+    "envoy_dynamic_module_callback_http_get_header",
+    "envoy_dynamic_module_callback_http_get_headers_size",
+    "envoy_dynamic_module_callback_http_get_headers",
+    "envoy_dynamic_module_callback_http_add_header",
+    "envoy_dynamic_module_callback_http_send_response",
+    "envoy_dynamic_module_callback_http_set_filter_state_bytes",
+    "envoy_dynamic_module_callback_http_filter_get_attribute_string",
+    "envoy_dynamic_module_callback_http_filter_http_callout",
+    "envoy_dynamic_module_callback_http_filter_continue_decoding",
+    "envoy_dynamic_module_callback_http_filter_config_define_counter",
+    "envoy_dynamic_module_callback_http_filter_increment_counter",
+];

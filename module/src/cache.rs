@@ -1,0 +1,124 @@
+//! The deny cache in process memory, shared by every worker: the slots and the
+//! keep-the-longer-denial rule of [`sluice_core::deny_cache`], each slot behind its own lock
+//! (held for a lookup or a write, never across a call into Envoy).
+
+use std::sync::Mutex;
+
+use sluice_core::deny_cache::{Entry, EntryId, slot_of, slot_of_written};
+
+/// The cache of one configuration: `None` slots when it is off.
+pub struct DenyCache {
+    slots: Box<[Mutex<Option<Entry>>]>,
+}
+
+impl DenyCache {
+    /// A cache of `slots` slots (0: off).
+    pub fn new(slots: u32) -> DenyCache {
+        DenyCache {
+            slots: (0..slots).map(|_| Mutex::new(None)).collect(),
+        }
+    }
+
+    /// Whether the cache is on.
+    pub fn enabled(&self) -> bool {
+        !self.slots.is_empty()
+    }
+
+    fn slot(&self, id: EntryId<'_>) -> Option<&Mutex<Option<Entry>>> {
+        let len = u32::try_from(self.slots.len()).ok()?;
+        self.slots.get(usize::try_from(slot_of(id, len)).ok()?)
+    }
+
+    /// The live denial of `id`, if the cache holds one at `now_ms`.
+    pub fn lookup(&self, id: EntryId<'_>, now_ms: u64) -> Option<Entry> {
+        // A poisoned slot (a panic while it was held) still holds a whole entry: writes are
+        // one assignment.
+        let slot = self.slot(id)?.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .filter(|entry| id.is(&entry.id) && entry.until_ms > now_ms)
+            .cloned()
+    }
+
+    /// Remembers a denial, unless its slot holds one that lasts longer.
+    pub fn remember(&self, entry: &Entry, now_ms: u64) {
+        let len = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        let index = usize::try_from(slot_of_written(&entry.id, len)).unwrap_or(usize::MAX);
+        let Some(slot) = self.slots.get(index) else {
+            return;
+        };
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if entry.should_replace(slot.as_ref(), now_ms) {
+            *slot = Some(entry.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::deny_cache::{Entry, EntryId};
+    use sluice_core::key::{LimitKey, RuleName};
+
+    use super::DenyCache;
+
+    fn denial(rule: &str, key: &str, until_ms: u64) -> Entry {
+        Entry {
+            id: format!("{rule}:{key}"),
+            until_ms,
+            reset_at_ms: until_ms,
+            limit: 10,
+        }
+    }
+
+    fn names(rule: &str, key: &str) -> (RuleName, LimitKey) {
+        (
+            RuleName::new(rule).expect("a rule name"),
+            LimitKey::from_parts([key.as_bytes()]),
+        )
+    }
+
+    #[test]
+    fn a_denial_is_found_by_its_check_until_it_lapses() {
+        let cache = DenyCache::new(64);
+        cache.remember(&denial("per-ip", "a", 1_000), 0);
+        let (rule, a) = names("per-ip", "a");
+        let (_, b) = names("per-ip", "b");
+        assert_eq!(
+            cache
+                .lookup(EntryId::new(&rule, &a), 999)
+                .map(|e| e.until_ms),
+            Some(1_000)
+        );
+        assert!(
+            cache.lookup(EntryId::new(&rule, &a), 1_000).is_none(),
+            "lapsed"
+        );
+        assert!(
+            cache.lookup(EntryId::new(&rule, &b), 0).is_none(),
+            "another key"
+        );
+    }
+
+    #[test]
+    fn a_slot_keeps_the_longer_denial_and_an_id_never_answers_for_another() {
+        // One slot: every id shares it.
+        let cache = DenyCache::new(1);
+        cache.remember(&denial("per-ip", "a", 5_000), 0);
+        cache.remember(&denial("per-ip", "b", 2_000), 0);
+        let (rule, a) = names("per-ip", "a");
+        let (_, b) = names("per-ip", "b");
+        assert!(
+            cache.lookup(EntryId::new(&rule, &a), 10).is_some(),
+            "the longer stays"
+        );
+        assert!(cache.lookup(EntryId::new(&rule, &b), 10).is_none());
+    }
+
+    #[test]
+    fn no_slots_is_no_cache() {
+        let cache = DenyCache::new(0);
+        assert!(!cache.enabled());
+        cache.remember(&denial("per-ip", "a", 5_000), 0);
+        let (rule, a) = names("per-ip", "a");
+        assert!(cache.lookup(EntryId::new(&rule, &a), 0).is_none());
+    }
+}

@@ -1,0 +1,234 @@
+//! Safe handles on Envoy's objects: a filter configuration and one stream's filter, each
+//! method one ABI callback.
+//!
+//! A handle is only made from a pointer Envoy handed a hook, and used during that hook or,
+//! for a stream's filter, until Envoy destroys the filter (`on_http_filter_destroy`), which is
+//! what the ABI promises for it. Neither is sent to another thread.
+
+#![allow(unsafe_code)]
+
+use crate::abi::{
+    self, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHttpHeader, FilterEnvoyPtr, ModuleBuffer,
+    ModuleHttpHeader,
+};
+
+/// Writes `message` to Envoy's log, at `level` (`abi::LOG_*`).
+pub fn log(level: u32, message: &str) {
+    // SAFETY: the buffer describes a live string Envoy only reads during the call.
+    unsafe { abi::envoy_dynamic_module_callback_log(level, ModuleBuffer::of(message.as_bytes())) }
+}
+
+/// A filter configuration in Envoy, during `on_http_filter_config_new`.
+pub struct Config(pub ConfigEnvoyPtr);
+
+impl Config {
+    /// Defines counter `name` (Envoy adds the filter's metrics namespace); its id, or `None`
+    /// if Envoy refused it.
+    pub fn define_counter(&self, name: &str) -> Option<usize> {
+        let mut id = 0usize;
+        // SAFETY: the pointer came from the hook being run; the name is a live buffer Envoy
+        // only reads; no labels (a null pointer with a length of 0, as the ABI allows); `id`
+        // is a live local Envoy writes.
+        let result = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_config_define_counter(
+                self.0,
+                ModuleBuffer::of(name.as_bytes()),
+                std::ptr::null_mut(),
+                0,
+                &mut id,
+            )
+        };
+        (result == abi::METRICS_SUCCESS).then_some(id)
+    }
+}
+
+/// One stream's filter in Envoy.
+#[derive(Clone, Copy)]
+pub struct Filter(pub FilterEnvoyPtr);
+
+impl Filter {
+    /// The first value of request header `name`, copied.
+    pub fn request_header(&self, name: &str) -> Option<Vec<u8>> {
+        let mut value = EnvoyBuffer::EMPTY;
+        // SAFETY: the filter pointer is live (see the module's docs); the key is a live
+        // buffer; `value` is a live local Envoy writes; the count is not asked for (null).
+        let found = unsafe {
+            abi::envoy_dynamic_module_callback_http_get_header(
+                self.0,
+                abi::REQUEST_HEADER,
+                ModuleBuffer::of(name.as_bytes()),
+                &mut value,
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        if !found || value.ptr.is_null() {
+            return None;
+        }
+        // SAFETY: Envoy's buffer is valid until this hook ends or a header is set; it is
+        // copied at once.
+        Some(unsafe { value.bytes() }.to_vec())
+    }
+
+    /// Every request header, copied, in Envoy's order.
+    pub fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
+        // SAFETY: the filter pointer is live.
+        let size = unsafe {
+            abi::envoy_dynamic_module_callback_http_get_headers_size(self.0, abi::REQUEST_HEADER)
+        };
+        let empty = EnvoyHttpHeader {
+            key_ptr: std::ptr::null(),
+            key_length: 0,
+            value_ptr: std::ptr::null(),
+            value_length: 0,
+        };
+        let mut headers = vec![empty; size];
+        // SAFETY: `headers` has room for the `size` headers Envoy just counted, and Envoy
+        // writes no more than it holds.
+        let ok = unsafe {
+            abi::envoy_dynamic_module_callback_http_get_headers(
+                self.0,
+                abi::REQUEST_HEADER,
+                headers.as_mut_ptr(),
+            )
+        };
+        if !ok {
+            return Vec::new();
+        }
+        headers
+            .iter()
+            .map(|h| {
+                let key = EnvoyBuffer {
+                    ptr: h.key_ptr,
+                    length: h.key_length,
+                };
+                let value = EnvoyBuffer {
+                    ptr: h.value_ptr,
+                    length: h.value_length,
+                };
+                // SAFETY: Envoy's buffers, valid until this hook ends; copied at once.
+                let (key, value) = unsafe { (key.bytes(), value.bytes()) };
+                (String::from_utf8_lossy(key).into_owned(), value.to_vec())
+            })
+            .collect()
+    }
+
+    /// The peer's address, `ip:port`.
+    pub fn source_address(&self) -> Option<String> {
+        let mut value = EnvoyBuffer::EMPTY;
+        // SAFETY: the filter pointer is live; `value` is a live local Envoy writes.
+        let found = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(
+                self.0,
+                abi::ATTRIBUTE_SOURCE_ADDRESS,
+                &mut value,
+            )
+        };
+        // SAFETY: Envoy's buffer, valid until this hook ends; copied at once.
+        found.then(|| String::from_utf8_lossy(unsafe { value.bytes() }).into_owned())
+    }
+
+    /// Adds a response header.
+    pub fn add_response_header(&self, name: &str, value: &str) {
+        // SAFETY: the filter pointer is live; both buffers are live strings Envoy copies.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_add_header(
+                self.0,
+                abi::RESPONSE_HEADER,
+                ModuleBuffer::of(name.as_bytes()),
+                ModuleBuffer::of(value.as_bytes()),
+            );
+        }
+    }
+
+    /// Replies locally with `status`, `headers` and `body`.
+    pub fn send_response(
+        &self,
+        status: u16,
+        headers: &[(String, String)],
+        body: &str,
+        details: &str,
+    ) {
+        let mut headers: Vec<ModuleHttpHeader> = headers
+            .iter()
+            .map(|(n, v)| ModuleHttpHeader::of(n, v))
+            .collect();
+        // SAFETY: the filter pointer is live; the headers point into `headers`' strings,
+        // live for the call, and Envoy copies them.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_send_response(
+                self.0,
+                u32::from(status),
+                headers.as_mut_ptr(),
+                headers.len(),
+                ModuleBuffer::of(body.as_bytes()),
+                ModuleBuffer::of(details.as_bytes()),
+            );
+        }
+    }
+
+    /// Sets filter state `key` to `value` for access logs.
+    pub fn set_filter_state(&self, key: &str, value: &[u8]) {
+        // SAFETY: the filter pointer is live; both buffers are live and Envoy copies them.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_set_filter_state_bytes(
+                self.0,
+                ModuleBuffer::of(key.as_bytes()),
+                ModuleBuffer::of(value),
+            );
+        }
+    }
+
+    /// Posts `body` to `path` through `cluster`; `false` if Envoy would not send it.
+    pub fn post(
+        &self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Result<u64, u32> {
+        let mut headers: Vec<ModuleHttpHeader> = headers
+            .iter()
+            .map(|(n, v)| ModuleHttpHeader::of(n, v))
+            .collect();
+        let mut id = 0u64;
+        // SAFETY: the filter pointer is live; every buffer is live for the call and Envoy
+        // copies what it keeps; `id` is a live local Envoy writes.
+        let result = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_http_callout(
+                self.0,
+                &mut id,
+                ModuleBuffer::of(cluster.as_bytes()),
+                headers.as_mut_ptr(),
+                headers.len(),
+                ModuleBuffer::of(body),
+                timeout_ms,
+            )
+        };
+        if result == abi::CALLOUT_INIT_SUCCESS {
+            Ok(id)
+        } else {
+            Err(result)
+        }
+    }
+
+    /// Lets the paused request go on.
+    pub fn continue_request(&self) {
+        // SAFETY: the filter pointer is live.
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(self.0) }
+    }
+
+    /// Adds `value` to counter `id`.
+    pub fn increment_counter(&self, id: usize, value: u64) {
+        // SAFETY: the filter pointer is live; the counter has no labels (null, 0).
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_increment_counter(
+                self.0,
+                id,
+                std::ptr::null_mut(),
+                0,
+                value,
+            );
+        }
+    }
+}

@@ -1,0 +1,482 @@
+//! The hooks Envoy calls, every one it resolves for an HTTP filter (Envoy 1.40 refuses a
+//! module missing any). Each is a thin shell: no panic crosses into Envoy. A panic is caught,
+//! counted in [`PANICS`], logged, and the request answered by the failure mode.
+
+#![allow(unsafe_code, missing_docs)]
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::abi::{
+    self, ConfigEnvoyPtr, ConfigModulePtr, EnvoyBuffer, EnvoyHttpHeader, FilterEnvoyPtr,
+    FilterModulePtr,
+};
+use crate::config::Configured;
+use crate::envoy::{self, Config, Filter};
+use crate::stream::{Headers, Stream};
+
+/// Panics caught in the hooks, since the module was loaded.
+pub static PANICS: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `body`, or, if it panics, counts and logs the panic and returns `fallback`.
+fn guarded<T>(hook: &str, fallback: T, body: impl FnOnce() -> T) -> T {
+    guarded_with(
+        |line| envoy::log(abi::LOG_ERROR, line),
+        hook,
+        fallback,
+        body,
+    )
+}
+
+/// [`guarded`], with the log line written by `log`.
+fn guarded_with<T>(log: impl FnOnce(&str), hook: &str, fallback: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(value) => value,
+        Err(_) => {
+            PANICS.fetch_add(1, Ordering::Relaxed);
+            log(&format!("sluice: a panic in {hook} was caught"));
+            fallback
+        }
+    }
+}
+
+/// The stream behind `ptr`.
+///
+/// # Safety
+/// `ptr` must be one `on_http_filter_new` returned and `on_http_filter_destroy` has not yet
+/// freed; Envoy calls one stream's hooks on one worker, one at a time.
+unsafe fn stream<'a>(ptr: FilterModulePtr) -> Option<&'a mut Stream> {
+    // SAFETY: the caller's promise; the pointer is a `Box<Stream>` leaked by `filter_new`.
+    unsafe { (ptr as *mut Stream).as_mut() }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const std::ffi::c_char {
+    abi::ABI_VERSION.as_ptr()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    config_envoy: ConfigEnvoyPtr,
+    _name: EnvoyBuffer,
+    config: EnvoyBuffer,
+) -> ConfigModulePtr {
+    guarded("on_http_filter_config_new", std::ptr::null(), || {
+        // SAFETY: Envoy's buffer, valid for this hook.
+        let json = unsafe { config.bytes() };
+        match Configured::new(&Config(config_envoy), json) {
+            Ok(configured) => Box::into_raw(Box::new(Arc::new(configured))) as ConfigModulePtr,
+            Err(refused) => {
+                // Envoy refuses the configuration (and will not start) on a null answer.
+                envoy::log(abi::LOG_ERROR, &refused.0);
+                std::ptr::null()
+            }
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: ConfigModulePtr) {
+    guarded("on_http_filter_config_destroy", (), || {
+        if !config.is_null() {
+            // SAFETY: the pointer `config_new` leaked, destroyed once by Envoy.
+            drop(unsafe { Box::from_raw(config as *mut Arc<Configured>) });
+        }
+    });
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    config: ConfigModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+) -> FilterModulePtr {
+    guarded("on_http_filter_new", std::ptr::null(), || {
+        // SAFETY: a pointer `config_new` returned; Envoy keeps the configuration alive while
+        // its filters are made.
+        let Some(configured) = (unsafe { (config as *const Arc<Configured>).as_ref() }) else {
+            return std::ptr::null();
+        };
+        Box::into_raw(Box::new(Stream::new(Arc::clone(configured)))) as FilterModulePtr
+    })
+}
+
+/// # Safety
+/// Envoy passes a filter `on_http_filter_new` made and not yet destroyed (and, for a
+/// callout, arrays of the sizes it gives, valid for the call).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
+    _end_of_stream: bool,
+) -> u32 {
+    // SAFETY: a live stream (see `stream`).
+    let Some(stream) = (unsafe { stream(filter) }) else {
+        return abi::CONTINUE;
+    };
+    let envoy = Filter(filter_envoy);
+    let answer = guarded("on_http_filter_request_headers", None, || {
+        Some(stream.on_request_headers(envoy))
+    })
+    .unwrap_or_else(|| after_panic(stream, envoy, false));
+    match answer {
+        Headers::Continue => abi::CONTINUE,
+        Headers::Stop => abi::STOP_ITERATION,
+    }
+}
+
+/// # Safety
+/// Envoy passes a filter `on_http_filter_new` made and not yet destroyed (and, for a
+/// callout, arrays of the sizes it gives, valid for the call).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
+    callout_id: u64,
+    result: u32,
+    headers: *const EnvoyHttpHeader,
+    headers_size: usize,
+    body_chunks: *const EnvoyBuffer,
+    body_chunks_size: usize,
+) {
+    // SAFETY: a live stream (see `stream`).
+    let Some(stream) = (unsafe { stream(filter) }) else {
+        return;
+    };
+    let envoy = Filter(filter_envoy);
+    let done = guarded("on_http_filter_http_callout_done", false, || {
+        // SAFETY: Envoy's arrays of the sizes it gives, valid for this hook; null or empty
+        // when the callout failed.
+        let (headers, chunks) = unsafe {
+            (
+                slice(headers, headers_size),
+                slice(body_chunks, body_chunks_size),
+            )
+        };
+        let answer = (result == abi::CALLOUT_SUCCESS && !headers.is_empty()).then(|| {
+            let status = headers
+                .iter()
+                // SAFETY: Envoy's buffers, valid for this hook.
+                .map(|h| unsafe {
+                    (
+                        EnvoyBuffer {
+                            ptr: h.key_ptr,
+                            length: h.key_length,
+                        }
+                        .bytes(),
+                        EnvoyBuffer {
+                            ptr: h.value_ptr,
+                            length: h.value_length,
+                        }
+                        .bytes(),
+                    )
+                })
+                .find_map(|(k, v)| (k == b":status").then_some(v))
+                .unwrap_or_default();
+            // SAFETY: Envoy's buffers, valid for this hook.
+            let body: Vec<u8> = chunks
+                .iter()
+                .flat_map(|c| unsafe { c.bytes() })
+                .copied()
+                .collect();
+            (status, body)
+        });
+        stream.on_callout_done(
+            envoy,
+            callout_id,
+            answer.as_ref().map(|(s, b)| (*s, b.as_slice())),
+        );
+        true
+    });
+    if !done {
+        after_panic(stream, envoy, true);
+    }
+}
+
+/// Decides by the failure mode a request whose hook panicked: lets it go on, or replies with
+/// the failure denial; `paused` when the request waits on the module.
+fn after_panic(stream: &Stream, envoy: Filter, paused: bool) -> Headers {
+    let decided = guarded("the failure mode after a panic", None, || {
+        Some(stream.decide_by_failure_mode(envoy, paused))
+    });
+    // Should even that panic, the request goes on: a request left paused would hang.
+    decided.unwrap_or(Headers::Continue)
+}
+
+/// `len` items at `ptr`, or none for a null pointer.
+///
+/// # Safety
+/// A non-null `ptr` must point at `len` initialised items, valid for `'a`.
+unsafe fn slice<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
+    if ptr.is_null() || len == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's promise.
+    unsafe { std::slice::from_raw_parts(ptr, len) }
+}
+
+/// # Safety
+/// Envoy passes a filter `on_http_filter_new` made and not yet destroyed (and, for a
+/// callout, arrays of the sizes it gives, valid for the call).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
+    _end_of_stream: bool,
+) -> u32 {
+    // SAFETY: a live stream (see `stream`).
+    if let Some(stream) = unsafe { stream(filter) } {
+        guarded("on_http_filter_response_headers", (), || {
+            stream.on_response_headers(Filter(filter_envoy));
+        });
+    }
+    abi::CONTINUE
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(filter: FilterModulePtr) {
+    guarded("on_http_filter_destroy", (), || {
+        if !filter.is_null() {
+            // SAFETY: the pointer `filter_new` leaked, destroyed once by Envoy.
+            drop(unsafe { Box::from_raw(filter as *mut Stream) });
+        }
+    });
+}
+
+// The hooks sluice has no use for, which Envoy resolves all the same: each does nothing and
+// lets the stream go on.
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
+    _name: EnvoyBuffer,
+    _config: EnvoyBuffer,
+) -> ConfigModulePtr {
+    // sluice takes no per-route configuration: a null answer makes Envoy refuse one.
+    std::ptr::null()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_destroy(
+    _config: ConfigModulePtr,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+    _end_of_stream: bool,
+) -> u32 {
+    abi::CONTINUE
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+) -> u32 {
+    abi::CONTINUE
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+    _end_of_stream: bool,
+) -> u32 {
+    abi::CONTINUE
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+) -> u32 {
+    abi::CONTINUE
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+    _stream_id: u64,
+    _headers: *const EnvoyHttpHeader,
+    _headers_size: usize,
+    _end_stream: bool,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+    _stream_id: u64,
+    _data: *const EnvoyBuffer,
+    _data_count: usize,
+    _end_stream: bool,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+    _stream_id: u64,
+    _trailers: *const EnvoyHttpHeader,
+    _trailers_size: usize,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+    _stream_id: u64,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+    _stream_id: u64,
+    _reason: u32,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+    _event_id: u64,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    _config_envoy: ConfigEnvoyPtr,
+    _config: ConfigModulePtr,
+    _event_id: u64,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    _config_envoy: ConfigEnvoyPtr,
+    _config: ConfigModulePtr,
+    _callout_id: u64,
+    _result: u32,
+    _headers: *const EnvoyHttpHeader,
+    _headers_size: usize,
+    _body_chunks: *const EnvoyBuffer,
+    _body_chunks_size: usize,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_headers(
+    _config_envoy: ConfigEnvoyPtr,
+    _config: ConfigModulePtr,
+    _stream_id: u64,
+    _headers: *const EnvoyHttpHeader,
+    _headers_size: usize,
+    _end_stream: bool,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
+    _config_envoy: ConfigEnvoyPtr,
+    _config: ConfigModulePtr,
+    _stream_id: u64,
+    _data: *const EnvoyBuffer,
+    _data_count: usize,
+    _end_stream: bool,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_trailers(
+    _config_envoy: ConfigEnvoyPtr,
+    _config: ConfigModulePtr,
+    _stream_id: u64,
+    _trailers: *const EnvoyHttpHeader,
+    _trailers_size: usize,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_complete(
+    _config_envoy: ConfigEnvoyPtr,
+    _config: ConfigModulePtr,
+    _stream_id: u64,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_reset(
+    _config_envoy: ConfigEnvoyPtr,
+    _config: ConfigModulePtr,
+    _stream_id: u64,
+    _reason: u32,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_local_reply(
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
+    _response_code: u32,
+    _details: EnvoyBuffer,
+    _reset_imminent: bool,
+) -> u32 {
+    abi::CONTINUE
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::{PANICS, guarded_with};
+
+    #[test]
+    fn a_panic_in_a_hook_is_caught_counted_and_answered_with_the_fallback() {
+        let before = PANICS.load(Ordering::Relaxed);
+        // Quietly: the default hook would print the panic as if the test failed.
+        std::panic::set_hook(Box::new(|_| {}));
+        let mut logged = String::new();
+        let answer = guarded_with(
+            |line| logged = line.to_owned(),
+            "a test hook",
+            7,
+            || -> u32 { panic!("a bug") },
+        );
+        let _ = std::panic::take_hook();
+        assert_eq!(answer, 7);
+        assert_eq!(PANICS.load(Ordering::Relaxed), before + 1);
+        assert_eq!(logged, "sluice: a panic in a test hook was caught");
+        let answer = guarded_with(|_| panic!("nothing to log"), "a test hook", 7, || 3);
+        assert_eq!(answer, 3, "no panic, its own answer");
+    }
+}

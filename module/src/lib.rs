@@ -1,0 +1,17 @@
+//! sluice-module: sluice's HTTP filter as a native Envoy dynamic module
+//! (`envoy.filters.http.dynamic_modules`), configured with the very JSON policy the .wasm
+//! takes.
+//!
+//! The request's logic is `sluice-filter-logic`'s, the .wasm's own; this crate is the glue:
+//! [`abi`] (the ABI, from Envoy 1.40's `abi.h`), [`envoy`] (safe handles on Envoy's objects),
+//! [`hooks`] (what Envoy calls), [`config`] and [`stream`]. Headers are read in place and
+//! every worker shares the configuration and the deny cache in process memory.
+//!
+//! Not yet: leases and shaping (a configuration with either is refused, naming the field).
+
+pub mod abi;
+mod cache;
+mod config;
+mod envoy;
+pub mod hooks;
+mod stream;

@@ -1,0 +1,172 @@
+//! One request in Envoy's native filter chain: [`sluice_filter_logic::Request`] decides it;
+//! this reads the request in place, sends the callout, pauses and resumes, and replies.
+
+use std::sync::Arc;
+
+use sluice_core::policy::{FailureMode, HttpRequest, Policy};
+use sluice_core::wire::DECIDE_PATH;
+use sluice_filter_logic::answer::refused;
+use sluice_filter_logic::{Act, Request, Start, callout_headers, read_request};
+
+use crate::config::{Configured, NoReservation, StreamGlue};
+use crate::envoy::Filter;
+
+/// Envoy's response code details for a sluice reply, in access logs' `%RESPONSE_CODE_DETAILS%`.
+const DETAILS: &str = "sluice_rate_limited";
+
+/// One stream's filter.
+pub struct Stream {
+    configured: Arc<Configured>,
+    request: Request<NoReservation>,
+    replied_locally: bool,
+    /// The decision's callout, while it is out.
+    callout: Option<u64>,
+}
+
+/// What the request-headers hook answers Envoy.
+pub enum Headers {
+    Continue,
+    Stop,
+}
+
+impl Stream {
+    pub fn new(configured: Arc<Configured>) -> Stream {
+        Stream {
+            configured,
+            request: Request::default(),
+            replied_locally: false,
+            callout: None,
+        }
+    }
+
+    /// Decides the request by the failure mode alone (after a panic, when its state cannot be
+    /// trusted); `paused` when it waits on the module.
+    pub fn decide_by_failure_mode(&self, filter: Filter, paused: bool) -> Headers {
+        StreamGlue {
+            configured: &self.configured,
+            filter,
+        }
+        .count_panic();
+        let policy = &self.configured.policy;
+        if policy.failure_mode == FailureMode::Allow {
+            if paused {
+                filter.continue_request();
+            }
+            return Headers::Continue;
+        }
+        let denial = policy.failure_denial();
+        filter.send_response(denial.status, &denial.headers, &denial.body, DETAILS);
+        Headers::Stop
+    }
+
+    pub fn on_request_headers(&mut self, filter: Filter) -> Headers {
+        let configured = Arc::clone(&self.configured);
+        let policy = &configured.policy;
+        let http_request = read(filter, policy);
+        let glue = StreamGlue {
+            configured: &configured,
+            filter,
+        };
+        let act = match self.request.start(&glue, &http_request) {
+            Start::Decided(act) => act,
+            Start::Callout(body) => {
+                let service = &policy.service;
+                let headers = callout_headers(service, DECIDE_PATH);
+                match filter.post(
+                    &service.cluster,
+                    &headers,
+                    &body,
+                    service.timeout.as_millis(),
+                ) {
+                    Ok(id) => {
+                        self.callout = Some(id);
+                        self.request.sent(&glue);
+                        return Headers::Stop;
+                    }
+                    Err(code) => self.request.fail(
+                        &glue,
+                        &format!(
+                            "Envoy refused the callout to cluster `{}` (init result {code})",
+                            service.cluster
+                        ),
+                    ),
+                }
+            }
+        };
+        self.act(filter, act, false)
+    }
+
+    /// The callout's answer: `status` and `body`, or `None` for a callout that failed.
+    pub fn on_callout_done(&mut self, filter: Filter, id: u64, answer: Option<(&[u8], &[u8])>) {
+        if self.callout != Some(id) {
+            return;
+        }
+        self.callout = None;
+        let configured = Arc::clone(&self.configured);
+        let glue = StreamGlue {
+            configured: &configured,
+            filter,
+        };
+        let verdicts = match answer {
+            None => Err("the callout was reset".to_owned()),
+            Some((status, body)) => self
+                .request
+                .read_answer(&glue, body)
+                .map_err(|reason| refused(status, body, reason)),
+        };
+        let act = match verdicts {
+            Ok(remote) => self.request.answered(&glue, &remote),
+            Err(reason) => self.request.fail(&glue, &reason),
+        };
+        self.act(filter, act, true);
+    }
+
+    /// Carries out `act`; `paused` when the request waits on it.
+    fn act(&mut self, filter: Filter, act: Act, paused: bool) -> Headers {
+        match act {
+            Act::Continue => {
+                if paused {
+                    filter.continue_request();
+                }
+                Headers::Continue
+            }
+            Act::Reply(denial) => {
+                self.replied_locally = true;
+                filter.send_response(denial.status, &denial.headers, &denial.body, DETAILS);
+                Headers::Stop
+            }
+            Act::Hold { .. } => {
+                // Shaping is refused with the configuration (`config::not_yet_supported`), so
+                // no verdict holds a request; one that did would be a server out of step.
+                let configured = Arc::clone(&self.configured);
+                let glue = StreamGlue {
+                    configured: &configured,
+                    filter,
+                };
+                let act = self
+                    .request
+                    .fail(&glue, "a verdict held a request the module cannot hold");
+                self.act(filter, act, paused)
+            }
+        }
+    }
+
+    pub fn on_response_headers(&mut self, filter: Filter) {
+        // A local reply already carries its headers; it passes through here too.
+        if !self.replied_locally {
+            for (name, value) in self.request.take_response_headers() {
+                filter.add_response_header(&name, &value);
+            }
+        }
+    }
+}
+
+/// The parts of the request the policy reads, read in place.
+fn read(filter: Filter, policy: &Policy) -> HttpRequest<'_> {
+    read_request(
+        policy,
+        |name| filter.request_header(name),
+        || filter.request_headers(),
+        || filter.source_address(),
+    )
+}
