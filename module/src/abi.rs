@@ -92,6 +92,8 @@ pub struct EnvoyHttpHeader {
 pub type ConfigEnvoyPtr = *mut c_void;
 /// `DynamicModuleHttpFilter` in Envoy: one stream's filter.
 pub type FilterEnvoyPtr = *mut c_void;
+/// `DynamicModuleHttpFilterScheduler` in Envoy: schedules a filter on its worker.
+pub type SchedulerPtr = *mut c_void;
 /// The module's own configuration object.
 pub type ConfigModulePtr = *const c_void;
 /// The module's own per-stream filter object.
@@ -174,6 +176,14 @@ unsafe extern "C" {
         timeout_milliseconds: u64,
     ) -> u32;
     pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterEnvoyPtr);
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(
+        filter: FilterEnvoyPtr,
+    ) -> SchedulerPtr;
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+        scheduler: SchedulerPtr,
+        event_id: u64,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: SchedulerPtr);
     pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
         config: ConfigEnvoyPtr,
         name: ModuleBuffer,
@@ -202,6 +212,9 @@ pub const CALLBACKS: &[&str] = &[
     "envoy_dynamic_module_callback_http_filter_get_attribute_string",
     "envoy_dynamic_module_callback_http_filter_http_callout",
     "envoy_dynamic_module_callback_http_filter_continue_decoding",
+    "envoy_dynamic_module_callback_http_filter_scheduler_new",
+    "envoy_dynamic_module_callback_http_filter_scheduler_commit",
+    "envoy_dynamic_module_callback_http_filter_scheduler_delete",
     "envoy_dynamic_module_callback_http_filter_config_define_counter",
     "envoy_dynamic_module_callback_http_filter_increment_counter",
 ];

@@ -79,18 +79,12 @@ fn invalid(e: &PolicyError) -> String {
     format!("sluice: invalid configuration: {e}")
 }
 
-/// Refuses, by the field's path, what the module does not do yet (the .wasm does): leases and
-/// shaping, which need the module's own timers.
+/// Refuses, by the field's path, what the module does not do yet (the .wasm does): leases.
 fn not_yet_supported(policy: &Policy) -> Result<(), Refused> {
     for (i, rule) in policy.rules.iter().enumerate() {
         if rule.lease.is_some() {
             return Err(Refused(format!(
                 "sluice: invalid configuration: rules[{i}].lease: the native module does not lease yet; load sluice_filter.wasm for leased rules"
-            )));
-        }
-        if rule.limit.shapes() {
-            return Err(Refused(format!(
-                "sluice: invalid configuration: rules[{i}].limit.mode: the native module does not shape yet; load sluice_filter.wasm for shaping"
             )));
         }
     }

@@ -218,6 +218,14 @@ impl Filter {
         unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(self.0) }
     }
 
+    /// A scheduler for this filter, which another thread may commit to.
+    pub fn scheduler(&self) -> Option<abi::SchedulerPtr> {
+        // SAFETY: the filter pointer is live.
+        let scheduler =
+            unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_new(self.0) };
+        (!scheduler.is_null()).then_some(scheduler)
+    }
+
     /// Adds `value` to counter `id`.
     pub fn increment_counter(&self, id: usize, value: u64) {
         // SAFETY: the filter pointer is live; the counter has no labels (null, 0).

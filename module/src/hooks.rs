@@ -215,6 +215,30 @@ unsafe fn slice<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
     unsafe { std::slice::from_raw_parts(ptr, len) }
 }
 
+/// A held request's time has come (`hold`).
+///
+/// # Safety
+/// Envoy passes a filter `on_http_filter_new` made and not yet destroyed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
+    _event_id: u64,
+) {
+    // SAFETY: a live stream (see `stream`).
+    let Some(stream) = (unsafe { stream(filter) }) else {
+        return;
+    };
+    let envoy = Filter(filter_envoy);
+    let released = guarded("on_http_filter_scheduled", false, || {
+        stream.on_released(envoy);
+        true
+    });
+    if !released {
+        after_panic(stream, envoy, true);
+    }
+}
+
 /// # Safety
 /// Envoy passes a filter `on_http_filter_new` made and not yet destroyed (and, for a
 /// callout, arrays of the sizes it gives, valid for the call).
@@ -348,14 +372,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
     _filter: FilterModulePtr,
     _stream_id: u64,
     _reason: u32,
-) {
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
-    _filter_envoy: FilterEnvoyPtr,
-    _filter: FilterModulePtr,
-    _event_id: u64,
 ) {
 }
 

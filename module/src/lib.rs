@@ -7,11 +7,12 @@
 //! [`hooks`] (what Envoy calls), [`config`] and [`stream`]. Headers are read in place and
 //! every worker shares the configuration and the deny cache in process memory.
 //!
-//! Not yet: leases and shaping (a configuration with either is refused, naming the field).
+//! Not yet: leases (a configuration with a leased rule is refused, naming the field).
 
 pub mod abi;
 mod cache;
 mod config;
 mod envoy;
+mod hold;
 pub mod hooks;
 mod stream;

@@ -10,6 +10,7 @@ use sluice_filter_logic::{Act, Request, Start, callout_headers, read_request};
 
 use crate::config::{Configured, NoReservation, StreamGlue};
 use crate::envoy::Filter;
+use crate::hold;
 
 /// Envoy's response code details for a sluice reply, in access logs' `%RESPONSE_CODE_DETAILS%`.
 const DETAILS: &str = "sluice_rate_limited";
@@ -135,9 +136,14 @@ impl Stream {
                 filter.send_response(denial.status, &denial.headers, &denial.body, DETAILS);
                 Headers::Stop
             }
-            Act::Hold { .. } => {
-                // Shaping is refused with the configuration (`config::not_yet_supported`), so
-                // no verdict holds a request; one that did would be a server out of step.
+            Act::Hold { delay_ms } => {
+                let release_at = self.request.asked_at_ms().saturating_add(delay_ms);
+                if filter
+                    .scheduler()
+                    .is_some_and(|scheduler| hold::hold(scheduler, release_at))
+                {
+                    return Headers::Stop;
+                }
                 let configured = Arc::clone(&self.configured);
                 let glue = StreamGlue {
                     configured: &configured,
@@ -145,10 +151,15 @@ impl Stream {
                 };
                 let act = self
                     .request
-                    .fail(&glue, "a verdict held a request the module cannot hold");
+                    .fail(&glue, "no timer to hold a shaped request");
                 self.act(filter, act, paused)
             }
         }
+    }
+
+    /// A held request's time has come.
+    pub fn on_released(&mut self, filter: Filter) {
+        filter.continue_request();
     }
 
     pub fn on_response_headers(&mut self, filter: Filter) {
