@@ -106,7 +106,10 @@ pub const RESPONSE_HEADER: u32 = 2;
 // envoy_dynamic_module_type_on_http_filter_request_headers_status (and the other statuses:
 // 0 is Continue in each)
 pub const CONTINUE: u32 = 0;
-pub const STOP_ITERATION: u32 = 1;
+/// Stops the headers and whatever body follows them, buffered up to the watermark, until the
+/// module continues the request. (StopIteration, 1, stops the headers alone: a body arriving
+/// meanwhile takes them on to the upstream before the decision.)
+pub const STOP_ALL_ITERATION_AND_WATERMARK: u32 = 4;
 
 // envoy_dynamic_module_type_http_callout_init_result
 pub const CALLOUT_INIT_SUCCESS: u32 = 0;

@@ -4,6 +4,7 @@
 
 #![allow(unsafe_code, missing_docs)]
 
+use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,7 +122,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     .unwrap_or_else(|| after_panic(stream, envoy, false));
     match answer {
         Headers::Continue => abi::CONTINUE,
-        Headers::Stop => abi::STOP_ITERATION,
+        Headers::Stop => abi::STOP_ALL_ITERATION_AND_WATERMARK,
     }
 }
 
@@ -173,18 +174,21 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
                 })
                 .find_map(|(k, v)| (k == b":status").then_some(v))
                 .unwrap_or_default();
-            // SAFETY: Envoy's buffers, valid for this hook.
-            let body: Vec<u8> = chunks
-                .iter()
-                .flat_map(|c| unsafe { c.bytes() })
-                .copied()
-                .collect();
+            // SAFETY: Envoy's buffers, valid for this hook. An answer is one chunk, read in
+            // place; several are joined.
+            let body: Cow<'_, [u8]> = match chunks {
+                [one] => Cow::Borrowed(unsafe { one.bytes() }),
+                _ => Cow::Owned(chunks.iter().fold(Vec::new(), |mut body, c| {
+                    body.extend_from_slice(unsafe { c.bytes() });
+                    body
+                })),
+            };
             (status, body)
         });
         stream.on_callout_done(
             envoy,
             callout_id,
-            answer.as_ref().map(|(s, b)| (*s, b.as_slice())),
+            answer.as_ref().map(|(s, b)| (*s, b.as_ref())),
         );
         true
     });

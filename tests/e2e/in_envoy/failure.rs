@@ -190,3 +190,48 @@ both_ways! {
         );
     }
 }
+
+/// POSTs `body` through `envoy`'s listener `ingress` on a new connection; the answer's status.
+fn post(envoy: &Envoy, body: &[u8]) -> u16 {
+    use std::io::{Read, Write};
+    let ingress = envoy.listener("ingress").expect("listener ingress");
+    let mut stream = std::net::TcpStream::connect(ingress).expect("a connection");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a timeout");
+    let head = format!(
+        "POST / HTTP/1.1\r\nhost: sluice\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).expect("the head");
+    stream.write_all(body).expect("the body");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("an answer");
+    let status_line = String::from_utf8_lossy(&answer);
+    status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {status_line:?}"))
+}
+
+both_ways! {
+    fn a_request_with_a_body_waits_for_the_decision(way) {
+        // A body arriving while the callout is out must not carry the request on to the
+        // upstream: with the server frozen and failure_mode deny, the answer is the
+        // failure's, and the upstream never sees the request.
+        let backends = Backends::start(&[]);
+        let envoy = envoy_with(way, &backends, &policy("deny"), "FAIL_CLOSED");
+        backends.proxy.freeze();
+        let body = vec![b'x'; 64 * 1024];
+        let started = Instant::now();
+        assert_eq!(post(&envoy, &body), 503);
+        assert!(started.elapsed() >= TIMEOUT, "answered before the callout timed out");
+        assert_eq!(backends.upstream.served(), 0, "the upstream saw the request");
+        backends.proxy.thaw();
+        eventually("the server decides again", Duration::from_secs(5), || {
+            post(&envoy, &body) == 200
+        });
+        assert_eq!(backends.upstream.served(), 1);
+    }
+}
