@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::decimal;
 use crate::key::{LimitKey, RuleName};
+use crate::verdict::Verdict;
 
 /// One remembered denial.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +143,36 @@ pub fn fingerprint(configuration: &[u8]) -> String {
 }
 
 impl Entry {
+    /// The entry that remembers check `id`'s denial `verdict`, answered at `at_ms`: until the
+    /// verdict's retry time, and never longer than `longest_ms` (the limit's own longest wait,
+    /// where the caller knows it: a verdict claiming more, from a lagging clock or garbage,
+    /// would otherwise deny the key here with nothing to correct it). None for a verdict that
+    /// admits, or whose denial no wait lifts.
+    pub fn of_denial(id: String, verdict: &Verdict, at_ms: u64, longest_ms: u64) -> Option<Entry> {
+        if verdict.allowed {
+            return None;
+        }
+        let retry_ms = verdict.retry_after_ms?;
+        Some(Entry {
+            id,
+            until_ms: at_ms.saturating_add(retry_ms.min(longest_ms)),
+            reset_at_ms: at_ms.saturating_add(verdict.reset_ms.min(longest_ms)),
+            limit: verdict.limit,
+        })
+    }
+
+    /// The denial the entry answers at `now_ms`, while it lives (`now_ms < until_ms`).
+    pub fn denial_at(&self, now_ms: u64) -> Verdict {
+        Verdict {
+            allowed: false,
+            limit: self.limit,
+            remaining: 0,
+            reset_ms: self.reset_at_ms.saturating_sub(now_ms),
+            retry_after_ms: Some(self.until_ms.saturating_sub(now_ms)),
+            delay_ms: 0,
+        }
+    }
+
     /// `until|reset_at|limit|id`.
     pub fn encode(&self) -> Vec<u8> {
         decimal::write_record(&[self.until_ms, self.reset_at_ms, self.limit], &self.id)
@@ -195,6 +226,44 @@ mod tests {
             reset_at_ms: until_ms + 5,
             limit: 10,
         }
+    }
+
+    fn denied(retry_after_ms: Option<u64>, reset_ms: u64) -> Verdict {
+        Verdict {
+            allowed: false,
+            limit: 10,
+            remaining: 0,
+            reset_ms,
+            retry_after_ms,
+            delay_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_remembered_denial_answers_what_is_left_of_its_wait_capped_at_the_longest() {
+        let remembered = Entry::of_denial("r:k".into(), &denied(Some(700), 900), 1_000, 60_000)
+            .expect("a denial with a wait");
+        assert_eq!(
+            (remembered.until_ms, remembered.reset_at_ms),
+            (1_700, 1_900)
+        );
+        let later = remembered.denial_at(1_500);
+        assert!(!later.allowed);
+        assert_eq!(
+            (later.retry_after_ms, later.reset_ms, later.limit),
+            (Some(200), 400, 10)
+        );
+        // A wait longer than the limit's own is cut to it.
+        let capped = Entry::of_denial("r:k".into(), &denied(Some(3_600_000), 3_600_000), 0, 2_000)
+            .expect("a denial with a wait");
+        assert_eq!((capped.until_ms, capped.reset_at_ms), (2_000, 2_000));
+        // Nothing to remember: no wait lifts it, or it admitted.
+        assert!(Entry::of_denial("r:k".into(), &denied(None, 0), 0, u64::MAX).is_none());
+        let admitted = Verdict {
+            allowed: true,
+            ..denied(Some(0), 0)
+        };
+        assert!(Entry::of_denial("r:k".into(), &admitted, 0, u64::MAX).is_none());
     }
 
     #[test]

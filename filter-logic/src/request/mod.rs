@@ -78,32 +78,15 @@ fn rule<'a, G: Glue>(glue: &'a G, planned: &PlannedCheck) -> &'a Rule {
 }
 
 /// The deny-cache entry for the server's denial `verdict` of `rule`'s `key`, answered to a
-/// callout sent at `asked_at_ms`; none when it says when to retry.
-///
-/// No longer than the limit's own longest wait: an answer claiming more (a lagging clock, or
-/// garbage) would otherwise lock the key out here with no callout to correct it; an entry cut
-/// short only costs a callout.
+/// callout sent at `asked_at_ms`: no longer than the limit's own longest wait (an entry cut
+/// short only costs a callout).
 fn cache_entry(rule: &Rule, key: &LimitKey, verdict: &Verdict, asked_at_ms: u64) -> Option<Entry> {
-    let retry_ms = verdict.retry_after_ms?;
-    let longest_ms = rule.limit.longest_wait_ms();
-    Some(Entry {
-        id: entry_id(&rule.name, key),
-        until_ms: asked_at_ms.saturating_add(retry_ms.min(longest_ms)),
-        reset_at_ms: asked_at_ms.saturating_add(verdict.reset_ms.min(longest_ms)),
-        limit: verdict.limit,
-    })
-}
-
-/// The verdict a live cached denial stands for at `now_ms`.
-fn cached_verdict(entry: &Entry, now_ms: u64) -> Verdict {
-    Verdict {
-        allowed: false,
-        limit: entry.limit,
-        remaining: 0,
-        reset_ms: entry.reset_at_ms.saturating_sub(now_ms),
-        retry_after_ms: Some(entry.until_ms.saturating_sub(now_ms)),
-        delay_ms: 0,
-    }
+    Entry::of_denial(
+        entry_id(&rule.name, key),
+        verdict,
+        asked_at_ms,
+        rule.limit.longest_wait_ms(),
+    )
 }
 
 impl<R> Request<R> {
@@ -281,7 +264,7 @@ impl<R> Request<R> {
             .find_map(|(i, (p, _))| {
                 let rule = rule(glue, p);
                 let entry = glue.cache_lookup(EntryId::new(&rule.name, &p.key), now)?;
-                let verdict = cached_verdict(&entry, now);
+                let verdict = entry.denial_at(now);
                 let rule_verdict = RuleVerdict {
                     rule: rule.name.as_str(),
                     limit: &rule.limit,

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use sluice_core::deny_cache;
 use sluice_core::verdict::Verdict;
 
 /// Over-limit counters by [`sluice_core::rls::request::Planned::counter_id`].
@@ -19,16 +20,18 @@ pub struct OverLimitCache {
     capacity: usize,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Entry {
     /// The hits the denied request asked; a request asking fewer may pass sooner.
     hits: u64,
-    /// When a request of `hits` could pass (µs).
-    until_us: i64,
-    /// When the limit is fully restored (µs), for the answer's `duration_until_reset`.
-    reset_at_us: i64,
-    /// The limit's capacity.
-    limit: u64,
+    /// The denial, as the filters' deny caches remember one (milliseconds: a millisecond
+    /// early at most, never late).
+    denial: deny_cache::Entry,
+}
+
+/// `now_us` in whole milliseconds, rounded down.
+fn ms(now_us: i64) -> u64 {
+    u64::try_from(now_us / 1000).unwrap_or(0)
 }
 
 impl OverLimitCache {
@@ -47,41 +50,30 @@ impl OverLimitCache {
         }
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let entry = entries.get(counter)?;
-        if hits < entry.hits || now_us >= entry.until_us {
+        let now_ms = ms(now_us);
+        if hits < entry.hits || now_ms >= entry.denial.until_ms {
             return None;
         }
-        let ms_from_now = |at_us: i64| u64::try_from((at_us - now_us).max(0)).unwrap_or(0) / 1000;
-        Some(Verdict {
-            allowed: false,
-            limit: entry.limit,
-            remaining: 0,
-            reset_ms: ms_from_now(entry.reset_at_us),
-            retry_after_ms: Some(ms_from_now(entry.until_us).max(1)),
-            delay_ms: 0,
-        })
+        Some(entry.denial.denial_at(now_ms))
     }
 
     /// Remembers Redis' denial of `counter` for `hits` at `now_us`. A denial no wait lifts (the
     /// hits exceed the limit's capacity) is not remembered: each such request asks Redis.
     pub fn remember(&self, counter: &str, hits: u64, verdict: &Verdict, now_us: i64) {
-        if self.capacity == 0 || verdict.allowed {
+        if self.capacity == 0 {
             return;
         }
-        let Some(retry_after_ms) = verdict.retry_after_ms else {
+        let now_ms = ms(now_us);
+        // Redis' verdict is the limit's own: no cap beyond it.
+        let Some(denial) =
+            deny_cache::Entry::of_denial(counter.to_owned(), verdict, now_ms, u64::MAX)
+        else {
             return;
         };
-        let at = |ms: u64| {
-            now_us.saturating_add(i64::try_from(ms.saturating_mul(1000)).unwrap_or(i64::MAX))
-        };
-        let entry = Entry {
-            hits,
-            until_us: at(retry_after_ms),
-            reset_at_us: at(verdict.reset_ms),
-            limit: verdict.limit,
-        };
+        let entry = Entry { hits, denial };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.len() >= self.capacity && !entries.contains_key(counter) {
-            entries.retain(|_, e| e.until_us > now_us);
+            entries.retain(|_, e| e.denial.until_ms > now_ms);
             if entries.len() >= self.capacity {
                 // Full of live denials: losing one costs a Redis call, never a wrong answer.
                 if let Some(victim) = entries.keys().next().cloned() {
