@@ -1,6 +1,8 @@
 //! The names of the filter's stats in Envoy (which shows them prefixed `wasmcustom.`): the
 //! filter defines them, and the simulator's reports and tests read them by these names.
 
+use crate::record::RuleOutcome;
+
 /// Callouts sent to `/v1/decide`.
 pub const CALLOUTS: &str = "sluice.callouts";
 /// Callouts that brought no usable answer.
@@ -78,6 +80,29 @@ impl RuleStat {
             RuleStat::LeaseFailures => "lease_failures",
         }
     }
+}
+
+/// The stats that count what came of one check of a rule: its outcome's own (none for a
+/// skipped check), with [`RuleStat::Local`] when it was decided from a lease, and
+/// [`RuleStat::Shaped`] when it was held.
+pub fn outcome_stats(
+    outcome: RuleOutcome,
+    delayed: bool,
+    local: bool,
+) -> impl Iterator<Item = RuleStat> {
+    let own = match outcome {
+        RuleOutcome::Allowed => Some(RuleStat::Allowed),
+        RuleOutcome::Denied => Some(RuleStat::Denied),
+        RuleOutcome::ShadowDenied => Some(RuleStat::ShadowDenied),
+        RuleOutcome::CachedDeny => Some(RuleStat::CacheHits),
+        RuleOutcome::Failed => Some(RuleStat::Failures),
+        RuleOutcome::Skipped => None,
+    };
+    let local = (local && own.is_some()).then_some(RuleStat::Local);
+    local
+        .into_iter()
+        .chain(own)
+        .chain(delayed.then_some(RuleStat::Shaped))
 }
 
 /// The name of `stat` of rule `rule`: `sluice.rule.<rule>.<stat>`.

@@ -4,7 +4,6 @@
 use std::time::UNIX_EPOCH;
 
 use proxy_wasm::hostcalls;
-use proxy_wasm::traits::Context;
 use sluice_core::deny_cache::{Entry, EntryId};
 use sluice_core::key::LimitKey;
 use sluice_core::lease::LeaseConfig;
@@ -35,11 +34,12 @@ pub struct Configured {
     pub warnings: Warnings,
 }
 
-/// Host time in microseconds since the epoch.
-pub fn now_us(context: &dyn Context) -> u64 {
-    context
-        .get_current_time()
-        .duration_since(UNIX_EPOCH)
+/// Host time in microseconds since the epoch; 0 should the host not say (the SDK's
+/// `get_current_time` would panic).
+pub fn now_us() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
@@ -52,11 +52,7 @@ impl Glue for Configured {
     }
 
     fn now_us(&self) -> u64 {
-        hostcalls::get_current_time()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
+        now_us()
     }
 
     /// In the filter state `wasm.sluice.decision`.

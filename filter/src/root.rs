@@ -75,11 +75,9 @@ impl Root {
                 self.lease_calls.borrow_mut().push((token, request));
             }
             Err(reason) => {
-                shared
-                    .warnings
-                    .warn(Warning::LeaseNotSent, now_us(self), || {
-                        format!("sluice: lease callout not sent: {reason}")
-                    });
+                shared.warnings.warn(Warning::LeaseNotSent, now_us(), || {
+                    format!("sluice: lease callout not sent: {reason}")
+                });
                 shared.stats.lease_failure();
                 shared.leases.not_sent(sent);
             }
@@ -170,7 +168,7 @@ impl Context for Root {
                 .map_err(|e| e.to_string())
         });
         if let Err(reason) = &answer {
-            shared.warnings.warn(Warning::LeaseCall, now_us(self), || {
+            shared.warnings.warn(Warning::LeaseCall, now_us(), || {
                 format!("sluice: lease call failed: {reason}; leases run on what they hold")
             });
         }
@@ -234,7 +232,7 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        let now = now_us(self);
+        let now = now_us();
         self.held.borrow_mut().release_due(now / 1000);
         if let Some(shared) = self.shared.clone() {
             self.send_lease_call(&shared, now);

@@ -114,19 +114,8 @@ impl Stats {
         let Some(s) = self.rules.get(rule) else {
             return;
         };
-        if local && outcome != RuleOutcome::Skipped {
-            s[RuleStat::Local].bump();
-        }
-        match outcome {
-            RuleOutcome::Allowed => s[RuleStat::Allowed].bump(),
-            RuleOutcome::Denied => s[RuleStat::Denied].bump(),
-            RuleOutcome::ShadowDenied => s[RuleStat::ShadowDenied].bump(),
-            RuleOutcome::CachedDeny => s[RuleStat::CacheHits].bump(),
-            RuleOutcome::Failed => s[RuleStat::Failures].bump(),
-            RuleOutcome::Skipped => {}
-        }
-        if delayed {
-            s[RuleStat::Shaped].bump();
+        for stat in stat_names::outcome_stats(outcome, delayed, local) {
+            s[stat].bump();
         }
     }
 

@@ -88,6 +88,32 @@ pub struct EnvoyHttpHeader {
     pub value_length: usize,
 }
 
+impl EnvoyHttpHeader {
+    pub const EMPTY: EnvoyHttpHeader = EnvoyHttpHeader {
+        key_ptr: std::ptr::null(),
+        key_length: 0,
+        value_ptr: std::ptr::null(),
+        value_length: 0,
+    };
+
+    /// The name's and the value's bytes.
+    ///
+    /// # Safety
+    /// As [`EnvoyBuffer::bytes`], for both.
+    pub unsafe fn bytes<'a>(&self) -> (&'a [u8], &'a [u8]) {
+        let key = EnvoyBuffer {
+            ptr: self.key_ptr,
+            length: self.key_length,
+        };
+        let value = EnvoyBuffer {
+            ptr: self.value_ptr,
+            length: self.value_length,
+        };
+        // SAFETY: the caller's promise.
+        unsafe { (key.bytes(), value.bytes()) }
+    }
+}
+
 /// `DynamicModuleHttpFilterConfig` in Envoy.
 pub type ConfigEnvoyPtr = *mut c_void;
 /// `DynamicModuleHttpFilter` in Envoy: one stream's filter.

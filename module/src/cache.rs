@@ -24,16 +24,20 @@ impl DenyCache {
         !self.slots.is_empty()
     }
 
-    fn slot(&self, id: EntryId<'_>) -> Option<&Mutex<Option<Entry>>> {
-        let len = u32::try_from(self.slots.len()).ok()?;
-        self.slots.get(usize::try_from(slot_of(id, len)).ok()?)
+    /// The slot `slot_of` picks among this cache's slots (given how many there are).
+    fn slot(&self, slot_of: impl FnOnce(u32) -> u32) -> Option<&Mutex<Option<Entry>>> {
+        let count = u32::try_from(self.slots.len()).ok()?;
+        self.slots.get(usize::try_from(slot_of(count)).ok()?)
     }
 
     /// The live denial of `id`, if the cache holds one at `now_ms`.
     pub fn lookup(&self, id: EntryId<'_>, now_ms: u64) -> Option<Entry> {
         // A poisoned slot (a panic while it was held) still holds a whole entry: writes are
         // one assignment.
-        let slot = self.slot(id)?.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = self
+            .slot(|count| slot_of(id, count))?
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         slot.as_ref()
             .filter(|entry| id.is(&entry.id) && entry.until_ms > now_ms)
             .cloned()
@@ -41,9 +45,7 @@ impl DenyCache {
 
     /// Remembers a denial, unless its slot holds one that lasts longer.
     pub fn remember(&self, entry: &Entry, now_ms: u64) {
-        let len = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
-        let index = usize::try_from(slot_of_written(&entry.id, len)).unwrap_or(usize::MAX);
-        let Some(slot) = self.slots.get(index) else {
+        let Some(slot) = self.slot(|count| slot_of_written(&entry.id, count)) else {
             return;
         };
         let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());

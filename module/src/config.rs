@@ -1,6 +1,7 @@
 //! One filter configuration in Envoy: the policy, the deny cache and the counters every
 //! worker's streams share, and, for one stream, the requests' [`Glue`].
 
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_core::deny_cache::{Entry, EntryId};
@@ -9,11 +10,8 @@ use sluice_core::lease::LeaseConfig;
 use sluice_core::policy::{Policy, PolicyError, Rule};
 use sluice_core::record::{DECISION_PROPERTY, RuleOutcome};
 use sluice_core::stat_names::{self, RuleStat, rule_stat};
-use sluice_filter_logic::{Glue, Local};
-
-use std::sync::Mutex;
-
 use sluice_core::throttle::Throttle;
+use sluice_filter_logic::{Glue, Local};
 
 use crate::abi::LOG_WARN;
 use crate::cache::DenyCache;
@@ -91,6 +89,14 @@ fn not_yet_supported(policy: &Policy) -> Result<(), Refused> {
     Ok(())
 }
 
+/// The time in microseconds since the epoch: the process' clock, which is Envoy's.
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
 /// One stream's view of its configuration: what its request needs of the host.
 pub struct StreamGlue<'a> {
     pub configured: &'a Configured,
@@ -121,10 +127,7 @@ impl Glue for StreamGlue<'_> {
     }
 
     fn now_us(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
+        now_us()
     }
 
     /// In the filter state `sluice.decision`.
@@ -136,23 +139,8 @@ impl Glue for StreamGlue<'_> {
         let Some(stats) = self.configured.counters.rules.get(rule) else {
             return;
         };
-        let stat = |s: RuleStat| stats[s as usize];
-        if local && outcome != RuleOutcome::Skipped {
-            self.bump(stat(RuleStat::Local));
-        }
-        let counted = match outcome {
-            RuleOutcome::Allowed => Some(RuleStat::Allowed),
-            RuleOutcome::Denied => Some(RuleStat::Denied),
-            RuleOutcome::ShadowDenied => Some(RuleStat::ShadowDenied),
-            RuleOutcome::CachedDeny => Some(RuleStat::CacheHits),
-            RuleOutcome::Failed => Some(RuleStat::Failures),
-            RuleOutcome::Skipped => None,
-        };
-        if let Some(s) = counted {
-            self.bump(stat(s));
-        }
-        if delayed {
-            self.bump(stat(RuleStat::Shaped));
+        for stat in stat_names::outcome_stats(outcome, delayed, local) {
+            self.bump(stats[stat as usize]);
         }
     }
 

@@ -76,13 +76,7 @@ impl Filter {
         let size = unsafe {
             abi::envoy_dynamic_module_callback_http_get_headers_size(self.0, abi::REQUEST_HEADER)
         };
-        let empty = EnvoyHttpHeader {
-            key_ptr: std::ptr::null(),
-            key_length: 0,
-            value_ptr: std::ptr::null(),
-            value_length: 0,
-        };
-        let mut headers = vec![empty; size];
+        let mut headers = vec![EnvoyHttpHeader::EMPTY; size];
         // SAFETY: `headers` has room for the `size` headers Envoy just counted, and Envoy
         // writes no more than it holds.
         let ok = unsafe {
@@ -98,16 +92,8 @@ impl Filter {
         headers
             .iter()
             .map(|h| {
-                let key = EnvoyBuffer {
-                    ptr: h.key_ptr,
-                    length: h.key_length,
-                };
-                let value = EnvoyBuffer {
-                    ptr: h.value_ptr,
-                    length: h.value_length,
-                };
                 // SAFETY: Envoy's buffers, valid until this hook ends; copied at once.
-                let (key, value) = unsafe { (key.bytes(), value.bytes()) };
+                let (key, value) = unsafe { h.bytes() };
                 (String::from_utf8_lossy(key).into_owned(), value.to_vec())
             })
             .collect()

@@ -158,20 +158,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
             let status = headers
                 .iter()
                 // SAFETY: Envoy's buffers, valid for this hook.
-                .map(|h| unsafe {
-                    (
-                        EnvoyBuffer {
-                            ptr: h.key_ptr,
-                            length: h.key_length,
-                        }
-                        .bytes(),
-                        EnvoyBuffer {
-                            ptr: h.value_ptr,
-                            length: h.value_length,
-                        }
-                        .bytes(),
-                    )
-                })
+                .map(|h| unsafe { h.bytes() })
                 .find_map(|(k, v)| (k == b":status").then_some(v))
                 .unwrap_or_default();
             // SAFETY: Envoy's buffers, valid for this hook. An answer is one chunk, read in

@@ -61,11 +61,10 @@ impl Stream {
     }
 
     pub fn on_request_headers(&mut self, filter: Filter) -> Headers {
-        let configured = Arc::clone(&self.configured);
-        let policy = &configured.policy;
+        let policy = &self.configured.policy;
         let http_request = read(filter, policy);
         let glue = StreamGlue {
-            configured: &configured,
+            configured: &self.configured,
             filter,
         };
         let act = match self.request.start(&glue, &http_request) {
@@ -103,9 +102,8 @@ impl Stream {
             return;
         }
         self.callout = None;
-        let configured = Arc::clone(&self.configured);
         let glue = StreamGlue {
-            configured: &configured,
+            configured: &self.configured,
             filter,
         };
         let verdicts = match answer {
@@ -144,9 +142,8 @@ impl Stream {
                 {
                     return Headers::Stop;
                 }
-                let configured = Arc::clone(&self.configured);
                 let glue = StreamGlue {
-                    configured: &configured,
+                    configured: &self.configured,
                     filter,
                 };
                 let act = self

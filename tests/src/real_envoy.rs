@@ -311,18 +311,9 @@ pub fn plugin_config(plugin: &Plugin, server: SocketAddr, upstream: SocketAddr) 
             failure_policy = plugin.failure_policy,
             configuration = quoted(&plugin.configuration),
         ),
-        Way::Module => format!(
-            r#"
-          - name: {name}
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
-              dynamic_module_config: {{name: sluice_module}}
-              filter_name: {name}
-              filter_config:
-                "@type": type.googleapis.com/google.protobuf.StringValue
-                value: {configuration}"#,
-            configuration = quoted(&plugin.configuration),
-        ),
+        Way::Module => {
+            sluice_harness::dynamic_module_filter(name, "sluice_module", &plugin.configuration)
+        }
     };
     format!(
         r#"

@@ -5,6 +5,8 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+use sluice_harness::dynamic_module_filter;
+
 use super::Setup;
 
 /// Where a setup's Envoy sends what: its listeners' ports and sluice-server's addresses.
@@ -189,9 +191,9 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
     match setup {
         Setup::NoFilter => String::new(),
         Setup::Noop => wasm_filter("noop", wasm.noop, "{}"),
-        Setup::NoopModule => module_filter("noop", "sluice_noop_module", "{}"),
+        Setup::NoopModule => dynamic_module_filter("noop", "sluice_noop_module", "{}"),
         Setup::SluiceModule => {
-            module_filter("sluice", "sluice_module", &sluice_policy(OPEN_LIMIT, None))
+            dynamic_module_filter("sluice", "sluice_module", &sluice_policy(OPEN_LIMIT, None))
         }
         Setup::LocalRatelimit => "
           - name: envoy.filters.http.local_ratelimit
@@ -268,23 +270,6 @@ fn native_ratelimit(domain: &str) -> String {
                 transport_api_version: V3
                 grpc_service:
                   envoy_grpc: {{cluster_name: sluice_rls}}"
-    )
-}
-
-/// An Envoy dynamic module filter: `lib<module>.so` from the search path the harness gives
-/// Envoy (target/release), with `configuration`.
-fn module_filter(name: &str, module: &str, configuration: &str) -> String {
-    let configuration = serde_json::Value::String(configuration.to_owned()).to_string();
-    format!(
-        r#"
-          - name: {name}
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
-              dynamic_module_config: {{name: {module}}}
-              filter_name: {name}
-              filter_config:
-                "@type": type.googleapis.com/google.protobuf.StringValue
-                value: {configuration}"#
     )
 }
 

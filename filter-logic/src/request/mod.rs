@@ -130,13 +130,9 @@ impl<R> Request<R> {
 
     /// The callout [`Request::start`] asked for is on its way.
     pub fn sent<G: Glue<Reservation = R>>(&mut self, glue: &G) {
+        self.asked = Some(self.local.iter().filter(|l| l.is_none()).count());
         let remote = self.planned.iter().zip(&self.local);
-        let remote: Vec<usize> = remote
-            .filter(|(_, l)| l.is_none())
-            .map(|(p, _)| p.rule)
-            .collect();
-        self.asked = Some(remote.len());
-        glue.count_callout(remote.into_iter());
+        glue.count_callout(remote.filter(|(_, l)| l.is_none()).map(|(p, _)| p.rule));
     }
 
     /// When the request started, in milliseconds since the epoch: a hold counts from here.

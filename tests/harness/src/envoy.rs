@@ -40,6 +40,24 @@ pub fn module_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release"))
 }
 
+/// An HTTP filter loading the dynamic module `lib<module>.so` (from [`module_dir`]) as filter
+/// `name` with `configuration` (a string, such as sluice's JSON policy); a YAML list item for
+/// a connection manager's `http_filters`.
+pub fn dynamic_module_filter(name: &str, module: &str, configuration: &str) -> String {
+    let configuration = serde_json::Value::String(configuration.to_owned());
+    format!(
+        r#"
+          - name: {name}
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+              dynamic_module_config: {{name: {module}}}
+              filter_name: {name}
+              filter_config:
+                "@type": type.googleapis.com/google.protobuf.StringValue
+                value: {configuration}"#
+    )
+}
+
 /// The `envoy` binary: `SLUICE_ENVOY`, else the project's virtualenv, else `PATH`.
 pub fn envoy_binary() -> Result<PathBuf, HarnessError> {
     if let Some(path) = std::env::var_os("SLUICE_ENVOY") {

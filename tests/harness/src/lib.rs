@@ -34,7 +34,8 @@ mod upstream;
 
 pub use cluster::{RedisCluster, SlotMove, SlotOwners, key_slot};
 pub use envoy::{
-    ACCESS_LOG, ENVOY_VERSION, Envoy, envoy_binary, module_dir, validate as validate_envoy_config,
+    ACCESS_LOG, ENVOY_VERSION, Envoy, dynamic_module_filter, envoy_binary, module_dir,
+    validate as validate_envoy_config,
 };
 pub use proxy::ForwardingProxy;
 pub use sentinel::{MASTER_NAME, RedisSentinel};
