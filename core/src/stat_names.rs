@@ -2,6 +2,7 @@
 //! filter defines them, and the simulator's reports and tests read them by these names.
 
 use crate::record::RuleOutcome;
+use crate::wire::LeaseGrant;
 
 /// Callouts sent to `/v1/decide`.
 pub const CALLOUTS: &str = "sluice.callouts";
@@ -103,6 +104,20 @@ pub fn outcome_stats(
         .into_iter()
         .chain(own)
         .chain(delayed.then_some(RuleStat::Shaped))
+}
+
+/// The stats that count one lease ask and its grant (`None`: the ask got no usable answer),
+/// each with the amount to add.
+pub fn lease_answer_stats(grant: Option<&LeaseGrant>) -> impl Iterator<Item = (RuleStat, u64)> {
+    let stats = match grant {
+        None => [Some((RuleStat::LeaseFailures, 1)), None, None],
+        Some(grant) => [
+            Some((RuleStat::LeaseAsks, 1)),
+            Some((RuleStat::LeaseUnits, grant.granted)),
+            (grant.granted == 0 && grant.more_in_ms > 0).then_some((RuleStat::LeaseEmpty, 1)),
+        ],
+    };
+    stats.into_iter().flatten()
 }
 
 /// The name of `stat` of rule `rule`: `sluice.rule.<rule>.<stat>`.

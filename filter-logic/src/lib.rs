@@ -11,9 +11,12 @@
 #![deny(missing_docs)]
 
 pub mod answer;
+pub mod cas;
 mod glue;
+pub mod lease;
 mod read;
 mod request;
+pub mod shared_data;
 
 pub use glue::{Glue, Local};
 pub use read::{callout_headers, read_request};

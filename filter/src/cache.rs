@@ -8,8 +8,8 @@ use std::rc::Rc;
 
 use sluice_core::deny_cache::{Entry, EntryId, SlotKeys};
 
-use crate::cas;
-use crate::shared_data::SharedData;
+use sluice_filter_logic::cas;
+use sluice_filter_logic::shared_data::SharedData;
 
 /// How often a write is retried after another worker changed the slot under it.
 const CAS_ATTEMPTS: usize = 4;
@@ -68,7 +68,7 @@ mod tests {
     use sluice_core::key::{LimitKey, RuleName};
 
     use super::*;
-    use crate::shared_data::MemorySharedData;
+    use sluice_filter_logic::shared_data::MemorySharedData;
 
     fn key(s: &str) -> (RuleName, LimitKey) {
         (

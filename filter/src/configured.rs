@@ -1,6 +1,7 @@
 //! What the root context and its streams share: a configuration with its counters, caches,
 //! leases and held streams; and that, in the proxy-wasm host, as the requests' [`Glue`].
 
+use std::rc::Rc;
 use std::time::UNIX_EPOCH;
 
 use proxy_wasm::hostcalls;
@@ -9,13 +10,15 @@ use sluice_core::key::LimitKey;
 use sluice_core::lease::LeaseConfig;
 use sluice_core::policy::{Policy, Rule};
 use sluice_core::record::{DECISION_PROPERTY, RuleOutcome};
+use sluice_filter_logic::lease::{Leases, Reservation};
+use sluice_filter_logic::shared_data::SharedData;
 use sluice_filter_logic::{Glue, Local};
 
 use crate::cache::DenyCache;
 use crate::ffi;
 use crate::held::SharedHeld;
-use crate::lease::{Leases, Reservation};
 use crate::stats::Stats;
+use crate::ticker::Ticker;
 use crate::warnings::{Warning, Warnings};
 
 /// A configured root context: what it and every one of its streams share.
@@ -29,10 +32,13 @@ pub struct Configured {
     /// Streams held for shaping.
     pub held: SharedHeld,
     /// The leased rules' allowances.
-    pub leases: Leases,
+    pub leases: WorkerLeases,
     /// Warnings that would repeat with every request, throttled.
     pub warnings: Warnings,
 }
+
+/// The leases of one worker's VM, over the host's shared data and the root context's tick.
+pub type WorkerLeases = Leases<Rc<dyn SharedData>, Rc<Ticker>>;
 
 /// Host time in microseconds since the epoch; 0 should the host not say (the SDK's
 /// `get_current_time` would panic).

@@ -11,15 +11,16 @@ use proxy_wasm::types::{BufferType, ContextType, LogLevel};
 use sluice_core::deny_cache::fingerprint;
 use sluice_core::policy::Policy;
 use sluice_core::wire::{LEASE_PATH, LeaseRequest, holder_name, holder_secret};
+use sluice_filter_logic::cas;
+use sluice_filter_logic::lease::{Holder, Leases};
+use sluice_filter_logic::shared_data::SharedData;
 
 use crate::answer;
 use crate::cache::DenyCache;
 use crate::callout;
-use crate::cas;
 use crate::configured::{Configured, now_us};
 use crate::held::{Held, SharedHeld};
-use crate::lease::{Holder, Leases};
-use crate::shared_data::{HostSharedData, SharedData};
+use crate::shared_data::HostSharedData;
 use crate::stats::Stats;
 use crate::stream::Stream;
 use crate::ticker::Ticker;
@@ -61,17 +62,10 @@ impl Root {
         let Some((request, sent)) = shared.leases.on_tick(&shared.policy.rules, now) else {
             return;
         };
-        let body = match serde_json::to_vec(&request) {
-            Ok(body) => body,
-            Err(_) => {
-                shared.leases.not_sent(sent);
-                return;
-            }
-        };
-        match callout::post(self, &shared.policy.service, LEASE_PATH, &body) {
+        match callout::post(self, &shared.policy.service, LEASE_PATH, &request.to_json()) {
             Ok(token) => {
                 shared.stats.lease_call();
-                shared.leases.sent(token, sent);
+                shared.leases.sent(token.into(), sent);
                 self.lease_calls.borrow_mut().push((token, request));
             }
             Err(reason) => {
@@ -172,7 +166,7 @@ impl Context for Root {
                 format!("sluice: lease call failed: {reason}; leases run on what they hold")
             });
         }
-        shared.leases.answered(token, answer, |rule, grant| {
+        shared.leases.answered(token.into(), answer, |rule, grant| {
             shared.stats.lease_answer(rule, grant);
         });
     }

@@ -154,15 +154,8 @@ impl Stats {
         let Some(s) = self.rules.get(rule) else {
             return;
         };
-        match grant {
-            None => s[RuleStat::LeaseFailures].bump(),
-            Some(grant) => {
-                s[RuleStat::LeaseAsks].bump();
-                s[RuleStat::LeaseUnits].bump_by(grant.granted);
-                if grant.granted == 0 && grant.more_in_ms > 0 {
-                    s[RuleStat::LeaseEmpty].bump();
-                }
-            }
+        for (stat, by) in stat_names::lease_answer_stats(grant) {
+            s[stat].bump_by(by);
         }
     }
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 
+use sluice_filter_logic::lease::LeaseTick;
+
 use crate::stats::FLUSH_EVERY;
 
 /// How often held requests are looked at: the precision of shaping.
@@ -58,12 +60,6 @@ impl Ticker {
         self.apply();
     }
 
-    /// Whether leases need looking after, and how often.
-    pub fn set_leasing(&self, period: Option<Duration>) {
-        self.leasing.set(period);
-        self.apply();
-    }
-
     /// Whether counters wait for the tick to be handed to Envoy.
     pub fn set_counting(&self, counting: bool) {
         self.counting.set(counting);
@@ -83,5 +79,13 @@ impl Ticker {
         if wanted != self.current.get() && (self.set_period)(wanted) {
             self.current.set(wanted);
         }
+    }
+}
+
+impl LeaseTick for Ticker {
+    /// Whether leases need looking after, and how often.
+    fn set_leasing(&self, period: Option<Duration>) {
+        self.leasing.set(period);
+        self.apply();
     }
 }

@@ -120,6 +120,9 @@ pub type ConfigEnvoyPtr = *mut c_void;
 pub type FilterEnvoyPtr = *mut c_void;
 /// `DynamicModuleHttpFilterScheduler` in Envoy: schedules a filter on its worker.
 pub type SchedulerPtr = *mut c_void;
+/// `DynamicModuleHttpFilterConfigScheduler` in Envoy: schedules the configuration's hook on
+/// the main thread.
+pub type ConfigSchedulerPtr = *mut c_void;
 /// The module's own configuration object.
 pub type ConfigModulePtr = *const c_void;
 /// The module's own per-stream filter object.
@@ -204,6 +207,15 @@ unsafe extern "C" {
         body: ModuleBuffer,
         timeout_milliseconds: u64,
     ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+        config: ConfigEnvoyPtr,
+        callout_id_out: *mut u64,
+        cluster_name: ModuleBuffer,
+        headers: *mut ModuleHttpHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_milliseconds: u64,
+    ) -> u32;
     pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterEnvoyPtr);
     pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(
         filter: FilterEnvoyPtr,
@@ -213,6 +225,16 @@ unsafe extern "C" {
         event_id: u64,
     );
     pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: SchedulerPtr);
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
+        config: ConfigEnvoyPtr,
+    ) -> ConfigSchedulerPtr;
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+        scheduler: ConfigSchedulerPtr,
+        event_id: u64,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
+        scheduler: ConfigSchedulerPtr,
+    );
     pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
         config: ConfigEnvoyPtr,
         name: ModuleBuffer,
@@ -222,6 +244,13 @@ unsafe extern "C" {
     ) -> u32;
     pub fn envoy_dynamic_module_callback_http_filter_increment_counter(
         filter: FilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        config: ConfigEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,
         label_values_length: usize,
@@ -240,10 +269,15 @@ pub const CALLBACKS: &[&str] = &[
     "envoy_dynamic_module_callback_http_set_filter_state_bytes",
     "envoy_dynamic_module_callback_http_filter_get_attribute_string",
     "envoy_dynamic_module_callback_http_filter_http_callout",
+    "envoy_dynamic_module_callback_http_filter_config_http_callout",
     "envoy_dynamic_module_callback_http_filter_continue_decoding",
     "envoy_dynamic_module_callback_http_filter_scheduler_new",
     "envoy_dynamic_module_callback_http_filter_scheduler_commit",
     "envoy_dynamic_module_callback_http_filter_scheduler_delete",
+    "envoy_dynamic_module_callback_http_filter_config_scheduler_new",
+    "envoy_dynamic_module_callback_http_filter_config_scheduler_commit",
+    "envoy_dynamic_module_callback_http_filter_config_scheduler_delete",
     "envoy_dynamic_module_callback_http_filter_config_define_counter",
+    "envoy_dynamic_module_callback_http_filter_config_increment_counter",
     "envoy_dynamic_module_callback_http_filter_increment_counter",
 ];

@@ -1,30 +1,39 @@
-//! One filter configuration in Envoy: the policy, the deny cache and the counters every
-//! worker's streams share, and, for one stream, the requests' [`Glue`].
+//! One filter configuration in Envoy: the policy, the deny cache, the leases and the counters
+//! every worker's streams share, with the leases' tick and calls on the main thread; and, for
+//! one stream, the requests' [`Glue`].
 
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sluice_core::deny_cache::{Entry, EntryId};
+use sluice_core::deny_cache::{Entry, EntryId, fingerprint};
 use sluice_core::key::LimitKey;
 use sluice_core::lease::LeaseConfig;
 use sluice_core::policy::{Policy, PolicyError, Rule};
 use sluice_core::record::{DECISION_PROPERTY, RuleOutcome};
 use sluice_core::stat_names::{self, RuleStat, rule_stat};
 use sluice_core::throttle::Throttle;
-use sluice_filter_logic::{Glue, Local};
+use sluice_core::wire::LEASE_PATH;
+use sluice_filter_logic::answer::refused;
+use sluice_filter_logic::lease::Reservation;
+use sluice_filter_logic::{Glue, Local, callout_headers};
 
 use crate::abi::LOG_WARN;
 use crate::cache::DenyCache;
 use crate::envoy::{Config, Filter, log};
+use crate::lease::{self, ModuleLeases};
 
 /// A validated configuration, shared by every worker (Envoy creates it on the main thread).
 pub struct Configured {
     pub policy: Policy,
     pub cache: DenyCache,
+    /// The leased rules' allowances; `None` when no rule leases.
+    leases: Option<ModuleLeases>,
     counters: Counters,
     /// When the callout-failure warning is next due: at most one a second for the whole
     /// Envoy, saying how many were left out.
     callout_warning: Mutex<Throttle>,
+    /// The same for failed lease calls.
+    lease_warning: Mutex<Throttle>,
 }
 
 /// The Envoy counters' ids, defined with the configuration.
@@ -33,6 +42,8 @@ struct Counters {
     callout_failures: Option<usize>,
     client_ip_fallbacks: Option<usize>,
     panics: Option<usize>,
+    lease_calls: Option<usize>,
+    lease_call_failures: Option<usize>,
     /// Per rule, per [`RuleStat`].
     rules: Vec<[Option<usize>; RuleStat::ALL.len()]>,
 }
@@ -49,7 +60,6 @@ impl Configured {
     /// in `config`.
     pub fn new(config: &Config, json: &[u8]) -> Result<Configured, Refused> {
         let policy = Policy::from_json(json).map_err(|e| Refused(invalid(&e)))?;
-        not_yet_supported(&policy)?;
         let rules = policy
             .rules
             .iter()
@@ -58,35 +68,129 @@ impl Configured {
                     .map(|stat| config.define_counter(&rule_stat(rule.name.as_str(), stat)))
             })
             .collect();
+        let leases = policy
+            .rules
+            .iter()
+            .any(|r| r.lease.is_some())
+            .then(|| ModuleLeases::new(config.0, fingerprint(json), &policy.rules));
         Ok(Configured {
             cache: DenyCache::new(policy.deny_cache_slots),
+            leases,
             counters: Counters {
                 callouts: config.define_counter(stat_names::CALLOUTS),
                 callout_failures: config.define_counter(stat_names::CALLOUT_FAILURES),
                 client_ip_fallbacks: config.define_counter(stat_names::CLIENT_IP_FALLBACKS),
                 panics: config.define_counter(stat_names::PANICS),
+                lease_calls: config.define_counter(stat_names::LEASE_CALLS),
+                lease_call_failures: config.define_counter(stat_names::LEASE_CALL_FAILURES),
                 rules,
             },
             policy,
             callout_warning: Mutex::new(Throttle::new(WARN_EVERY_US)),
+            lease_warning: Mutex::new(Throttle::new(WARN_EVERY_US)),
         })
+    }
+
+    /// The leases' tick, on the main thread: sends what they have to say as one lease call.
+    pub fn on_lease_tick(&self, config: &Config) {
+        let Some(leases) = &self.leases else {
+            return;
+        };
+        leases.ticked();
+        let Some((request, sent)) = leases.lock().on_tick(&self.policy.rules, now_us()) else {
+            return;
+        };
+        let service = &self.policy.service;
+        let body = request.to_json();
+        let headers = callout_headers(service, LEASE_PATH);
+        match config.post(
+            &service.cluster,
+            &headers,
+            &body,
+            service.timeout.as_millis(),
+        ) {
+            Ok(id) => {
+                bump(config, self.counters.lease_calls, 1);
+                leases.lock().sent(id, sent);
+                leases.call_sent(id, request);
+            }
+            Err(code) => {
+                warn(&self.lease_warning, || {
+                    format!(
+                        "sluice: lease callout not sent: Envoy refused it for cluster `{}` (init result {code})",
+                        service.cluster
+                    )
+                });
+                bump(config, self.counters.lease_call_failures, 1);
+                leases.lock().not_sent(sent);
+            }
+        }
+    }
+
+    /// The answer to lease call `id`: `status` and `body`, or `None` for a call that failed.
+    pub fn on_lease_answer(&self, config: &Config, id: u64, answer: Option<(&[u8], &[u8])>) {
+        let Some(leases) = &self.leases else {
+            return;
+        };
+        let Some(request) = leases.call_answered(id) else {
+            return;
+        };
+        let grants = match answer {
+            None => Err("the callout was reset".to_owned()),
+            Some((status, body)) => {
+                lease::grants(&request, body).map_err(|reason| refused(status, body, reason))
+            }
+        };
+        if let Err(reason) = &grants {
+            warn(&self.lease_warning, || {
+                format!("sluice: lease call failed: {reason}; leases run on what they hold")
+            });
+        }
+        leases.lock().answered(id, grants, |rule, grant| {
+            let Some(stats) = self.counters.rules.get(rule) else {
+                return;
+            };
+            for (stat, by) in stat_names::lease_answer_stats(grant) {
+                bump(config, stats[stat as usize], by);
+            }
+        });
+    }
+
+    /// The configuration is going away: its leases' tick stops.
+    pub fn stop(&self) {
+        if let Some(leases) = &self.leases {
+            leases.stop();
+        }
+    }
+}
+
+/// Adds `by` to `counter` from the main thread.
+fn bump(config: &Config, counter: Option<usize>, by: u64) {
+    if let Some(id) = counter {
+        config.increment_counter(id, by);
+    }
+}
+
+/// Writes the warning `line` makes, if `throttle` says one is due, with how many were left
+/// out since the last.
+fn warn(throttle: &Mutex<Throttle>, line: impl FnOnce() -> String) {
+    let due = throttle
+        .lock()
+        .map(|mut throttle| throttle.due(now_us()))
+        .unwrap_or(None);
+    if let Some(left_out) = due {
+        let mut line = line();
+        if left_out > 0 {
+            line.push_str(&format!(
+                " ({left_out} more like it since the last such line)"
+            ));
+        }
+        log(LOG_WARN, &line);
     }
 }
 
 fn invalid(e: &PolicyError) -> String {
     format!("sluice: invalid configuration: {e}")
-}
-
-/// Refuses, by the field's path, what the module does not do yet (the .wasm does): leases.
-fn not_yet_supported(policy: &Policy) -> Result<(), Refused> {
-    for (i, rule) in policy.rules.iter().enumerate() {
-        if rule.lease.is_some() {
-            return Err(Refused(format!(
-                "sluice: invalid configuration: rules[{i}].lease: the native module does not lease yet; load sluice_filter.wasm for leased rules"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// The time in microseconds since the epoch: the process' clock, which is Envoy's.
@@ -116,11 +220,8 @@ impl StreamGlue<'_> {
     }
 }
 
-/// Leases are refused at configuration (`not_yet_supported`): no reservation is ever taken.
-pub enum NoReservation {}
-
 impl Glue for StreamGlue<'_> {
-    type Reservation = NoReservation;
+    type Reservation = Reservation;
 
     fn policy(&self) -> &Policy {
         &self.configured.policy
@@ -153,23 +254,11 @@ impl Glue for StreamGlue<'_> {
         }
     }
 
-    fn callout_failed(&self, now_us: u64, reason: &str) {
+    fn callout_failed(&self, _now_us: u64, reason: &str) {
         self.bump(self.configured.counters.callout_failures);
-        let due = self
-            .configured
-            .callout_warning
-            .lock()
-            .map(|mut throttle| throttle.due(now_us))
-            .unwrap_or(None);
-        if let Some(left_out) = due {
-            let mut line = format!("sluice: {reason}; failure mode applies");
-            if left_out > 0 {
-                line.push_str(&format!(
-                    " ({left_out} more like it since the last such line)"
-                ));
-            }
-            log(LOG_WARN, &line);
-        }
+        warn(&self.configured.callout_warning, || {
+            format!("sluice: {reason}; failure mode applies")
+        });
     }
 
     fn count_client_ip_fallback(&self) {
@@ -190,16 +279,21 @@ impl Glue for StreamGlue<'_> {
 
     fn take_lease(
         &self,
-        _rule_index: usize,
-        _rule: &Rule,
-        _config: &LeaseConfig,
-        _key: &LimitKey,
-        _now_us: u64,
-    ) -> Local<NoReservation> {
-        Local::NotHeld
+        rule_index: usize,
+        rule: &Rule,
+        config: &LeaseConfig,
+        key: &LimitKey,
+        now_us: u64,
+    ) -> Local<Reservation> {
+        match &self.configured.leases {
+            Some(leases) => leases.lock().take(rule_index, rule, config, key, now_us),
+            None => Local::NotHeld,
+        }
     }
 
-    fn give_back(&self, reservation: &NoReservation, _now_us: u64) {
-        match *reservation {}
+    fn give_back(&self, reservation: &Reservation, now_us: u64) {
+        if let Some(leases) = &self.configured.leases {
+            leases.lock().give_back(reservation, now_us);
+        }
     }
 }

@@ -18,10 +18,53 @@ pub fn log(level: u32, message: &str) {
     unsafe { abi::envoy_dynamic_module_callback_log(level, ModuleBuffer::of(message.as_bytes())) }
 }
 
-/// A filter configuration in Envoy, during `on_http_filter_config_new`.
+/// A filter configuration in Envoy, during one of its hooks (`on_http_filter_config_*`, on the
+/// main thread).
 pub struct Config(pub ConfigEnvoyPtr);
 
 impl Config {
+    /// Posts `body` through `cluster` from the configuration, on the main thread; its answer
+    /// comes to `on_http_filter_config_http_callout_done`. The callout's id, or Envoy's init
+    /// result when it would not send it.
+    pub fn post(
+        &self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Result<u64, u32> {
+        post_with(headers, |id, headers, headers_size| {
+            // SAFETY: the configuration pointer is live for the hook; every buffer is live
+            // for the call and Envoy copies what it keeps; `id` is a live local Envoy writes.
+            unsafe {
+                abi::envoy_dynamic_module_callback_http_filter_config_http_callout(
+                    self.0,
+                    id,
+                    ModuleBuffer::of(cluster.as_bytes()),
+                    headers,
+                    headers_size,
+                    ModuleBuffer::of(body),
+                    timeout_ms,
+                )
+            }
+        })
+    }
+
+    /// Adds `value` to counter `id`.
+    pub fn increment_counter(&self, id: usize, value: u64) {
+        // SAFETY: the configuration pointer is live for the hook; the counter has no labels
+        // (null, 0).
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                self.0,
+                id,
+                std::ptr::null_mut(),
+                0,
+                value,
+            );
+        }
+    }
+
     /// Defines counter `name` (Envoy adds the filter's metrics namespace); its id, or `None`
     /// if Envoy refused it.
     pub fn define_counter(&self, name: &str) -> Option<usize> {
@@ -165,7 +208,9 @@ impl Filter {
         }
     }
 
-    /// Posts `body` to `path` through `cluster`; `false` if Envoy would not send it.
+    /// Posts `body` through `cluster` for this stream; its answer comes to
+    /// `on_http_filter_http_callout_done`. The callout's id, or Envoy's init result when it
+    /// would not send it.
     pub fn post(
         &self,
         cluster: &str,
@@ -173,29 +218,21 @@ impl Filter {
         body: &[u8],
         timeout_ms: u64,
     ) -> Result<u64, u32> {
-        let mut headers: Vec<ModuleHttpHeader> = headers
-            .iter()
-            .map(|(n, v)| ModuleHttpHeader::of(n, v))
-            .collect();
-        let mut id = 0u64;
-        // SAFETY: the filter pointer is live; every buffer is live for the call and Envoy
-        // copies what it keeps; `id` is a live local Envoy writes.
-        let result = unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_http_callout(
-                self.0,
-                &mut id,
-                ModuleBuffer::of(cluster.as_bytes()),
-                headers.as_mut_ptr(),
-                headers.len(),
-                ModuleBuffer::of(body),
-                timeout_ms,
-            )
-        };
-        if result == abi::CALLOUT_INIT_SUCCESS {
-            Ok(id)
-        } else {
-            Err(result)
-        }
+        post_with(headers, |id, headers, headers_size| {
+            // SAFETY: the filter pointer is live; every buffer is live for the call and Envoy
+            // copies what it keeps; `id` is a live local Envoy writes.
+            unsafe {
+                abi::envoy_dynamic_module_callback_http_filter_http_callout(
+                    self.0,
+                    id,
+                    ModuleBuffer::of(cluster.as_bytes()),
+                    headers,
+                    headers_size,
+                    ModuleBuffer::of(body),
+                    timeout_ms,
+                )
+            }
+        })
     }
 
     /// Lets the paused request go on.
@@ -224,5 +261,24 @@ impl Filter {
                 value,
             );
         }
+    }
+}
+
+/// Makes a callout with `send` (given where to write the id, and the headers as the ABI takes
+/// them): its id, or Envoy's init result when it would not send it.
+fn post_with(
+    headers: &[(&str, &str)],
+    send: impl FnOnce(*mut u64, *mut ModuleHttpHeader, usize) -> u32,
+) -> Result<u64, u32> {
+    let mut headers: Vec<ModuleHttpHeader> = headers
+        .iter()
+        .map(|(n, v)| ModuleHttpHeader::of(n, v))
+        .collect();
+    let mut id = 0u64;
+    let result = send(&mut id, headers.as_mut_ptr(), headers.len());
+    if result == abi::CALLOUT_INIT_SUCCESS {
+        Ok(id)
+    } else {
+        Err(result)
     }
 }

@@ -97,7 +97,7 @@ fn release(scheduler: abi::SchedulerPtr) {
 
 /// Keeps this module loaded for the life of the process, whatever Envoy's configuration
 /// does: a `dlopen` of its own file with `RTLD_NODELETE`.
-fn pin_module() {
+pub fn pin_module() {
     let mut info = libc::Dl_info {
         dli_fname: std::ptr::null(),
         dli_fbase: std::ptr::null_mut(),

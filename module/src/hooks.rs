@@ -82,20 +82,23 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: Con
     guarded("on_http_filter_config_destroy", (), || {
         if !config.is_null() {
             // SAFETY: the pointer `config_new` leaked, destroyed once by Envoy.
-            drop(unsafe { Box::from_raw(config as *mut Arc<Configured>) });
+            let configured = unsafe { Box::from_raw(config as *mut Arc<Configured>) };
+            configured.stop();
         }
     });
 }
 
+/// # Safety
+/// Envoy passes a configuration `on_http_filter_config_new` made and not yet destroyed.
 #[unsafe(no_mangle)]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
     config: ConfigModulePtr,
     _filter_envoy: FilterEnvoyPtr,
 ) -> FilterModulePtr {
     guarded("on_http_filter_new", std::ptr::null(), || {
         // SAFETY: a pointer `config_new` returned; Envoy keeps the configuration alive while
         // its filters are made.
-        let Some(configured) = (unsafe { (config as *const Arc<Configured>).as_ref() }) else {
+        let Some(configured) = (unsafe { configured(config) }) else {
             return std::ptr::null();
         };
         Box::into_raw(Box::new(Stream::new(Arc::clone(configured)))) as FilterModulePtr
@@ -154,24 +157,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
                 slice(body_chunks, body_chunks_size),
             )
         };
-        let answer = (result == abi::CALLOUT_SUCCESS && !headers.is_empty()).then(|| {
-            let status = headers
-                .iter()
-                // SAFETY: Envoy's buffers, valid for this hook.
-                .map(|h| unsafe { h.bytes() })
-                .find_map(|(k, v)| (k == b":status").then_some(v))
-                .unwrap_or_default();
-            // SAFETY: Envoy's buffers, valid for this hook. An answer is one chunk, read in
-            // place; several are joined.
-            let body: Cow<'_, [u8]> = match chunks {
-                [one] => Cow::Borrowed(unsafe { one.bytes() }),
-                _ => Cow::Owned(chunks.iter().fold(Vec::new(), |mut body, c| {
-                    body.extend_from_slice(unsafe { c.bytes() });
-                    body
-                })),
-            };
-            (status, body)
-        });
+        // SAFETY: Envoy's buffers, valid for this hook.
+        let answer = unsafe { callout_answer(result, headers, chunks) };
         stream.on_callout_done(
             envoy,
             callout_id,
@@ -182,6 +169,36 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     if !done {
         after_panic(stream, envoy, true);
     }
+}
+
+/// A callout's answer: its status and body, or `None` when it failed (`result` not success, or
+/// no headers).
+///
+/// # Safety
+/// The headers' and chunks' buffers must be Envoy's, valid for the hook running.
+unsafe fn callout_answer<'a>(
+    result: u32,
+    headers: &[EnvoyHttpHeader],
+    chunks: &[EnvoyBuffer],
+) -> Option<(&'a [u8], Cow<'a, [u8]>)> {
+    if result != abi::CALLOUT_SUCCESS || headers.is_empty() {
+        return None;
+    }
+    let status = headers
+        .iter()
+        // SAFETY: the caller's promise.
+        .map(|h| unsafe { h.bytes() })
+        .find_map(|(k, v)| (k == b":status").then_some(v))
+        .unwrap_or_default();
+    // SAFETY: the caller's promise. An answer is one chunk, read in place; several are joined.
+    let body: Cow<'_, [u8]> = match chunks {
+        [one] => Cow::Borrowed(unsafe { one.bytes() }),
+        _ => Cow::Owned(chunks.iter().fold(Vec::new(), |mut body, c| {
+            body.extend_from_slice(unsafe { c.bytes() });
+            body
+        })),
+    };
+    Some((status, body))
 }
 
 /// Decides by the failure mode a request whose hook panicked: lets it go on, or replies with
@@ -366,25 +383,72 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
 ) {
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
-    _config_envoy: ConfigEnvoyPtr,
-    _config: ConfigModulePtr,
-    _event_id: u64,
-) {
+/// The configuration behind `ptr`.
+///
+/// # Safety
+/// `ptr` must be one `on_http_filter_config_new` returned and `on_http_filter_config_destroy`
+/// has not yet freed.
+unsafe fn configured<'a>(ptr: ConfigModulePtr) -> Option<&'a Arc<Configured>> {
+    // SAFETY: the caller's promise; the pointer is a `Box<Arc<Configured>>` leaked by
+    // `config_new`.
+    unsafe { (ptr as *const Arc<Configured>).as_ref() }
 }
 
+/// The leases' tick, which their thread scheduled (`crate::lease`), on the main thread.
+///
+/// # Safety
+/// Envoy passes a configuration `on_http_filter_config_new` made and not yet destroyed: it
+/// schedules a configuration's hook only while the configuration lives.
 #[unsafe(no_mangle)]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
-    _config_envoy: ConfigEnvoyPtr,
-    _config: ConfigModulePtr,
-    _callout_id: u64,
-    _result: u32,
-    _headers: *const EnvoyHttpHeader,
-    _headers_size: usize,
-    _body_chunks: *const EnvoyBuffer,
-    _body_chunks_size: usize,
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    config_envoy: ConfigEnvoyPtr,
+    config: ConfigModulePtr,
+    _event_id: u64,
 ) {
+    guarded("on_http_filter_config_scheduled", (), || {
+        // SAFETY: the caller's promise.
+        if let Some(configured) = unsafe { configured(config) } {
+            configured.on_lease_tick(&Config(config_envoy));
+        }
+    });
+}
+
+/// A lease call's answer, on the main thread.
+///
+/// # Safety
+/// Envoy passes a configuration `on_http_filter_config_new` made and not yet destroyed, and
+/// arrays of the sizes it gives, valid for the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    config_envoy: ConfigEnvoyPtr,
+    config: ConfigModulePtr,
+    callout_id: u64,
+    result: u32,
+    headers: *const EnvoyHttpHeader,
+    headers_size: usize,
+    body_chunks: *const EnvoyBuffer,
+    body_chunks_size: usize,
+) {
+    guarded("on_http_filter_config_http_callout_done", (), || {
+        // SAFETY: the caller's promise.
+        let Some(configured) = (unsafe { configured(config) }) else {
+            return;
+        };
+        // SAFETY: Envoy's arrays of the sizes it gives, valid for this hook, and the buffers
+        // in them.
+        let answer = unsafe {
+            callout_answer(
+                result,
+                slice(headers, headers_size),
+                slice(body_chunks, body_chunks_size),
+            )
+        };
+        configured.on_lease_answer(
+            &Config(config_envoy),
+            callout_id,
+            answer.as_ref().map(|(s, b)| (*s, b.as_ref())),
+        );
+    });
 }
 
 #[unsafe(no_mangle)]

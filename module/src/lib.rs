@@ -15,4 +15,5 @@ mod config;
 mod envoy;
 mod hold;
 pub mod hooks;
+mod lease;
 mod stream;

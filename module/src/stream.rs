@@ -8,7 +8,9 @@ use sluice_core::wire::DECIDE_PATH;
 use sluice_filter_logic::answer::refused;
 use sluice_filter_logic::{Act, Request, Start, callout_headers, read_request};
 
-use crate::config::{Configured, NoReservation, StreamGlue};
+use sluice_filter_logic::lease::Reservation;
+
+use crate::config::{Configured, StreamGlue};
 use crate::envoy::Filter;
 use crate::hold;
 
@@ -18,7 +20,7 @@ const DETAILS: &str = "sluice_rate_limited";
 /// One stream's filter.
 pub struct Stream {
     configured: Arc<Configured>,
-    request: Request<NoReservation>,
+    request: Request<Reservation>,
     replied_locally: bool,
     /// The decision's callout, while it is out.
     callout: Option<u64>,

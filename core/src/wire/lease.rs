@@ -309,6 +309,12 @@ impl LeaseRequest {
         Ok(request)
     }
 
+    /// The request's body. Its fields are strings, numbers and lists of them, which JSON
+    /// always encodes.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
     /// Parses the response to this request, checking that it answers every ask within what
     /// was asked: no more units than wanted, no lease longer than the terms' `ttl`. A holder
     /// that took more would break the bound the terms promise, so such an answer is refused

@@ -14,7 +14,7 @@ use crate::answer;
 use crate::callout;
 use crate::configured::Configured;
 use crate::ffi;
-use crate::lease::Reservation;
+use sluice_filter_logic::lease::Reservation;
 
 /// The stream context of one request.
 pub struct Stream {

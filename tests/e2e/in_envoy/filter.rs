@@ -474,28 +474,3 @@ both_ways! {
         );
     }
 }
-
-#[test]
-fn the_module_refuses_a_leased_rule_naming_the_field() {
-    let backends = Backends::start(&[]);
-    let config = plugin_config(
-        &Plugin::sluice(
-            r#"{"cluster": "sluice", "rules": [{"name": "leased", "key": ["client_ip"],
-                "lease": {"horizon": "1s"},
-                "limit": {"algorithm": "gcra", "rate": 100, "per": "1s", "burst": 100}}]}"#,
-        )
-        .via(Way::Module),
-        backends.server_addr(),
-        backends.upstream.addr(),
-    );
-    let Err(refused) = try_start_envoy(&config, WORKERS) else {
-        panic!("the module took a leased rule");
-    };
-    let refused = refused.to_string();
-    assert!(
-        refused.contains(
-            "invalid configuration: rules[0].lease: the native module does not lease yet"
-        ),
-        "{refused}"
-    );
-}

@@ -1,4 +1,4 @@
-//! The root context's tick for leases: the asks requests marked, renewals of leases about to
+//! The tick for leases: the asks requests marked, renewals of leases about to
 //! end, units given back (idle allowances, orphans, purses), sent as one lease call; and the
 //! answers to those calls applied to the allowances.
 
@@ -7,7 +7,9 @@ use sluice_core::lease::{Allowance, Ending, LeaseConfig};
 use sluice_core::policy::Rule;
 use sluice_core::wire::{LeaseAsk, LeaseGrant, LeaseRequest, MAX_ASKS};
 
-use super::{ASK_TICK, Leases, Orphan, Sent, WorkerState};
+use crate::shared_data::SharedData;
+
+use super::{ASK_TICK, LeaseTick, Leases, Orphan, Sent, WorkerState};
 
 /// The asks of one lease callout, kept by the root context until its answer.
 pub struct SentAsks(pub(super) Vec<Sent>);
@@ -119,7 +121,7 @@ fn step(
     }
 }
 
-impl Leases {
+impl<D: SharedData, T: LeaseTick> Leases<D, T> {
     /// What the tick sends at `now_us`: the asks this worker marked, the units it gives back
     /// (idle allowances, leases about to end, orphans), as one lease request; `None` when
     /// there is nothing to say. Stops the tick when nothing needs it any more.
@@ -333,7 +335,7 @@ impl Leases {
     }
 
     /// Remembers the asks of a lease callout sent with `token`.
-    pub fn sent(&self, token: u32, sent: SentAsks) {
+    pub fn sent(&self, token: u64, sent: SentAsks) {
         self.state.borrow_mut().in_flight.insert(token, sent.0);
     }
 
@@ -346,7 +348,7 @@ impl Leases {
     /// answer. Calls `count` with each ask's rule and grant.
     pub fn answered(
         &self,
-        token: u32,
+        token: u64,
         answer: Result<Vec<LeaseGrant>, String>,
         mut count: impl FnMut(usize, Option<&LeaseGrant>),
     ) {

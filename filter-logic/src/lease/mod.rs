@@ -1,5 +1,5 @@
-//! Leases in the filter: each rule and key's [`Allowance`] in shared data, spent by every
-//! worker with compare-and-swap; asks sent from the root context's tick; answers applied.
+//! Leases in a filter: each rule and key's [`Allowance`] in shared data, spent by every
+//! worker with compare-and-swap; asks sent from the filter's tick; answers applied.
 //!
 //! A request's stream takes units out of the allowance when it can ([`Leases::take`]), with a
 //! few more for the worker's [`Purse`], from which the next requests take theirs with no host
@@ -8,25 +8,29 @@
 //! ask this worker marked, renews the leases about to end of keys still in use, and gives back
 //! the units of those that went quiet. Asks go out from the root context, not from a stream, because the
 //! SDK drops the answer to a callout whose stream has ended, and a stream decided from a lease
-//! ends long before the answer comes.
+//! ends long before the answer comes. (The native module ticks and calls from its configuration
+//! on Envoy's main thread, for the same reason.)
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cas;
-use crate::shared_data::SharedData;
-use crate::ticker::Ticker;
 use sluice_core::deny_cache::{SlotKeys, entry_id};
 use sluice_core::key::{LimitKey, RuleName};
 use sluice_core::lease::{Allowance, LEASE_SLOTS, LeaseConfig, Purse, Take};
 use sluice_core::policy::Rule;
-use sluice_filter_logic::Local;
+
+use crate::Local;
+use crate::cas;
+use crate::shared_data::SharedData;
 
 #[cfg(test)]
 mod tests;
 mod tick;
+
+pub use tick::SentAsks;
 
 /// How often a write is retried after another worker changed the slot under it.
 const CAS_ATTEMPTS: usize = 8;
@@ -97,7 +101,7 @@ struct WorkerState {
     /// tick if the mark is still the one in force.
     wanted: Vec<(String, u64)>,
     /// By callout token.
-    in_flight: HashMap<u32, Vec<Sent>>,
+    in_flight: HashMap<u64, Vec<Sent>>,
     orphans: Vec<Orphan>,
     /// By allowance id: this worker's purses.
     purses: HashMap<String, Pursed>,
@@ -134,29 +138,49 @@ pub struct Holder {
     pub secret: String,
 }
 
-/// The leases of one configuration, seen from one worker's VM.
-pub struct Leases {
+/// What runs the leases' tick: told how often the leases want it (`None`: not at all), it
+/// calls [`Leases::on_tick`] at about that period, and sooner after a shorter one is asked.
+pub trait LeaseTick {
+    /// Sets the period the leases want.
+    fn set_leasing(&self, period: Option<Duration>);
+}
+
+impl<T: LeaseTick + ?Sized> LeaseTick for Rc<T> {
+    fn set_leasing(&self, period: Option<Duration>) {
+        (**self).set_leasing(period);
+    }
+}
+
+impl<T: LeaseTick + ?Sized> LeaseTick for Arc<T> {
+    fn set_leasing(&self, period: Option<Duration>) {
+        (**self).set_leasing(period);
+    }
+}
+
+/// The leases of one configuration, seen from one worker (a proxy-wasm VM), or from every
+/// worker at once (the native module, which keeps them behind a lock).
+pub struct Leases<D, T> {
     /// Where the allowances are, shared by every worker.
-    data: Rc<dyn SharedData>,
+    data: D,
     /// The lease slots' keys, under the configuration's fingerprint.
     slot_keys: SlotKeys,
     holder: Holder,
     /// The shortest tick any leased rule wants; `None` when no rule leases.
     tick: Option<Duration>,
-    ticker: Rc<Ticker>,
+    ticker: T,
     state: RefCell<WorkerState>,
 }
 
-impl Leases {
+impl<D: SharedData, T: LeaseTick> Leases<D, T> {
     /// Leases for the rules of a configuration with `fingerprint`, held by `holder`, their
     /// allowances in `data`.
     pub fn new(
-        data: Rc<dyn SharedData>,
+        data: D,
         fingerprint: String,
         holder: Holder,
         rules: &[Rule],
-        ticker: Rc<Ticker>,
-    ) -> Leases {
+        ticker: T,
+    ) -> Leases<D, T> {
         let tick = rules
             .iter()
             .filter_map(|r| r.lease.as_ref().map(LeaseConfig::tick_ms))
@@ -179,7 +203,7 @@ impl Leases {
         f: impl FnMut(Option<Allowance>) -> (Option<Allowance>, R),
     ) -> Option<R> {
         cas::update(
-            self.data.as_ref(),
+            &self.data,
             key,
             CAS_ATTEMPTS,
             Allowance::decode,

@@ -1,4 +1,4 @@
-//! Read-modify-write of one shared-data key with compare-and-swap: every worker's VM writes
+//! Read-modify-write of one shared-data key with compare-and-swap: every worker writes
 //! the same keys (deny cache, lease allowances), and a write that lost the race to another
 //! worker is decided again on what that worker wrote.
 
@@ -8,8 +8,8 @@ use crate::shared_data::{CREATE_ONLY, SharedData, WriteError};
 /// write (`None`: nothing) and what to return, and writes with compare-and-swap, deciding
 /// again when another worker wrote in between. `None` when every attempt lost the race or
 /// the host refused the write.
-pub fn update<T, R>(
-    data: &dyn SharedData,
+pub fn update<S: SharedData + ?Sized, T, R>(
+    data: &S,
     key: &str,
     attempts: usize,
     decode: fn(&[u8]) -> Option<T>,

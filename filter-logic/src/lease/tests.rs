@@ -15,6 +15,16 @@ use crate::shared_data::MemorySharedData;
 
 const MS: u64 = 1000;
 
+/// A tick the tests run by hand.
+struct NoTick;
+
+impl LeaseTick for NoTick {
+    fn set_leasing(&self, _period: Option<Duration>) {}
+}
+
+/// One worker's leases.
+type Worker = Leases<Rc<MemorySharedData>, NoTick>;
+
 /// One Envoy: its shared data, its policy (one leased rule on `x-tenant`), and the key of
 /// tenant `acme`.
 struct Envoy {
@@ -44,28 +54,26 @@ impl Envoy {
     }
 
     /// A worker's view of the leases.
-    fn worker(&self) -> Leases {
-        let data: Rc<dyn SharedData> = self.data.clone();
-        let ticker = Rc::new(Ticker::new(Box::new(|_| true)));
+    fn worker(&self) -> Worker {
         Leases::new(
-            data,
+            Rc::clone(&self.data),
             "fp".to_owned(),
             Holder {
                 name: "envoy:1".to_owned(),
                 secret: "s".to_owned(),
             },
             &self.policy.rules,
-            ticker,
+            NoTick,
         )
     }
 
-    fn take(&self, worker: &Leases, now_us: u64) -> Local<Reservation> {
+    fn take(&self, worker: &Worker, now_us: u64) -> Local<Reservation> {
         let rule = &self.policy.rules[0];
         worker.take(0, rule, rule.lease.as_ref().unwrap(), &self.key, now_us)
     }
 
     /// The allowance of `acme` as shared data holds it.
-    fn allowance(&self, worker: &Leases) -> Allowance {
+    fn allowance(&self, worker: &Worker) -> Allowance {
         let id = entry_id(&self.policy.rules[0].name, &self.key);
         let (bytes, _) = self.data.read(&worker.slot(&id)).unwrap();
         Allowance::decode(&bytes).unwrap()
@@ -73,7 +81,7 @@ impl Envoy {
 
     /// Takes requests every ms from `from_us` until the worker marks an ask, then sends its
     /// tick's call and answers it with `granted` units for 1 s; the time after.
-    fn lease(&self, worker: &Leases, granted: u64, from_us: u64) -> u64 {
+    fn lease(&self, worker: &Worker, granted: u64, from_us: u64) -> u64 {
         let mut now = from_us;
         let (request, sent) = loop {
             self.take(worker, now);
@@ -108,7 +116,7 @@ fn taken(local: &Local<Reservation>) -> bool {
     matches!(local, Local::Taken { .. })
 }
 
-fn purse_units(worker: &Leases) -> u64 {
+fn purse_units(worker: &Worker) -> u64 {
     worker
         .state
         .borrow()
