@@ -13,8 +13,8 @@
 -- then from the algorithm: the most it admits now, as a request of that cost would consume
 -- them. Nothing a holder holds, nor the pool, counts after it expires. When the algorithm
 -- cannot give a holder all it wants, the holder is told when the rest will be there; when the
--- holders' demands add up to more than the nominal rate, each is told its max-min fair share of
--- the rate, as a pace.
+-- holders' demands add up to more than the nominal rate and the algorithm has nothing left,
+-- each is told its max-min fair share of the rate, as a pace.
 -- An ask with a span (the quota service's, for an Envoy's token bucket) always gets a share of
 -- the whole rate: the max-min fair share, with what the holders' demands leave over split
 -- evenly among them; it is granted at most that share for the span (plus what its carry
@@ -192,11 +192,14 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
       more_in = math.max(0, run(key, now, 1, false, false, p)[5])
     end
   end
-  -- When the holders together ask for more than the nominal rate, the key is over its
-  -- limit: each holder spends at its fair share of the rate, so that the holders together
-  -- admit as evenly as the algorithm does, not in a bunch after each grant.
+  -- When the holders together ask for more than the nominal rate and the algorithm has not a
+  -- whole unit left, the key is at its limit: each holder spends at its fair share of the
+  -- rate, so that the holders together admit as evenly as the algorithm does, not in a bunch
+  -- after each grant. While a burst holds more, the algorithm admits at the pace requests
+  -- come, and so do the holders: pacing them then would deny what it admits. (An ask with a
+  -- span is granted its share whatever the burst holds: its pace says that share.)
   local pace = 0
-  if share > 0 and total > capacity then
+  if share > 0 and total > capacity and (spread or answer[3] < 1) then
     pace = math.ceil(1000000 / share)
   end
 

@@ -219,36 +219,45 @@ async fn bad_lease_requests_get_400_naming_the_field() {
     );
 }
 
-/// Holders whose demands add up to more than the limit's rate are each given their max-min
-/// fair share of it as a pace; within the rate, no pace.
+/// Holders whose demands add up to more than the limit's rate, once its burst is spent, are
+/// each given their max-min fair share of it as a pace; within the rate, or while the burst
+/// holds more, no pace: the algorithm itself would admit at the pace requests come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holders_over_the_rate_are_paced_at_their_fair_shares() {
     let redis = RedisServer::start().unwrap();
     let store = common::connected_store(Topology::Standalone(redis.url())).await;
     let engine = Engine::new(store, "pace".to_owned(), Arc::new(Metrics::default()));
-    let ask = |holder: &str, demand: u64, now: i64| {
+    // 1,000 a second, each ask for 10 more units than `held`.
+    let ask = |key: &str, burst: u64, holder: &str, (demand, held): (u64, u64), now: i64| {
         let body = format!(
-            r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"k","limit":{{"algorithm":"gcra","rate":1000,"per":"1s","burst":1000}},"terms":{{"max_units":100,"max_outstanding":500,"ttl":"1s"}},"want":10,"demand":{demand}}}]}}"#
+            r#"{{"holder":"{holder}","asks":[{{"rule":"r","key":"{key}","limit":{{"algorithm":"gcra","rate":1000,"per":"1s","burst":{burst}}},"terms":{{"max_units":100,"max_outstanding":500,"ttl":"1s"}},"want":10,"held":{held},"demand":{demand}}}]}}"#
         );
         let request = LeaseRequest::from_json(body.as_bytes()).unwrap();
         let engine = &engine;
         async move { engine.lease(&request, Some(now)).await.unwrap().grants[0] }
     };
+    // Key `spent` holds a burst of 20, which a's and b's first grants take.
+    let spent = |holder, demand_held, now| ask("spent", 20, holder, demand_held, now);
     assert_eq!(
-        ask("a", 400, NOW).await.pace_us,
+        spent("a", (400, 0), NOW).await.pace_us,
         0,
         "400 a second: within the rate"
     );
     assert_eq!(
-        ask("b", 300, NOW).await.pace_us,
+        spent("b", (300, 0), NOW).await.pace_us,
         0,
         "700 in all: within the rate"
     );
     // a now asks for 900 a second: 1200 in all. b's 300 are met; a gets the other 700.
-    assert_eq!(ask("a", 900, NOW + 1).await.pace_us, 1_429);
-    assert_eq!(ask("b", 300, NOW + 2).await.pace_us, 3_334);
+    assert_eq!(spent("a", (900, 10), NOW + 1).await.pace_us, 1_429);
+    assert_eq!(spent("b", (300, 10), NOW + 2).await.pace_us, 3_334);
     // c joins at 900: b keeps 300, a and c share 700.
-    assert_eq!(ask("c", 900, NOW + 3).await.pace_us, 2_858);
+    assert_eq!(spent("c", (900, 0), NOW + 3).await.pace_us, 2_858);
+    // Over the rate with most of a burst of 1,000 left: granted, not paced.
+    let full = |holder, demand_held, now| ask("full", 1000, holder, demand_held, now);
+    full("a", (900, 0), NOW).await;
+    let grant = full("b", (900, 0), NOW + 1).await;
+    assert_eq!((grant.granted, grant.pace_us), (10, 0), "{grant:?}");
 }
 
 /// One ask of `holder` for key `k` of a gcra limit of 20 (caps: 8 a holder, 12 in all), on
