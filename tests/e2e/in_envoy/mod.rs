@@ -7,6 +7,7 @@ mod failure;
 mod fidelity;
 pub mod filter;
 mod lease;
+mod load;
 mod module;
 mod native;
 pub mod rlqs;
