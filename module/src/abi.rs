@@ -157,14 +157,6 @@ pub const LOG_ERROR: u32 = 4;
 
 unsafe extern "C" {
     pub fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
-    pub fn envoy_dynamic_module_callback_http_get_header(
-        filter: FilterEnvoyPtr,
-        header_type: u32,
-        key: ModuleBuffer,
-        result: *mut EnvoyBuffer,
-        index: usize,
-        optional_size: *mut usize,
-    ) -> bool;
     pub fn envoy_dynamic_module_callback_http_get_headers_size(
         filter: FilterEnvoyPtr,
         header_type: u32,
@@ -261,7 +253,6 @@ unsafe extern "C" {
 /// Every callback above, for the test that holds them against Envoy's exports.
 pub const CALLBACKS: &[&str] = &[
     "envoy_dynamic_module_callback_log",
-    "envoy_dynamic_module_callback_http_get_header",
     "envoy_dynamic_module_callback_http_get_headers_size",
     "envoy_dynamic_module_callback_http_get_headers",
     "envoy_dynamic_module_callback_http_add_header",

@@ -162,10 +162,6 @@ impl SharedData for ProcessData {
     }
 }
 
-/// How often the tick thread looks at the period the leases want while they want one: how
-/// late, at most, an ask a request marked goes out after its period shortened.
-const LOOK_EVERY: Duration = Duration::from_millis(5);
-
 /// Runs the leases' tick: a thread that commits the configuration's scheduler at the period
 /// the leases want, so that Envoy runs `on_http_filter_config_scheduled` on its main thread.
 pub struct LeaseTicker {
@@ -244,7 +240,8 @@ impl LeaseTicker {
                     last = Instant::now();
                     continue;
                 }
-                Some(period) => period.saturating_sub(last.elapsed()).min(LOOK_EVERY),
+                // A shorter period wakes it (`set_leasing`).
+                Some(period) => period.saturating_sub(last.elapsed()),
                 None => Duration::from_secs(1),
             };
             scheduler = self

@@ -195,6 +195,16 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
         Setup::SluiceModule => {
             dynamic_module_filter("sluice", "sluice_module", &sluice_policy(OPEN_LIMIT, None))
         }
+        Setup::SluiceModuleLease => dynamic_module_filter(
+            "sluice",
+            "sluice_module",
+            &sluice_policy(OPEN_LIMIT, Some(LEASE)),
+        ),
+        Setup::SluiceModuleLeaseLimited => dynamic_module_filter(
+            "sluice",
+            "sluice_module",
+            &sluice_policy(&super::limit(), Some(LEASE)),
+        ),
         Setup::LocalRatelimit => "
           - name: envoy.filters.http.local_ratelimit
             typed_config:

@@ -49,6 +49,8 @@ pub enum Setup {
     Sluice,
     /// sluice's filter as a native dynamic module, one callout a request.
     SluiceModule,
+    /// sluice's filter as a native dynamic module, in lease mode.
+    SluiceModuleLease,
     /// sluice's filter, one callout a request, to a server with [`SERVER_THREADS`] threads.
     SluiceThreads,
     /// sluice's filter in lease mode.
@@ -59,6 +61,8 @@ pub enum Setup {
     SluiceDenying,
     /// sluice's filter in lease mode with the limit the ways in are measured over.
     SluiceLeaseLimited,
+    /// sluice's module in lease mode with that limit.
+    SluiceModuleLeaseLimited,
     /// Envoy's native `ratelimit` filter with that limit.
     NativeGrpcLimited,
     /// Envoy's native `rate_limit_quota` filter with that limit, sluice-server its quota
@@ -68,7 +72,7 @@ pub enum Setup {
 
 impl Setup {
     /// The setups measured on every key spread, in the order of the table.
-    pub const COMPARED: [Setup; 9] = [
+    pub const COMPARED: [Setup; 10] = [
         Setup::NoFilter,
         Setup::Noop,
         Setup::NoopModule,
@@ -77,6 +81,7 @@ impl Setup {
         Setup::SluiceModule,
         Setup::SluiceThreads,
         Setup::SluiceLease,
+        Setup::SluiceModuleLease,
         Setup::NativeGrpc,
     ];
 
@@ -89,11 +94,13 @@ impl Setup {
             Setup::LocalRatelimit => "local",
             Setup::Sluice => "sluice",
             Setup::SluiceModule => "module",
+            Setup::SluiceModuleLease => "module-lease",
             Setup::SluiceThreads => "threads",
             Setup::SluiceLease => "lease",
             Setup::NativeGrpc => "grpc",
             Setup::SluiceDenying => "denying",
             Setup::SluiceLeaseLimited => "lease-limited",
+            Setup::SluiceModuleLeaseLimited => "module-lease-limited",
             Setup::NativeGrpcLimited => "grpc-limited",
             Setup::RlqsLimited => "rlqs-limited",
         }
@@ -108,6 +115,7 @@ impl Setup {
             Setup::LocalRatelimit => "native `local_ratelimit` (per Envoy)".into(),
             Setup::Sluice => "sluice wasm, per request".into(),
             Setup::SluiceModule => "sluice module, per request".into(),
+            Setup::SluiceModuleLease => format!("sluice module, lease `{}`", config::LEASE),
             Setup::SluiceThreads => {
                 format!("sluice wasm, per request; server `--threads {SERVER_THREADS}`")
             }
@@ -115,6 +123,9 @@ impl Setup {
             Setup::NativeGrpc => "native `ratelimit` -> sluice-server gRPC".into(),
             Setup::SluiceDenying => "sluice wasm, per request, denying".into(),
             Setup::SluiceLeaseLimited => format!("sluice wasm, lease `{}`", config::LEASE),
+            Setup::SluiceModuleLeaseLimited => {
+                format!("sluice module, lease `{}`", config::LEASE)
+            }
             Setup::NativeGrpcLimited => "native `ratelimit` -> sluice-server gRPC".into(),
             Setup::RlqsLimited => "native `rate_limit_quota` -> sluice-server RLQS".into(),
         }
@@ -426,8 +437,9 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
 }
 
 /// The ways in measured over a limit, on the same traffic.
-pub const OVER_LIMIT: [Setup; 3] = [
+pub const OVER_LIMIT: [Setup; 4] = [
     Setup::SluiceLeaseLimited,
+    Setup::SluiceModuleLeaseLimited,
     Setup::NativeGrpcLimited,
     Setup::RlqsLimited,
 ];
@@ -467,7 +479,9 @@ fn measure_over_limit(
     // The span from the first request sent to the last answered.
     let span = started.elapsed().as_secs_f64();
     let messages = match setup {
-        Setup::SluiceLeaseLimited => envoy.stat("cluster.sluice.upstream_rq_total")?,
+        Setup::SluiceLeaseLimited | Setup::SluiceModuleLeaseLimited => {
+            envoy.stat("cluster.sluice.upstream_rq_total")?
+        }
         Setup::NativeGrpcLimited => envoy.stat("cluster.sluice_rls.upstream_rq_total")?,
         _ => quota_reports(stack)? - reports_before,
     };
@@ -487,7 +501,9 @@ fn measure_over_limit(
     // bucket (its share over 1 s), with no request admitted before the first assignment
     // (`no_assignment_behavior` denies here); the native filter asks per request.
     let bound = match setup {
-        Setup::SluiceLeaseLimited => exact + keys * MAX_TOTAL_SHARE * burst,
+        Setup::SluiceLeaseLimited | Setup::SluiceModuleLeaseLimited => {
+            exact + keys * MAX_TOTAL_SHARE * burst
+        }
         Setup::RlqsLimited => keys * (burst + rate * (span + 2.0)) + keys * rate,
         _ => exact,
     };
