@@ -30,7 +30,10 @@ fn plain(met: bool) -> &'static str {
 /// Whether every round meets a bar: `met`, `not met`, or, where rounds differ, that the range
 /// straddles it.
 fn verdict(per_round: &[bool]) -> &'static str {
-    if per_round.iter().all(|&m| m) {
+    if per_round.is_empty() {
+        // `--only` left out a setup the bar needs.
+        "not measured"
+    } else if per_round.iter().all(|&m| m) {
         "**met** in every round"
     } else if per_round.iter().any(|&m| m) {
         "**not met**: the rounds straddle it"
