@@ -1,4 +1,5 @@
-//! Label values drawn from requests, bounded.
+//! Metrics fed by what clients send, bounded: label values drawn from requests, and counts
+//! added from them.
 //!
 //! A metric labelled by a rule name or a descriptor's stats key takes its values from clients:
 //! unbounded, any client could grow `/metrics` and the server's memory at will (100,000
@@ -10,6 +11,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::RwLock;
+use std::sync::atomic::Ordering;
 
 use prometheus_client::metrics::counter::Counter;
 
@@ -79,9 +81,30 @@ fn cut(value: &str) -> &str {
     &value[..end]
 }
 
+/// Adds `n` to `counter`, stopping at `u64::MAX`: a counter fed by numbers a client sends
+/// (a quota report's requests, a descriptor's hits) must never wrap, which Prometheus would
+/// read as a reset.
+pub fn add_saturating(counter: &Counter, n: u64) {
+    let _ = counter
+        .inner()
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_add(n))
+        });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_counter_fed_by_clients_stops_at_its_largest_value_and_never_wraps() {
+        let counter = Counter::default();
+        add_saturating(&counter, 300);
+        add_saturating(&counter, u64::MAX);
+        assert_eq!(counter.get(), u64::MAX);
+        add_saturating(&counter, 2);
+        assert_eq!(counter.get(), u64::MAX);
+    }
 
     #[test]
     fn values_past_the_cap_are_counted_as_overflow() {

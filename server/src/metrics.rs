@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -333,31 +333,5 @@ impl Metrics {
         let _ = encode_registry(&mut text, self.rlqs.registry());
         let _ = encode_eof(&mut text);
         text
-    }
-}
-
-/// Adds `n` to `counter`, stopping at `u64::MAX`: a counter fed by numbers a client sends
-/// (a quota report's requests, a descriptor's hits) must never wrap, which Prometheus would
-/// read as a reset.
-pub fn add_saturating(counter: &Counter, n: u64) {
-    let _ = counter
-        .inner()
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-            Some(v.saturating_add(n))
-        });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_counter_fed_by_clients_stops_at_its_largest_value_and_never_wraps() {
-        let counter = Counter::default();
-        add_saturating(&counter, 300);
-        add_saturating(&counter, u64::MAX);
-        assert_eq!(counter.get(), u64::MAX);
-        add_saturating(&counter, 2);
-        assert_eq!(counter.get(), u64::MAX);
     }
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, LazyLock, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::label_budget::LabelBudget;
-use crate::metrics::add_saturating;
+use crate::label_budget::add_saturating;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
