@@ -34,7 +34,8 @@ pub use tick::SentAsks;
 
 /// How often a write is retried after another worker changed the slot under it.
 const CAS_ATTEMPTS: usize = 8;
-/// How soon the tick sends an ask a request marked: requests meanwhile go to the server.
+/// How soon, by default, the tick sends an ask a request marked: requests meanwhile go to the
+/// server.
 const ASK_TICK: Duration = Duration::from_millis(5);
 
 /// Units taken from an allowance for one request, to give back if the request is denied.
@@ -167,6 +168,8 @@ pub struct Leases<D, T> {
     holder: Holder,
     /// The shortest tick any leased rule wants; `None` when no rule leases.
     tick: Option<Duration>,
+    /// How soon the tick sends an ask a request marked.
+    ask_tick: Duration,
     ticker: T,
     state: RefCell<WorkerState>,
 }
@@ -191,9 +194,16 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             slot_keys: SlotKeys::new(&format!("{fingerprint}.lease"), LEASE_SLOTS),
             holder,
             tick,
+            ask_tick: ASK_TICK,
             ticker,
             state: RefCell::default(),
         }
+    }
+
+    /// Sends the asks requests mark `ask_tick` after the first of them, not [`ASK_TICK`]:
+    /// longer gathers more keys' asks in each call.
+    pub fn asking_after(self, ask_tick: Duration) -> Leases<D, T> {
+        Leases { ask_tick, ..self }
     }
 
     /// Reads allowance slot `key` and writes what `f` makes of it (see [`cas::update`]).
@@ -355,7 +365,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         let period = if state.wanted.is_empty() {
             self.tick
         } else {
-            Some(ASK_TICK)
+            Some(self.ask_tick)
         };
         drop(state);
         self.ticker.set_leasing(period);

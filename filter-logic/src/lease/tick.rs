@@ -9,7 +9,7 @@ use sluice_core::wire::{LeaseAsk, LeaseGrant, LeaseRequest, MAX_ASKS};
 
 use crate::shared_data::SharedData;
 
-use super::{ASK_TICK, LeaseTick, Leases, Orphan, Sent, WorkerState};
+use super::{LeaseTick, Leases, Orphan, Sent, WorkerState};
 
 /// The asks of one lease callout, kept by the root context until its answer.
 pub struct SentAsks(pub(super) Vec<Sent>);
@@ -152,7 +152,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             && state.orphans.is_empty()
             && state.purses.is_empty();
         let period = if !state.wanted.is_empty() {
-            Some(ASK_TICK)
+            Some(self.ask_tick)
         } else if idle && call.asks.is_empty() {
             None
         } else {
