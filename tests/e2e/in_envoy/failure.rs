@@ -243,3 +243,21 @@ both_ways! {
         assert_eq!(backends.upstream.served(), 1);
     }
 }
+
+both_ways! {
+    fn a_policy_naming_no_cluster_envoy_has_fails_by_its_mode_and_says_which(way) {
+        // Neither build can ask Envoy at configuration whether a cluster exists: a policy
+        // naming one Envoy lacks starts, and each request is then decided by the failure
+        // mode, with a warning that names the cluster.
+        let backends = Backends::start(&[]);
+        let policy = policy("deny").replace(r#""cluster": "sluice""#, r#""cluster": "nowhere""#);
+        let envoy = envoy_with(way, &backends, &policy, "FAIL_CLOSED");
+        let answers = timed(&envoy, 5);
+        assert_all(&answers, 503, "no such cluster, failure mode deny");
+        assert_eq!(backends.upstream.served(), 0);
+        eventually("the warning names the cluster", Duration::from_secs(5), || {
+            envoy.log().contains("callout to cluster `nowhere`")
+        });
+        assert_eq!(settled_stat(&envoy, way, "sluice.callout_failures"), 5);
+    }
+}
