@@ -48,12 +48,6 @@ impl Ticker {
         }
     }
 
-    /// The period in force.
-    #[cfg(test)]
-    pub fn period(&self) -> Duration {
-        self.current.get()
-    }
-
     /// Whether requests are held.
     pub fn set_holding(&self, holding: bool) {
         self.holding.set(holding);
