@@ -7,10 +7,11 @@ use sluice_harness::Envoy;
 use super::filter::{both_ways, envoy_with, settled_stat};
 
 /// An Envoy whose one rule, `per-tenant` on `x-api-key`, leases a GCRA limit of `rate` per
-/// `per` (its burst as much).
+/// `per` (its burst as much). Its callouts may take 5 s: one that timed out would be admitted
+/// by the failure mode, past the bound, on a busy machine.
 fn leasing(way: Way, backends: &Backends, rate: u64, per: &str) -> Envoy {
     let policy = format!(
-        r#"{{"cluster": "sluice", "rules": [
+        r#"{{"cluster": "sluice", "timeout": "5s", "rules": [
             {{"name": "per-tenant", "key": [{{"header": "x-api-key"}}],
               "limit": {{"algorithm": "gcra", "rate": {rate}, "per": "{per}", "burst": {rate}}},
               "lease": {{"horizon": "500ms"}}}}
