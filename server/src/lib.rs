@@ -193,12 +193,11 @@ pub async fn serve_thread(
     grpc_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    if config
+    let tls_on_grpc_alone = config
         .tls
         .as_ref()
-        .is_some_and(|tls| tls.on == TlsFor::Grpc)
-        && grpc_listener.is_none()
-    {
+        .is_some_and(|tls| tls.on == TlsFor::Grpc);
+    if tls_on_grpc_alone && grpc_listener.is_none() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "TLS for the gRPC listener alone, and no gRPC listener",
@@ -207,54 +206,92 @@ pub async fn serve_thread(
     // Every server stops taking connections at once when `shutdown` completes.
     let (stopping_tx, stopping_rx) = watch::channel(false);
     let state = app_state(&config, &thread, stopping_rx.clone());
-    let mut app = router(Arc::clone(&state));
-    let mut grpc_app = None;
     let mut background = background_tasks(&config, &thread, &state);
     // Without a configuration the rate limit service still answers, to say how to get one.
     let (grpc, health_task) = grpc_router(&state);
     background.push(health_task);
-    let grpc_on_http = grpc_listener.is_none();
-    match grpc_listener {
-        Some(grpc_listener) => {
-            let shortcuts = Shortcuts {
-                decide: false,
-                should_rate_limit: true,
-            };
-            grpc_app = Some((
-                grpc_listener,
-                Service::new(Arc::clone(&state), grpc, shortcuts),
-            ));
-        }
-        None => app = app.merge(grpc),
-    }
-    let stopped = move || {
-        let mut stopping = stopping_rx.clone();
-        async move {
-            let _ = stopping.wait_for(|s| *s).await;
+    let services = Services::new(&state, grpc, listener, grpc_listener);
+    let servers = services.serve(&config, &state, stopping_rx);
+    let result = tokio::select! {
+        result = servers => result,
+        () = stop_after_grace(shutdown, stopping_tx, config.shutdown_grace) => {
+            tracing::warn!(
+                grace = ?config.shutdown_grace,
+                "requests still in flight after the grace period; stopping anyway"
+            );
+            Ok(())
         }
     };
-    let servers = async {
+    for task in background {
+        task.abort();
+    }
+    result
+}
+
+/// What a thread serves: the HTTP API on its listener, with the gRPC APIs there too unless
+/// they have a listener of their own.
+struct Services {
+    http: (TcpListener, Service),
+    grpc: Option<(TcpListener, Service)>,
+}
+
+impl Services {
+    fn new(
+        state: &Arc<AppState>,
+        grpc: axum::Router,
+        listener: TcpListener,
+        grpc_listener: Option<TcpListener>,
+    ) -> Services {
+        let app = router(Arc::clone(state));
+        let grpc_on_http = grpc_listener.is_none();
+        let (app, grpc) = match grpc_listener {
+            Some(grpc_listener) => {
+                let shortcuts = Shortcuts {
+                    decide: false,
+                    should_rate_limit: true,
+                };
+                let grpc = Service::new(Arc::clone(state), grpc, shortcuts);
+                (app, Some((grpc_listener, grpc)))
+            }
+            None => (app.merge(grpc), None),
+        };
         let shortcuts = Shortcuts {
             decide: true,
             should_rate_limit: grpc_on_http,
         };
-        let app = ServiceExt::<axum::extract::Request>::into_make_service(Service::new(
-            Arc::clone(&state),
-            app,
-            shortcuts,
-        ));
+        Services {
+            http: (listener, Service::new(Arc::clone(state), app, shortcuts)),
+            grpc,
+        }
+    }
+
+    /// Serves until `stopping` turns true, then lets the connections' requests finish.
+    async fn serve(
+        self,
+        config: &ServerConfig,
+        state: &Arc<AppState>,
+        stopping: watch::Receiver<bool>,
+    ) -> std::io::Result<()> {
+        let stopped = move || {
+            let mut stopping = stopping.clone();
+            async move {
+                let _ = stopping.wait_for(|s| *s).await;
+            }
+        };
         let limits = ConnectionLimits::new(
             config.max_connections,
             config.idle_timeout,
             config.request_timeout,
         );
+        let (listener, app) = self.http;
         let http_tls = config.tls.as_ref().filter(|tls| tls.on == TlsFor::All);
+        let app = ServiceExt::<axum::extract::Request>::into_make_service(app);
         let http = axum::serve(
             Listening::new(listener, http_tls, &state.metrics, &limits),
             app,
         )
         .with_graceful_shutdown(stopped());
-        match grpc_app {
+        match self.grpc {
             Some((grpc_listener, grpc)) => {
                 let grpc_listener =
                     Listening::new(grpc_listener, config.tls.as_ref(), &state.metrics, &limits);
@@ -264,24 +301,20 @@ pub async fn serve_thread(
             }
             None => http.await,
         }
-    };
-    let grace = config.shutdown_grace;
-    let result = tokio::select! {
-        result = servers => result,
-        () = async {
-            shutdown.await;
-            tracing::info!("shutting down: finishing requests in flight");
-            let _ = stopping_tx.send(true);
-            tokio::time::sleep(grace).await;
-        } => {
-            tracing::warn!(?grace, "requests still in flight after the grace period; stopping anyway");
-            Ok(())
-        }
-    };
-    for task in background {
-        task.abort();
     }
-    result
+}
+
+/// Waits for `shutdown`, tells every server to stop taking connections, and gives the
+/// requests in flight `grace` to finish.
+async fn stop_after_grace(
+    shutdown: impl Future<Output = ()>,
+    stopping: watch::Sender<bool>,
+    grace: Duration,
+) {
+    shutdown.await;
+    tracing::info!("shutting down: finishing requests in flight");
+    let _ = stopping.send(true);
+    tokio::time::sleep(grace).await;
 }
 
 /// What a thread runs beside its servers: the primary thread watches the configurations' and
