@@ -12,7 +12,7 @@ use sluice_core::deny_cache::fingerprint;
 use sluice_core::policy::Policy;
 use sluice_core::wire::{LEASE_PATH, LeaseRequest, holder_name, holder_secret};
 use sluice_filter_logic::cas;
-use sluice_filter_logic::lease::{Holder, Leases};
+use sluice_filter_logic::lease::{Holder, Leases, grants};
 use sluice_filter_logic::shared_data::SharedData;
 
 use crate::answer;
@@ -155,12 +155,7 @@ impl Context for Root {
             };
             calls.swap_remove(at).1
         };
-        let answer = answer::read(self, num_headers, body_size, |body| {
-            request
-                .parse_response(body)
-                .map(|r| r.grants)
-                .map_err(|e| e.to_string())
-        });
+        let answer = answer::read(self, num_headers, body_size, |body| grants(&request, body));
         if let Err(reason) = &answer {
             shared.warnings.warn(Warning::LeaseCall, now_us(), || {
                 format!("sluice: lease call failed: {reason}; leases run on what they hold")

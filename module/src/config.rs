@@ -20,7 +20,7 @@ use sluice_filter_logic::{Glue, Local, callout_headers};
 use crate::abi::LOG_WARN;
 use crate::cache::DenyCache;
 use crate::envoy::{Config, Filter, log};
-use crate::lease::{self, ModuleLeases};
+use crate::lease::ModuleLeases;
 
 /// A validated configuration, shared by every worker (Envoy creates it on the main thread).
 pub struct Configured {
@@ -137,9 +137,8 @@ impl Configured {
         };
         let grants = match answer {
             None => Err("the callout was reset".to_owned()),
-            Some((status, body)) => {
-                lease::grants(&request, body).map_err(|reason| refused(status, body, reason))
-            }
+            Some((status, body)) => sluice_filter_logic::lease::grants(&request, body)
+                .map_err(|reason| refused(status, body, reason)),
         };
         if let Err(reason) = &grants {
             warn(&self.lease_warning, || {

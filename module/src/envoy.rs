@@ -33,21 +33,14 @@ impl Config {
         body: &[u8],
         timeout_ms: u64,
     ) -> Result<u64, u32> {
-        post_with(headers, |id, headers, headers_size| {
-            // SAFETY: the configuration pointer is live for the hook; every buffer is live
-            // for the call and Envoy copies what it keeps; `id` is a live local Envoy writes.
-            unsafe {
-                abi::envoy_dynamic_module_callback_http_filter_config_http_callout(
-                    self.0,
-                    id,
-                    ModuleBuffer::of(cluster.as_bytes()),
-                    headers,
-                    headers_size,
-                    ModuleBuffer::of(body),
-                    timeout_ms,
-                )
-            }
-        })
+        // SAFETY: the configuration pointer is live for the hook.
+        unsafe {
+            post_with(
+                abi::envoy_dynamic_module_callback_http_filter_config_http_callout,
+                self.0,
+                (cluster, headers, body, timeout_ms),
+            )
+        }
     }
 
     /// Adds `value` to counter `id`.
@@ -233,21 +226,14 @@ impl Filter {
         body: &[u8],
         timeout_ms: u64,
     ) -> Result<u64, u32> {
-        post_with(headers, |id, headers, headers_size| {
-            // SAFETY: the filter pointer is live; every buffer is live for the call and Envoy
-            // copies what it keeps; `id` is a live local Envoy writes.
-            unsafe {
-                abi::envoy_dynamic_module_callback_http_filter_http_callout(
-                    self.0,
-                    id,
-                    ModuleBuffer::of(cluster.as_bytes()),
-                    headers,
-                    headers_size,
-                    ModuleBuffer::of(body),
-                    timeout_ms,
-                )
-            }
-        })
+        // SAFETY: the filter pointer is live (see the module's docs).
+        unsafe {
+            post_with(
+                abi::envoy_dynamic_module_callback_http_filter_http_callout,
+                self.0,
+                (cluster, headers, body, timeout_ms),
+            )
+        }
     }
 
     /// Lets the paused request go on.
@@ -279,18 +265,46 @@ impl Filter {
     }
 }
 
-/// Makes a callout with `send` (given where to write the id, and the headers as the ABI takes
-/// them): its id, or Envoy's init result when it would not send it.
-fn post_with(
-    headers: &[(&str, &str)],
-    send: impl FnOnce(*mut u64, *mut ModuleHttpHeader, usize) -> u32,
+/// The ABI's callout callbacks, a filter's and a configuration's alike: Envoy's object, where
+/// to write the id, the cluster, the headers, the body, the timeout.
+type Callout = unsafe extern "C" fn(
+    *mut std::ffi::c_void,
+    *mut u64,
+    ModuleBuffer,
+    *mut ModuleHttpHeader,
+    usize,
+    ModuleBuffer,
+    u64,
+) -> u32;
+
+/// Posts `body` to `cluster` with `headers` and a timeout, through `callout` on `envoy`: the
+/// callout's id, or Envoy's init result when it would not send it.
+///
+/// # Safety
+/// `envoy` must be the live object `callout` takes (a filter's or a configuration's).
+unsafe fn post_with(
+    callout: Callout,
+    envoy: *mut std::ffi::c_void,
+    (cluster, headers, body, timeout_ms): (&str, &[(&str, &str)], &[u8], u64),
 ) -> Result<u64, u32> {
     let mut headers: Vec<ModuleHttpHeader> = headers
         .iter()
         .map(|(n, v)| ModuleHttpHeader::of(n, v))
         .collect();
     let mut id = 0u64;
-    let result = send(&mut id, headers.as_mut_ptr(), headers.len());
+    // SAFETY: the caller's promise for `envoy`; every buffer is live for the call and Envoy
+    // copies what it keeps; `id` is a live local Envoy writes.
+    let result = unsafe {
+        callout(
+            envoy,
+            &mut id,
+            ModuleBuffer::of(cluster.as_bytes()),
+            headers.as_mut_ptr(),
+            headers.len(),
+            ModuleBuffer::of(body),
+            timeout_ms,
+        )
+    };
     if result == abi::CALLOUT_INIT_SUCCESS {
         Ok(id)
     } else {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use sluice_core::wire::{LeaseGrant, LeaseRequest, holder_name, holder_secret};
+use sluice_core::wire::{LeaseRequest, holder_name, holder_secret};
 use sluice_filter_logic::lease::{Holder, LeaseTick, Leases};
 use sluice_filter_logic::shared_data::{SharedData, WriteError};
 
@@ -96,14 +96,6 @@ impl ModuleLeases {
     }
 }
 
-/// The grants of a lease call's answer `body`, or why there are none.
-pub fn grants(request: &LeaseRequest, body: &[u8]) -> Result<Vec<LeaseGrant>, String> {
-    request
-        .parse_response(body)
-        .map(|r| r.grants)
-        .map_err(|e| e.to_string())
-}
-
 /// This Envoy as a lease holder, the same for every configuration: its host name (a pod's
 /// name, as Envoy's node id usually is) and the time the module first leased, so that a
 /// restarted Envoy is a new holder, and a random secret that binds the name.
@@ -179,7 +171,6 @@ pub struct LeaseTicker {
     scheduler: Mutex<Scheduler>,
     /// Signalled when the period shortens or the ticker stops.
     changed: Condvar,
-    thread: OnceLock<bool>,
 }
 
 /// The configuration's scheduler, made when first needed: Envoy's scheduler holds a weak
@@ -201,7 +192,6 @@ impl LeaseTicker {
                 stopped: false,
             }),
             changed: Condvar::new(),
-            thread: OnceLock::new(),
         }
     }
 
@@ -218,20 +208,17 @@ impl LeaseTicker {
 
     /// Starts the thread, which waits while the leases want no tick.
     fn start(self: &Arc<LeaseTicker>) {
-        self.thread.get_or_init(|| {
-            crate::hold::pin_module();
-            let ticker = Arc::clone(self);
-            std::thread::Builder::new()
-                .name("sluice-leases".into())
-                .spawn(move || ticker.run())
-                .map_err(|e| {
-                    log(
-                        abi::LOG_ERROR,
-                        &format!("sluice: no thread for the leases' tick: {e}"),
-                    )
-                })
-                .is_ok()
-        });
+        crate::hold::pin_module();
+        let ticker = Arc::clone(self);
+        let started = std::thread::Builder::new()
+            .name("sluice-leases".into())
+            .spawn(move || ticker.run());
+        if let Err(e) = started {
+            log(
+                abi::LOG_ERROR,
+                &format!("sluice: no thread for the leases' tick: {e}"),
+            );
+        }
     }
 
     fn run(&self) {

@@ -30,7 +30,7 @@ use crate::shared_data::SharedData;
 mod tests;
 mod tick;
 
-pub use tick::SentAsks;
+pub use tick::{SentAsks, grants};
 
 /// How often a write is retried after another worker changed the slot under it.
 const CAS_ATTEMPTS: usize = 8;

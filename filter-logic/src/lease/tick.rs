@@ -11,6 +11,14 @@ use crate::shared_data::SharedData;
 
 use super::{LeaseTick, Leases, Orphan, Sent, WorkerState};
 
+/// The grants of the answer `body` to lease call `request`, or why there are none.
+pub fn grants(request: &LeaseRequest, body: &[u8]) -> Result<Vec<LeaseGrant>, String> {
+    request
+        .parse_response(body)
+        .map(|r| r.grants)
+        .map_err(|e| e.to_string())
+}
+
 /// The asks of one lease callout, kept by the root context until its answer.
 pub struct SentAsks(pub(super) Vec<Sent>);
 
