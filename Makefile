@@ -1,6 +1,7 @@
 # sluice: global rate limiting for Envoy.
 #
 #   make demo    replay a trace through the filter and print the report
+#                (RLS=1: through Envoy's native rate limit filter and envoy/ratelimit/)
 #   make test    every test
 #   make bench   measure sluice against its baselines (writes BENCHMARKS.md)
 #
@@ -20,6 +21,14 @@ REAL_TRACE := ../shared/traces/zanbil_access_10k.log
 POLICY ?= examples/policy.json
 # Extra replay flags, e.g. ARGS="--sort --instances 3"
 ARGS   ?=
+# make demo RLS=1   the same trace through Envoy's native rate limit filter instead of the
+# .wasm: the routes of envoy/envoy-ratelimit.yaml and the limits of envoy/ratelimit/.
+RLS    ?=
+ifeq ($(RLS),)
+THROUGH = --wasm $(WASM) --policy $(POLICY)
+else
+THROUGH = --envoy-config envoy/envoy-ratelimit.yaml --rls-config envoy/ratelimit
+endif
 
 .PHONY: all setup wasm module build demo test bench schema lint fmt clean
 
@@ -56,7 +65,7 @@ demo: wasm
 		trace=$(DEMO)/trace.jsonl; \
 		$(SIM) gen --kind demo --duration 10m --seed 1 --out $$trace || exit 1; \
 	fi; \
-	$(SIM) replay --wasm $(WASM) --policy $(POLICY) --trace "$$trace" --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS)
+	$(SIM) replay $(THROUGH) --trace "$$trace" --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS)
 
 # The unit and doc tests name the same packages: with a different set, Cargo unifies the
 # dependencies' features differently (hashbrown's, through the filter's proxy-wasm) and builds

@@ -476,9 +476,11 @@ pub fn in_process(config: ServerConfig) -> in_process::InProcessServer {
     // Never shut down: it lives as long as its callers.
     let (_, never) = watch::channel(false);
     let state = app_state(&config, &ServerThread::alone(), never);
+    // `ShouldRateLimit` as the simulator's model of Envoy's native filter sends it; the rest of
+    // the gRPC API (other calls, health) has no caller in this process.
     let shortcuts = Shortcuts {
         decide: true,
-        should_rate_limit: false,
+        should_rate_limit: config.rls.is_some(),
     };
     in_process::InProcessServer::new(Service::new(Arc::clone(&state), router(state), shortcuts))
 }

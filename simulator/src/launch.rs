@@ -6,13 +6,18 @@
 //! a socket, an HTTP/1 codec or a thread switch in between.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use sluice_core::rls::answer::RlsHeaders;
 use sluice_harness::RedisServer;
 use sluice_server::ServerConfig;
+use sluice_server::rls::RlsState;
+use sluice_server::rls::config::WatchedConfig;
 
 use crate::connect::{Endpoint, HttpClient};
 
@@ -27,11 +32,13 @@ pub struct Services {
 impl Services {
     /// Uses `server` if given (it must run with `--replay-time`); otherwise starts one in this
     /// process, against `redis` if given, else against a redis-server started here (reached
-    /// through its Unix socket).
+    /// through its Unix socket), serving the rate limit service's `rls_config` files when any
+    /// are given.
     pub fn start(
         runtime: &tokio::runtime::Runtime,
         redis: Option<String>,
         server: Option<String>,
+        rls_config: &[PathBuf],
     ) -> anyhow::Result<Services> {
         if let Some(url) = server {
             let endpoint = Endpoint::from_url(&url);
@@ -67,6 +74,18 @@ impl Services {
                 std::process::id(),
                 chrono::Utc::now().timestamp_micros()
             );
+        }
+        if !rls_config.is_empty() {
+            let files = WatchedConfig::load(rls_config.to_vec())
+                .map_err(|e| anyhow::anyhow!("--rls-config: {e}"))?;
+            // No local over-limit cache: it answers by the wall clock, and a replay decides in
+            // the trace's time.
+            config.rls = Some(Arc::new(RlsState::new(
+                files,
+                0,
+                RlsHeaders::default(),
+                Duration::from_secs(3600),
+            )));
         }
         let keys = Some((redis_url.clone(), config.key_prefix.clone()));
         let server = {

@@ -20,7 +20,9 @@
 pub mod accuracy;
 pub mod compare;
 pub mod connect;
+mod key_order;
 pub mod launch;
+pub mod native;
 pub mod redis_memory;
 pub mod replay;
 pub mod report;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use crate::launch::Services;
 use crate::replay::{Clock, Observer, RunStats};
-use crate::report::{self, Inputs, Recorder, Report, RunInfo};
+use crate::report::{self, Inputs, KnownRule, Recorder, Report, RunInfo};
 use crate::trace::{Trace, TraceRecord};
 use crate::{Simulation, Topology, redis_memory};
 use sluice_host::envoy::{Completed, Envoy, Reloads};
@@ -79,7 +79,7 @@ pub fn run(
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let services = Services::start(&runtime, setup.redis.clone(), setup.server.clone())?;
+    let services = Services::start(&runtime, setup.redis.clone(), setup.server.clone(), &[])?;
     let mut recording = Recording {
         recorder: Recorder::default(),
         progress,
@@ -134,14 +134,17 @@ pub fn run(
             .and_then(|n| u64::try_from(*n).ok())
             .unwrap_or(0),
         open_at_end: run.stats.open_at_end,
-        vm_failures,
+        failures: vm_failures,
     };
     let mut report = Report::build(
         &recording.recorder,
         Inputs {
             trace,
             run: info,
-            policy: policy.as_ref(),
+            rules: &policy
+                .as_ref()
+                .map(KnownRule::of_policy)
+                .unwrap_or_default(),
             top: setup.top,
             clients: &run.clients,
             stats: &stats,

@@ -15,14 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::FutureExt;
-use futures::future::Shared;
 use http_body_util::{BodyExt, Limited};
 use sluice_core::wire::REPLAY_TIME_HEADER;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::connect::{Endpoint, HttpClient};
+use crate::key_order::KeyOrder;
 use sluice_host::header_map::HeaderMap;
 use sluice_host::state::{CalloutReply, OutgoingCallout};
 
@@ -193,8 +191,6 @@ impl Transport {
     }
 }
 
-type Done = Shared<oneshot::Receiver<()>>;
-
 /// The keys a callout touches, read from its body without validating the rest (the server
 /// does that).
 #[derive(serde::Deserialize)]
@@ -223,10 +219,7 @@ impl CheckKey<'_> {
 pub struct Dispatcher {
     transport: Arc<Transport>,
     runtime: tokio::runtime::Handle,
-    /// By [`CheckKey::ordering_hash`].
-    last_by_key: HashMap<u64, Done>,
-    last_unparsed: Option<Done>,
-    dispatched: u64,
+    order: KeyOrder,
 }
 
 impl Dispatcher {
@@ -235,9 +228,7 @@ impl Dispatcher {
         Dispatcher {
             transport,
             runtime,
-            last_by_key: HashMap::new(),
-            last_unparsed: None,
-            dispatched: 0,
+            order: KeyOrder::default(),
         }
     }
 
@@ -247,30 +238,11 @@ impl Dispatcher {
         callout: OutgoingCallout,
         replay_time_us: Option<i64>,
     ) -> JoinHandle<Delivered> {
+        // A body that cannot be read might touch any key.
         let keys: Option<Vec<u64>> = serde_json::from_slice::<CheckKeys<'_>>(&callout.body)
             .ok()
             .map(|r| r.checks.iter().map(CheckKey::ordering_hash).collect());
-        let (done_tx, done_rx) = oneshot::channel::<()>();
-        let done = done_rx.shared();
-        let mut waits: Vec<Done> = self.last_unparsed.iter().cloned().collect();
-        match keys {
-            Some(keys) => {
-                for key in keys {
-                    if let Some(previous) = self.last_by_key.insert(key, done.clone()) {
-                        waits.push(previous);
-                    }
-                }
-            }
-            None => {
-                // A body we cannot read might touch any key: it waits for everything.
-                waits.extend(self.last_by_key.drain().map(|(_, d)| d));
-                self.last_unparsed = Some(done.clone());
-            }
-        }
-        self.dispatched += 1;
-        if self.dispatched.is_multiple_of(4096) {
-            self.last_by_key.retain(|_, d| d.peek().is_none());
-        }
+        let (waits, done_tx) = self.order.enter(keys.as_deref());
         let transport = Arc::clone(&self.transport);
         self.runtime.spawn(async move {
             for wait in waits {

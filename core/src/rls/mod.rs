@@ -235,6 +235,21 @@ impl RlsConfig {
             .collect()
     }
 
+    /// Every rule, domain by domain, each level's in key order before its children's.
+    pub fn rules(&self) -> Vec<Arc<RlsRule>> {
+        fn walk(level: &Level, out: &mut Vec<Arc<RlsRule>>) {
+            out.extend(level.nodes.values().filter_map(|n| n.rule.clone()));
+            for node in level.nodes.values() {
+                walk(&node.children, out);
+            }
+        }
+        let mut out = Vec::new();
+        for level in self.domains.values() {
+            walk(level, &mut out);
+        }
+        out
+    }
+
     /// The rule a descriptor ends at in `domain`, if any (the reference's `GetLimit`).
     pub fn lookup(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Found> {
         let (rule, stats_key) = self.rule_of(domain, entries)?;

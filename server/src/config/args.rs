@@ -207,6 +207,11 @@ pub struct Args {
     #[arg(long, env = "SLUICE_RLS_LOCAL_CACHE", default_value_t = 100_000)]
     pub rls_local_cache: usize,
 
+    /// Write every ShouldRateLimit call's domain and descriptors to this file, a JSON line
+    /// each: what Envoy's route actions send.
+    #[arg(long, env = "SLUICE_RLS_DESCRIPTOR_LOG")]
+    pub rls_descriptor_log: Option<PathBuf>,
+
     /// Serve the gRPC API on this address alone, not on --listen's.
     #[arg(long, env = "SLUICE_GRPC_LISTEN")]
     pub grpc_listen: Option<SocketAddr>,

@@ -16,6 +16,7 @@ use crate::rlqs::RlqsState;
 use crate::rlqs::config::WatchedConfig as RlqsWatchedConfig;
 use crate::rls::RlsState;
 use crate::rls::config::WatchedConfig;
+use crate::rls::descriptor_log::DescriptorLog;
 use crate::store::{Credentials, ScriptCalls, Topology};
 use crate::tls::{ListenerTls, TlsFiles, TlsFor};
 
@@ -241,12 +242,18 @@ fn rls_state(args: &Args) -> Result<Option<Arc<RlsState>>, FlagError> {
     }
     let config = WatchedConfig::load(args.rls_config.clone())
         .map_err(|e| FlagError::new("--rls-config", e.to_string()))?;
-    Ok(Some(Arc::new(RlsState::new(
+    let mut rls = RlsState::new(
         config,
         args.rls_local_cache,
         args.rls_response_headers.into(),
         reload_every(args),
-    ))))
+    );
+    if let Some(path) = &args.rls_descriptor_log {
+        rls.descriptor_log = Some(DescriptorLog::create(path).map_err(|e| {
+            FlagError::new("--rls-descriptor-log", format!("{}: {e}", path.display()))
+        })?);
+    }
+    Ok(Some(Arc::new(rls)))
 }
 
 /// How often both configurations' files are looked at (`--rls-reload-every`).

@@ -5,6 +5,7 @@
 //! - [`config`]: the YAML files, and reloading them when they change.
 //! - [`service`]: the gRPC service, from protobuf to [`sluice_core::rls`] and back.
 //! - [`cache`]: the local cache of over-limit counters.
+//! - [`descriptor_log`]: every call's descriptors, written down when asked.
 //! - [`stats`]: the reference's stats names.
 //! - [`unary`]: `ShouldRateLimit` answered before the router, the way Envoy calls it.
 //!
@@ -18,6 +19,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod descriptor_log;
 pub mod service;
 pub mod stats;
 pub mod unary;
@@ -37,6 +39,7 @@ use crate::store::StoreError;
 
 use self::cache::OverLimitCache;
 use self::config::WatchedConfig;
+use self::descriptor_log::DescriptorLog;
 use self::stats::CallError;
 
 /// What the rate limit service adds to the server's state.
@@ -50,6 +53,8 @@ pub struct RlsState {
     pub headers: RlsHeaders,
     /// How often the configuration's files are checked for changes.
     pub poll: Duration,
+    /// Where every call's descriptors are written, when asked.
+    pub descriptor_log: Option<DescriptorLog>,
 }
 
 /// Why a call got no answer.
@@ -87,6 +92,7 @@ impl RlsState {
             cache: OverLimitCache::new(cache_entries),
             headers,
             poll,
+            descriptor_log: None,
         }
     }
 

@@ -64,6 +64,9 @@ pub(crate) async fn should_rate_limit(
     authorize(state, headers).map_err(Status::unauthenticated)?;
     let replay_us = replay_time(state, headers).map_err(Status::invalid_argument)?;
     let request = from_proto(request);
+    if let Some(log) = &rls.descriptor_log {
+        log.record(&request);
+    }
     let answer = rls
         .decide(&state.engine, &state.metrics, &request, replay_us)
         .await;

@@ -42,7 +42,7 @@ use self::queue::EventQueue;
 pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The host requests are for when the trace does not say.
-const DEFAULT_AUTHORITY: &str = "shop.example";
+pub(crate) const DEFAULT_AUTHORITY: &str = "shop.example";
 
 /// What the replay hands its observer.
 pub trait Observer {

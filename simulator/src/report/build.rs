@@ -1,9 +1,6 @@
 //! Building a [`Report`] from what the [`Recorder`] kept: each rule's and key's counts, each
 //! rule's accuracy from its keys' offers in time order, the most limited keys, the timeline.
 
-use std::collections::BTreeMap;
-
-use sluice_core::policy::Policy;
 use sluice_core::record::RuleOutcome;
 use sluice_core::stat_names::{RuleStat, rule_stat};
 
@@ -11,7 +8,7 @@ use super::{
     Clock, Counts, Inputs, KeyReport, Latency, LeaseReport, Recorder, Report, RuleReport, Series,
     Timeline, TraceInfo, decided,
 };
-use crate::accuracy::{self, Offer, RuleLimit};
+use crate::accuracy::{self, Offer};
 use crate::trace::timing::Timing;
 use crate::trace::{Trace, format_time};
 
@@ -110,37 +107,13 @@ fn tally(recorder: &Recorder) -> Tally<'_> {
     }
 }
 
-/// Each rule of the policy, its limit as accuracy judges it, and whether it is a shadow rule.
-fn rule_limits(policy: Option<&Policy>) -> BTreeMap<&str, (RuleLimit, bool)> {
-    let Some(policy) = policy else {
-        return BTreeMap::new();
-    };
-    policy
-        .rules
-        .iter()
-        .map(|r| {
-            let limit = RuleLimit {
-                limit: r.limit,
-                cost: r.cost,
-                count_denied: r.count_denied,
-                lease_allowance: r.lease.map_or(0, |l| l.terms.max_outstanding),
-            };
-            (r.name.as_str(), (limit, r.shadow))
-        })
-        .collect()
-}
-
 /// A report per rule: the policy's rules in its order, then any the policy does not name.
 fn rule_reports(recorder: &Recorder, inputs: &Inputs<'_>, tally: &Tally<'_>) -> Vec<RuleReport> {
-    let limits = rule_limits(inputs.policy);
     let stat = |rule: &str, stat: RuleStat| -> Option<u64> {
         let value = inputs.stats.get(&rule_stat(rule, stat))?;
         u64::try_from(*value).ok()
     };
-    let mut names: Vec<String> = inputs
-        .policy
-        .map(|p| p.rules.iter().map(|r| r.name.to_string()).collect())
-        .unwrap_or_default();
+    let mut names: Vec<String> = inputs.rules.iter().map(|r| r.name.clone()).collect();
     for rule in &recorder.rules {
         if !names.contains(rule) {
             names.push(rule.clone());
@@ -150,19 +123,16 @@ fn rule_reports(recorder: &Recorder, inputs: &Inputs<'_>, tally: &Tally<'_>) -> 
         .iter()
         .map(|name| {
             let id = recorder.rules.iter().position(|r| r == name);
-            let known = limits.get(name.as_str());
-            let accuracy = match (id, known) {
-                (Some(id), Some((limit, _))) => Some(accuracy::assess(
+            let known = inputs.rules.iter().find(|r| r.name == *name);
+            let accuracy = match (id, known.and_then(|k| k.limit.as_ref())) {
+                (Some(id), Some(limit)) => Some(accuracy::assess(
                     limit,
                     inputs.run.instances,
                     tally.offers[id].iter().map(|(k, o)| (*k, o.as_slice())),
                 )),
                 _ => None,
             };
-            let leased = inputs
-                .policy
-                .and_then(|p| p.rules.iter().find(|r| r.name.as_str() == name))
-                .and_then(|r| r.lease);
+            let leased = known.and_then(|k| k.lease);
             let lease = leased.map(|config| LeaseReport {
                 asks: stat(name, RuleStat::LeaseAsks).unwrap_or(0)
                     + stat(name, RuleStat::LeaseFailures).unwrap_or(0),
@@ -175,8 +145,8 @@ fn rule_reports(recorder: &Recorder, inputs: &Inputs<'_>, tally: &Tally<'_>) -> 
                 stat(name, RuleStat::Callouts).map(|c| c + lease.as_ref().map_or(0, |l| l.asks));
             RuleReport {
                 rule: name.clone(),
-                limit: known.map(|(l, _)| l.limit),
-                shadow: known.is_some_and(|(_, shadow)| *shadow),
+                limit: known.and_then(|k| k.limit.as_ref()).map(|l| l.limit),
+                shadow: known.is_some_and(|k| k.shadow),
                 keys: id.map_or(0, |id| tally.offers[id].len() as u64),
                 counts: id.map(|id| tally.by_rule[id].clone()).unwrap_or_default(),
                 callouts,

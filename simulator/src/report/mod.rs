@@ -24,13 +24,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
+use sluice_core::lease::LeaseConfig;
 use sluice_core::limit::Limit;
 use sluice_core::policy::Policy;
 use sluice_core::record::RuleOutcome;
+use sluice_core::rls::RlsConfig;
 use sluice_server::config::DEFAULT_KEY_PREFIX;
 
 pub use self::recorder::Recorder;
-use crate::accuracy::Accuracy;
+use crate::accuracy::{Accuracy, RuleLimit};
 use crate::trace::timing::Timing;
 use crate::trace::{ClientAddresses, Trace};
 
@@ -257,8 +259,8 @@ pub struct RunInfo {
     pub lease_calls: u64,
     /// Requests still open at the end (hung streams).
     pub open_at_end: usize,
-    /// VMs that failed, and why.
-    pub vm_failures: Vec<String>,
+    /// What failed during the run (VMs, calls to the service), and why.
+    pub failures: Vec<String>,
 }
 
 /// Callout latencies, measured on the wall clock.
@@ -327,14 +329,68 @@ pub struct Report {
     pub memory_key_prefix: Option<String>,
 }
 
+/// A rule the configuration names: its limit, for accuracy, and its place in the report.
+#[derive(Debug, Clone)]
+pub struct KnownRule {
+    /// The rule's name, as the decisions record it.
+    pub name: String,
+    /// Its limit as accuracy judges it; `None` when it has none (unlimited).
+    pub limit: Option<RuleLimit>,
+    /// Decided and counted, never enforced.
+    pub shadow: bool,
+    /// Its leases, for a leased rule.
+    pub lease: Option<LeaseConfig>,
+}
+
+impl KnownRule {
+    /// The rules of a filter policy.
+    pub fn of_policy(policy: &Policy) -> Vec<KnownRule> {
+        policy
+            .rules
+            .iter()
+            .map(|r| KnownRule {
+                name: r.name.to_string(),
+                limit: Some(RuleLimit {
+                    limit: r.limit,
+                    cost: r.cost,
+                    count_denied: r.count_denied,
+                    lease_allowance: r.lease.map_or(0, |l| l.terms.max_outstanding),
+                }),
+                shadow: r.shadow,
+                lease: r.lease,
+            })
+            .collect()
+    }
+
+    /// The rules of a rate limit service configuration, named as their descriptors' paths.
+    pub fn of_rls(config: &RlsConfig) -> Vec<KnownRule> {
+        config
+            .rules()
+            .iter()
+            .map(|r| KnownRule {
+                name: r.rule_name.to_string(),
+                // sluice-server decides all or nothing: a denied hit consumes nothing.
+                limit: r.limit.map(|limit| RuleLimit {
+                    limit,
+                    cost: 1,
+                    count_denied: false,
+                    lease_allowance: 0,
+                }),
+                shadow: r.shadow_mode,
+                lease: None,
+            })
+            .collect()
+    }
+}
+
 /// What a report is built from besides the recorder.
 pub struct Inputs<'a> {
     /// The trace replayed.
     pub trace: &'a Trace,
     /// The run's set-up.
     pub run: RunInfo,
-    /// The policy, to know each rule's limit.
-    pub policy: Option<&'a Policy>,
+    /// The rules the configuration names, in its order, with their limits.
+    pub rules: &'a [KnownRule],
     /// How many of the most limited keys to list.
     pub top: usize,
     /// Names behind synthetic client addresses.

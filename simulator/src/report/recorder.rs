@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use sluice_core::record::{self, DECISION_PROPERTY, RuleOutcome};
+use sluice_core::record::{self, DECISION_PROPERTY, RuleOutcome, RuleRecord};
 
 use sluice_host::envoy::Completed;
 
@@ -43,23 +43,37 @@ pub struct Recorder {
 impl Recorder {
     /// Counts one completed request, taken by Envoy `instance`.
     pub fn add(&mut self, instance: usize, done: &Completed) {
-        self.requests += 1;
-        *self.statuses.entry(done.status).or_default() += 1;
         let time_us = (done.started_ns / 1000) as i64;
-        self.first_us = Some(self.first_us.map_or(time_us, |f| f.min(time_us)));
-        self.last_us = self.last_us.max(time_us);
         let Some((_, bytes)) = done
             .filter_state
             .iter()
             .find(|(k, _)| k.strip_prefix(b"wasm.") == Some(DECISION_PROPERTY.as_bytes()))
         else {
+            self.add_decided(instance, done.status, time_us, &[]);
+            return;
+        };
+        match record::decode(bytes) {
+            Ok(lines) => self.add_decided(instance, done.status, time_us, &lines),
+            Err(_) => {
+                self.count_request(done.status, time_us);
+                self.unreadable_records += 1;
+            }
+        }
+    }
+
+    /// Counts one request that Envoy `instance` answered with `status`, which arrived at
+    /// `time_us` and was decided by the rules of `lines` (none: no rule matched it).
+    pub fn add_decided(
+        &mut self,
+        instance: usize,
+        status: u16,
+        time_us: i64,
+        lines: &[RuleRecord],
+    ) {
+        self.count_request(status, time_us);
+        if lines.is_empty() {
             self.unmatched += 1;
-            return;
-        };
-        let Ok(lines) = record::decode(bytes) else {
-            self.unreadable_records += 1;
-            return;
-        };
+        }
         for line in lines {
             let rule = self.rule_id(line.rule.as_str());
             let key = self.key_id(rule, &line.key);
@@ -72,6 +86,13 @@ impl Recorder {
                 local: line.local,
             });
         }
+    }
+
+    fn count_request(&mut self, status: u16, time_us: i64) {
+        self.requests += 1;
+        *self.statuses.entry(status).or_default() += 1;
+        self.first_us = Some(self.first_us.map_or(time_us, |f| f.min(time_us)));
+        self.last_us = self.last_us.max(time_us);
     }
 
     /// Records a callout's wall-clock latency.

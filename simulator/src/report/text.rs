@@ -184,7 +184,7 @@ fn header(report: &Report, out: &mut String) {
             r.open_at_end
         );
     }
-    for failure in &r.vm_failures {
+    for failure in &r.failures {
         let _ = writeln!(out, "  {failure}");
     }
     if report.unreadable_records > 0 {

@@ -15,7 +15,7 @@
 //!   ⌈2 × rate × δ⌉ + 1. Shadow, so that it never changes what `exact` sees.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -29,10 +29,10 @@ use sluice_sim::trace::{ReadOptions, TraceRecord, read_file};
 use super::filter::{both_ways, envoy_with};
 
 /// Each client's requests the `exact` rule admits.
-const EXACT_LIMIT: u64 = 40;
+pub(super) const EXACT_LIMIT: u64 = 40;
 
 /// The `rate` rule's rate, a second.
-const RATE: f64 = 5.0;
+pub(super) const RATE: f64 = 5.0;
 
 /// Requests in flight at once from the sender.
 const SENDERS: usize = 16;
@@ -50,7 +50,7 @@ fn policy() -> String {
 
 /// `records` on a timeline `speedup` times faster, each a GET of `/` naming its client in
 /// `x-client` (the policy keys on it; the client's address cannot cross into a real Envoy).
-fn compressed(records: &[TraceRecord], speedup: f64) -> Vec<TraceRecord> {
+pub(super) fn compressed(records: &[TraceRecord], speedup: f64) -> Vec<TraceRecord> {
     let start = records.first().map_or(0, |r| r.time_us);
     records
         .iter()
@@ -85,12 +85,17 @@ fn tally_records<'a>(records: impl Iterator<Item = &'a str>) -> Tally {
     tally
 }
 
-/// Sends `records` through `envoy` on their schedule; how late the latest one was sent.
-fn send_on_schedule(envoy: &sluice_harness::Envoy, records: &[TraceRecord]) -> Duration {
+/// Sends `records` through `envoy` on their schedule; how late the latest one was sent, and
+/// each one's status.
+pub(super) fn send_on_schedule(
+    envoy: &sluice_harness::Envoy,
+    records: &[TraceRecord],
+) -> (Duration, Vec<u16>) {
     let ingress = envoy.listener("ingress").expect("ingress");
     let start_us = records.first().map_or(0, |r| r.time_us);
     let next = AtomicUsize::new(0);
     let latest_us = AtomicU64::new(0);
+    let statuses: Vec<AtomicU16> = records.iter().map(|_| AtomicU16::new(0)).collect();
     let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..SENDERS {
@@ -105,12 +110,17 @@ fn send_on_schedule(envoy: &sluice_harness::Envoy, records: &[TraceRecord]) -> D
                     let late = started.elapsed().saturating_sub(due);
                     latest_us.fetch_max(late.as_micros() as u64, Ordering::SeqCst);
                     let client = record.headers[0].1.as_str();
-                    http::get(ingress, "/", &[("x-client", client)]).expect("an answer");
+                    let answer =
+                        http::get(ingress, "/", &[("x-client", client)]).expect("an answer");
+                    statuses[i].store(answer.status, Ordering::SeqCst);
                 }
             });
         }
     });
-    Duration::from_micros(latest_us.load(Ordering::SeqCst))
+    (
+        Duration::from_micros(latest_us.load(Ordering::SeqCst)),
+        statuses.into_iter().map(AtomicU16::into_inner).collect(),
+    )
 }
 
 /// Both sides' tallies of `records`, Envoy's with the filter built `way`, and the sender's
@@ -118,7 +128,7 @@ fn send_on_schedule(envoy: &sluice_harness::Envoy, records: &[TraceRecord]) -> D
 fn decide_both(way: Way, records: &[TraceRecord]) -> (Tally, Tally, Duration) {
     let backends = Backends::start(&[]);
     let envoy = envoy_with(way, &backends, &policy(), "FAIL_CLOSED");
-    let late = send_on_schedule(&envoy, records);
+    let (late, _) = send_on_schedule(&envoy, records);
     eventually(
         "every request in the access log",
         Duration::from_secs(10),
@@ -216,17 +226,19 @@ both_ways! {
 
 both_ways! {
     fn envoy_and_the_simulator_decide_the_zanbil_trace_alike(way) {
-        let Some(path) = shared_trace("zanbil_access_10k.log") else {
+        let Some(trace) = zanbil() else {
             return;
         };
-        let trace = read_file(
-            &path,
-            ReadOptions {
-                skip_bad: true,
-                ..ReadOptions::default()
-            },
-        )
-        .expect("the zanbil trace");
         compare(way, "zanbil, 41 min at 80x", &compressed(&trace.records, 80.0));
     }
+}
+
+/// The zanbil trace, where the checkout has it (`shared_trace` says why not).
+pub(super) fn zanbil() -> Option<sluice_sim::trace::Trace> {
+    let path = shared_trace("zanbil_access_10k.log")?;
+    let options = ReadOptions {
+        skip_bad: true,
+        ..ReadOptions::default()
+    };
+    Some(read_file(&path, options).expect("the zanbil trace"))
 }

@@ -10,5 +10,7 @@ mod lease;
 mod load;
 mod module;
 mod native;
+mod native_decisions;
+mod native_model;
 pub mod rlqs;
 mod shipped;

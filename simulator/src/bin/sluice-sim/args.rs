@@ -9,6 +9,8 @@ use sluice_core::duration::Millis;
 use sluice_host::envoy::FailurePolicy;
 use sluice_sim::Topology;
 use sluice_sim::compare::Nominal;
+use sluice_sim::native::NativeConfig;
+use sluice_sim::native::session::NativeSession;
 use sluice_sim::replay::Clock;
 use sluice_sim::session::Setup;
 use sluice_sim::trace::synthetic::{self, GenOptions, Kind};
@@ -103,8 +105,16 @@ pub struct RunArgs {
 #[derive(Args)]
 pub struct ReplayArgs {
     /// The filter's configuration (default: examples/policy.json, compiled in).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "envoy_config")]
     pub policy: Option<PathBuf>,
+    /// Replay through Envoy's native rate limit filter instead of the .wasm: the Envoy
+    /// configuration (bootstrap YAML) whose routes' `rate_limits` make the descriptors.
+    #[arg(long, requires = "rls_config")]
+    pub envoy_config: Option<PathBuf>,
+    /// With --envoy-config: the rate limit service's configuration (envoyproxy/ratelimit's
+    /// YAML), a directory or files, as sluice-server's --rls-config takes it.
+    #[arg(long, requires = "envoy_config", num_args = 1..)]
+    pub rls_config: Vec<PathBuf>,
     #[command(flatten)]
     pub trace: TraceArgs,
     /// Spread the requests of each timestamp step over the step (auto: when the timestamps
@@ -252,6 +262,41 @@ pub fn setup(run: &RunArgs, policy: Vec<u8>, policy_name: String) -> anyhow::Res
                 },
             },
         },
+        redis: run.redis.clone(),
+        server: run.server.clone(),
+        top: run.top,
+    })
+}
+
+/// A replay through the native rate limit filter, from the run's flags.
+pub fn native_session(
+    run: &RunArgs,
+    config: NativeConfig,
+    config_path: &Path,
+    rls_config: &[PathBuf],
+) -> anyhow::Result<NativeSession> {
+    if run.speed.is_some() {
+        bail!("--speed: a replay through --envoy-config runs in virtual time only");
+    }
+    if run.workers > 1 || run.fail_open || run.fail_reload.is_some() || run.wasm.is_some() {
+        bail!(
+            "--workers, --fail-open, --fail-reload and --wasm are about the .wasm's VMs; the native filter has none (its failure mode is the configuration's failure_mode_deny)"
+        );
+    }
+    Ok(NativeSession {
+        config,
+        config_name: format!(
+            "{} with {}",
+            config_path.display(),
+            rls_config
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        rls_config: rls_config.to_vec(),
+        instances: run.instances.max(1),
+        callout_latency: Duration::from_millis(run.callout_latency.as_millis()),
         redis: run.redis.clone(),
         server: run.server.clone(),
         top: run.top,

@@ -12,6 +12,7 @@ use anyhow::Context;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_sim::compare::{self, Comparison};
+use sluice_sim::native::NativeConfig;
 use sluice_sim::report::{Latency, html};
 use sluice_sim::session::{self, Outcome, Setup};
 use sluice_sim::trace::synthetic::{self, GenOptions};
@@ -19,7 +20,8 @@ use sluice_sim::trace::{self, Trace};
 use sluice_sim::{EXAMPLE_POLICY, Simulation, Topology};
 
 use self::args::{
-    CheckArgs, Cli, Command, CompareArgs, GenArgs, ReplayArgs, find_wasm, load_trace, setup,
+    CheckArgs, Cli, Command, CompareArgs, GenArgs, ReplayArgs, RunArgs, find_wasm, load_trace,
+    native_session, setup,
 };
 
 // The replay allocates per request on two threads (VMs, HTTP, Redis); mimalloc's thread-local
@@ -50,10 +52,17 @@ fn main() -> ExitCode {
 
 /// Runs a session with a progress bar on a terminal.
 fn run_session(setup: &Setup, trace: &Trace, quiet: bool) -> anyhow::Result<Outcome> {
+    let bar = progress_bar(trace.records.len() as u64, quiet);
+    let outcome = session::run(setup, trace, &mut |n| bar.set_position(n as u64));
+    bar.finish_and_clear();
+    outcome
+}
+
+fn progress_bar(requests: u64, quiet: bool) -> ProgressBar {
     let bar = if quiet || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
     } else {
-        ProgressBar::new(trace.records.len() as u64)
+        ProgressBar::new(requests)
     };
     bar.set_style(
         ProgressStyle::with_template(
@@ -62,9 +71,7 @@ fn run_session(setup: &Setup, trace: &Trace, quiet: bool) -> anyhow::Result<Outc
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> "),
     );
-    let outcome = session::run(setup, trace, &mut |n| bar.set_position(n as u64));
-    bar.finish_and_clear();
-    outcome
+    bar
 }
 
 /// What only this run's machine knows: how fast it went.
@@ -93,6 +100,9 @@ fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
+    if let Some(envoy_config) = &args.envoy_config {
+        return replay_native(args, envoy_config);
+    }
     let (policy, policy_name) = match &args.policy {
         Some(path) => (
             std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
@@ -106,17 +116,36 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     let trace = load_trace(&args.trace, args.spread)?;
     let setup = setup(&args.run, policy, policy_name)?;
     let outcome = run_session(&setup, &trace, args.run.quiet)?;
+    print_outcome(&outcome, &args.run)
+}
+
+/// A replay through the native rate limit filter's model.
+fn replay_native(args: &ReplayArgs, envoy_config: &Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(envoy_config)
+        .with_context(|| format!("reading {}", envoy_config.display()))?;
+    let config =
+        NativeConfig::parse(&text).with_context(|| format!("{}", envoy_config.display()))?;
+    let session = native_session(&args.run, config, envoy_config, &args.rls_config)?;
+    let trace = load_trace(&args.trace, args.spread)?;
+    let bar = progress_bar(trace.records.len() as u64, args.run.quiet);
+    let outcome =
+        sluice_sim::native::session::run(&session, &trace, &mut |n| bar.set_position(n as u64));
+    bar.finish_and_clear();
+    print_outcome(&outcome?, &args.run)
+}
+
+fn print_outcome(outcome: &Outcome, run: &RunArgs) -> anyhow::Result<()> {
     let report = &outcome.report;
     let rendered = report.render();
     let (head, rest) = rendered.split_once("\n\n").unwrap_or((&rendered, ""));
     println!("{head}");
-    wall_line(&outcome);
+    wall_line(outcome);
     println!();
     print!("{rest}");
-    if let Some(path) = &args.run.json {
+    if let Some(path) = &run.json {
         write(path, &serde_json::to_vec_pretty(report)?)?;
     }
-    if let Some(path) = &args.run.html {
+    if let Some(path) = &run.html {
         write(path, html::page(report).as_bytes())?;
     }
     Ok(())

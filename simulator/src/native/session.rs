@@ -1,0 +1,149 @@
+//! One replay through the native rate limit filter from start to finish: a server serving the
+//! user's rate limit configuration, the replay, the report, Redis measured.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use sluice_core::stat_names::{RuleStat, rule_stat};
+
+use super::NativeConfig;
+use super::replay::{self, NativeSetup};
+use crate::launch::Services;
+use crate::redis_memory;
+use crate::replay::RunStats;
+use crate::report::{self, Inputs, KnownRule, Recorder, RunInfo};
+use crate::session::Outcome;
+use crate::trace::Trace;
+
+/// What to replay through the native filter, and against what.
+pub struct NativeSession {
+    /// The Envoy configuration.
+    pub config: NativeConfig,
+    /// Where it came from, for the report.
+    pub config_name: String,
+    /// The rate limit service's configuration files (a directory or files).
+    pub rls_config: Vec<PathBuf>,
+    /// Envoys taking the trace round robin.
+    pub instances: usize,
+    /// The modelled time from a call to its answer.
+    pub callout_latency: Duration,
+    /// A Redis to use instead of starting one.
+    pub redis: Option<String>,
+    /// A sluice-server (in replay mode, serving the same `--rls-config`) to use instead of
+    /// starting one.
+    pub server: Option<String>,
+    /// How many of the most limited keys to list.
+    pub top: usize,
+}
+
+/// Replays `trace` as `session` says; `progress` hears how many requests are decided.
+pub fn run(
+    session: &NativeSession,
+    trace: &Trace,
+    progress: &mut dyn FnMut(usize),
+) -> anyhow::Result<Outcome> {
+    let limits = sluice_server::rls::config::load(&session.rls_config)
+        .map_err(|e| anyhow::anyhow!("--rls-config: {e}"))?;
+    for filter in &session.config.filters {
+        if !limits.domains().any(|d| d == filter.domain) {
+            anyhow::bail!(
+                "{}: the filter's domain `{}` is in none of the --rls-config files (they configure {})",
+                filter.path,
+                filter.domain,
+                limits.domains().collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let services = Services::start(
+        &runtime,
+        session.redis.clone(),
+        session.server.clone(),
+        &session.rls_config,
+    )?;
+    let setup = NativeSetup {
+        config: &session.config,
+        limits: &limits,
+        instances: session.instances,
+        callout_latency: session.callout_latency,
+    };
+    let mut recorder = Recorder::default();
+    // Per rule, the calls that carried it, as the .wasm's `callouts` counter counts them.
+    let mut carried: BTreeMap<String, i64> = BTreeMap::new();
+    let (stats, clients) = replay::replay(
+        &setup,
+        &trace.records,
+        &services.endpoint(),
+        &runtime,
+        &mut |decision| {
+            for line in &decision.lines {
+                *carried
+                    .entry(rule_stat(line.rule.as_str(), RuleStat::Callouts))
+                    .or_default() += 1;
+            }
+            recorder.add_decided(
+                decision.instance,
+                decision.status,
+                decision.time_us,
+                &decision.lines,
+            );
+        },
+        progress,
+    );
+    let mut failures = Vec::new();
+    if let Some(first) = &stats.first_failure {
+        failures.push(format!(
+            "{} of {} ShouldRateLimit calls failed (the filters' failure mode decided them); the first: {first}",
+            stats.failed_calls, stats.calls
+        ));
+    }
+    let info = RunInfo {
+        policy: session.config_name.clone(),
+        instances: session.instances.max(1),
+        workers: 1,
+        clock: report::Clock::Virtual {
+            callout_latency_ms: session.callout_latency.as_millis() as u64,
+        },
+        callouts: stats.calls,
+        lease_calls: 0,
+        open_at_end: 0,
+        failures,
+    };
+    let rules = KnownRule::of_rls(&limits);
+    let mut report = report::Report::build(
+        &recorder,
+        Inputs {
+            trace,
+            run: info,
+            rules: &rules,
+            top: session.top,
+            clients: &clients,
+            stats: &carried,
+        },
+    );
+    match services.limit_keys() {
+        Some((url, prefix)) => match runtime.block_on(redis_memory::measure(url, prefix)) {
+            Ok(by_rule) => report.set_memory(by_rule, prefix),
+            Err(why) => report.memory_unknown(why),
+        },
+        None => report.memory_unknown(
+            "the limit keys live in the Redis of the server given with --server".to_owned(),
+        ),
+    }
+    services.stop(&runtime);
+    Ok(Outcome {
+        report,
+        recorder,
+        stats: RunStats {
+            requests: stats.requests,
+            callouts: stats.calls,
+            open_at_end: 0,
+            wall: stats.wall,
+        },
+    })
+}
