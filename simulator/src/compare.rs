@@ -64,7 +64,7 @@ pub const ALGORITHMS: [Algorithm; 6] = [
 
 /// The limit each algorithm is given for `nominal`: `units` per `period`, and buckets of
 /// `units` (so that each admits `units` at once, as the windows do).
-fn limit_json(algorithm: Algorithm, nominal: Nominal) -> serde_json::Value {
+pub(crate) fn limit_json(algorithm: Algorithm, nominal: Nominal) -> serde_json::Value {
     let (units, period) = (nominal.units, nominal.period.to_string());
     match algorithm {
         Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog => {

@@ -394,15 +394,14 @@ fn the_html_report_is_one_self_contained_page_with_charts() {
 /// `make demo RLS=1`'s replay, on a clone without `../shared`: the synthetic demo trace through
 /// the shipped native-filter configuration and its limits, reported per descriptor, the same
 /// way twice.
-#[test]
-fn the_shipped_ratelimit_configuration_replays_and_reports_per_descriptor() {
-    use sluice_sim::native::NativeConfig;
-    use sluice_sim::native::session::{NativeSession, run};
+/// The shipped native-filter configuration and its limits, as a user's clone has them.
+fn shipped_native_session() -> sluice_sim::native::session::NativeSession {
     let root = sluice_e2e::real_envoy::repo_root();
     let text =
         std::fs::read_to_string(root.join("envoy/envoy-ratelimit.yaml")).expect("the config");
-    let session = NativeSession {
-        config: NativeConfig::parse(&text).expect("the model takes the shipped config"),
+    sluice_sim::native::session::NativeSession {
+        config: sluice_sim::native::NativeConfig::parse(&text)
+            .expect("the model takes the shipped config"),
         config_name: "envoy/envoy-ratelimit.yaml".to_owned(),
         rls_config: vec![root.join("envoy/ratelimit")],
         instances: 1,
@@ -410,7 +409,16 @@ fn the_shipped_ratelimit_configuration_replays_and_reports_per_descriptor() {
         redis: None,
         server: None,
         top: 5,
-    };
+    }
+}
+
+/// `make demo RLS=1`'s replay, on a clone without `../shared`: the synthetic demo trace through
+/// the shipped native-filter configuration and its limits, reported per descriptor, the same
+/// way twice.
+#[test]
+fn the_shipped_ratelimit_configuration_replays_and_reports_per_descriptor() {
+    use sluice_sim::native::session::run;
+    let session = shipped_native_session();
     let trace = synthetic_trace(Kind::Demo, 120);
     let outcome = run(&session, &trace, &mut |_| {}).expect("the replay runs");
     let report = &outcome.report;
@@ -435,5 +443,57 @@ fn the_shipped_ratelimit_configuration_replays_and_reports_per_descriptor() {
         serde_json::to_value(&again.report.rules).expect("JSON"),
         serde_json::to_value(&report.rules).expect("JSON"),
         "virtual time: the same report every time"
+    );
+}
+
+/// The migration preview: the YAML as written, then each algorithm at the same rate; the
+/// sliding log is the exact limit, so it is never over it nor under it.
+#[test]
+fn the_migration_preview_sets_every_algorithm_beside_the_yaml_as_written() {
+    let trace = synthetic_trace(Kind::Demo, 120);
+    let preview = sluice_sim::native::compare::run(&shipped_native_session(), &trace, &mut |_| {})
+        .expect("the preview runs");
+    let path = preview
+        .paths
+        .iter()
+        .find(|p| p.path == "edge.remote_address")
+        .expect("the address path");
+    assert_eq!(path.nominal, "10/1s");
+    let names: Vec<&str> = path.rows.iter().map(|r| r.variant.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "as written",
+            "fixed_window",
+            "sliding_window",
+            "sliding_log",
+            "token_bucket",
+            "leaky_bucket",
+            "gcra"
+        ]
+    );
+    assert_eq!(
+        path.rows[0].algorithm, "gcra",
+        "edge.yaml picks GCRA with a burst of 20"
+    );
+    let log = &path.rows[3];
+    assert_eq!(
+        (
+            log.over_exact,
+            log.denied_exact_admits,
+            log.admitted_exact_denies
+        ),
+        (0, 0, 0),
+        "{log:?}"
+    );
+    assert!(log.denied > 0 && log.most_limited.is_some(), "{log:?}");
+    for row in &path.rows {
+        assert_eq!(row.offered, trace.records.len() as u64, "{row:?}");
+        assert_eq!(row.admitted + row.denied, row.offered, "{row:?}");
+    }
+    let rendered = preview.render();
+    assert!(
+        rendered.contains("edge.remote_address at 10/1s"),
+        "{rendered}"
     );
 }

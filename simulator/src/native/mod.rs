@@ -8,12 +8,14 @@
 //! - [`matcher`]: Envoy's string, header and query parameter matchers.
 //! - [`request`]: a trace request as the filters see it, with its downstream address.
 //! - [`node`]: the walk through the YAML that names where anything refused is.
-//! - [`replay`]: the calls, in virtual time; [`session`]: a replay from start to report.
+//! - [`replay`]: the calls, in virtual time; [`session`]: a replay from start to report;
+//!   [`compare`]: the YAML as written beside every algorithm, a replay each.
 //!
 //! What the model cannot know from a trace (dynamic metadata, whether a request was
 //! internal, RDS) is refused by name at start, never taken as "not limited".
 
 pub mod action;
+pub mod compare;
 pub mod config;
 pub mod matcher;
 pub mod node;

@@ -127,6 +127,14 @@ pub struct ReplayArgs {
 
 #[derive(Args)]
 pub struct CompareArgs {
+    /// The migration preview: the descriptors this Envoy configuration's routes make, decided
+    /// by the --rls-config YAML as written and by each algorithm at each limit's rate.
+    #[arg(long, requires = "rls_config")]
+    pub envoy_config: Option<PathBuf>,
+    /// With --envoy-config: the rate limit service's configuration (envoyproxy/ratelimit's
+    /// YAML), a directory or files.
+    #[arg(long, requires = "envoy_config", num_args = 1..)]
+    pub rls_config: Vec<PathBuf>,
     /// The nominal rate, as units/period: 10/1s, 600/1m.
     #[arg(long, default_value = "10/1s")]
     pub rate: Nominal,

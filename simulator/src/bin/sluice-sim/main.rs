@@ -152,6 +152,9 @@ fn print_outcome(outcome: &Outcome, run: &RunArgs) -> anyhow::Result<()> {
 }
 
 fn compare(args: &CompareArgs) -> anyhow::Result<()> {
+    if let Some(envoy_config) = &args.envoy_config {
+        return compare_native(args, envoy_config);
+    }
     let key: serde_json::Value = serde_json::from_str(&args.key)
         .with_context(|| format!("--key {}: not JSON, e.g. [\"client_ip\"]", args.key))?;
     let horizon = (!args.no_lease).then_some(args.lease_horizon);
@@ -187,6 +190,40 @@ fn compare(args: &CompareArgs) -> anyhow::Result<()> {
         write(path, page.as_bytes())?;
     }
     Ok(())
+}
+
+/// The migration preview: the YAML as written beside every algorithm.
+fn compare_native(args: &CompareArgs, envoy_config: &Path) -> anyhow::Result<()> {
+    let session = native_session(
+        &args.run,
+        read_native_config(envoy_config)?,
+        envoy_config,
+        &args.rls_config,
+    )?;
+    let trace = load_trace(&args.trace, args.spread)?;
+    println!(
+        "sluice-sim: {} requests from {}, through {}",
+        trace.records.len(),
+        trace.source,
+        session.config_name
+    );
+    let quiet = args.run.quiet || !std::io::stderr().is_terminal();
+    let comparison = sluice_sim::native::compare::run(&session, &trace, &mut |variant| {
+        if !quiet {
+            eprintln!("replaying with the limits {variant}");
+        }
+    })?;
+    print!("{}", comparison.render());
+    if let Some(path) = &args.run.json {
+        write(path, &serde_json::to_vec_pretty(&comparison)?)?;
+    }
+    Ok(())
+}
+
+fn read_native_config(path: &Path) -> anyhow::Result<NativeConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    NativeConfig::parse(&text).with_context(|| format!("{}", path.display()))
 }
 
 fn generate(args: &GenArgs) -> anyhow::Result<()> {
