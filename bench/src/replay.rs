@@ -12,6 +12,8 @@ use std::time::Duration;
 use anyhow::Context;
 use redis::aio::MultiplexedConnection;
 use sluice_harness::RedisServer;
+use sluice_sim::native::session::NativeSession;
+use sluice_sim::native::{self, NativeConfig};
 use sluice_sim::report::Report;
 use sluice_sim::session::{self, Outcome, Setup};
 use sluice_sim::trace::synthetic::{self, GenOptions, Kind};
@@ -162,6 +164,56 @@ pub fn rate(modules: &Modules, workload: &Workload, runs: usize) -> anyhow::Resu
         denied: sluice.report.responses.get(&429).copied().unwrap_or(0),
         walls,
         noop_wall: noop.stats.wall,
+    })
+}
+
+/// The native filter's replay rate of one trace.
+pub struct NativeRateRow {
+    /// `ShouldRateLimit` calls made.
+    pub calls: u64,
+    /// Requests denied (429).
+    pub denied: u64,
+    /// Requests per second of each replay, slowest first.
+    pub rates: Vec<f64>,
+}
+
+impl NativeRateRow {
+    /// The median replay's requests per second.
+    pub fn median(&self) -> f64 {
+        self.rates[self.rates.len() / 2]
+    }
+}
+
+/// Replays `workload` `runs` times through the model of Envoy's native rate limit filter, with
+/// the shipped `envoy/envoy-ratelimit.yaml` and `envoy/ratelimit/` (each against a fresh
+/// Redis).
+pub fn native_rate(workload: &Workload, runs: usize) -> anyhow::Result<NativeRateRow> {
+    let config_path = Path::new("envoy/envoy-ratelimit.yaml");
+    let text = std::fs::read_to_string(config_path)
+        .with_context(|| format!("reading {}", config_path.display()))?;
+    let session = NativeSession {
+        config: NativeConfig::parse(&text)?,
+        config_name: config_path.display().to_string(),
+        rls_config: vec!["envoy/ratelimit".into()],
+        instances: 1,
+        callout_latency: Duration::from_millis(1),
+        redis: None,
+        server: None,
+        top: 10,
+    };
+    let mut rates = Vec::with_capacity(runs);
+    let mut last = None;
+    for _ in 0..runs {
+        let outcome = native::session::run(&session, &workload.trace, &mut |_| {})?;
+        rates.push(outcome.stats.requests as f64 / outcome.stats.wall.as_secs_f64().max(1e-9));
+        last = Some(outcome);
+    }
+    rates.sort_by(f64::total_cmp);
+    let outcome = last.context("no replay ran")?;
+    Ok(NativeRateRow {
+        calls: outcome.stats.callouts,
+        denied: outcome.report.responses.get(&429).copied().unwrap_or(0),
+        rates,
     })
 }
 
