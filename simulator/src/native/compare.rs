@@ -166,10 +166,10 @@ pub fn variant_files(
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let mut document: Value = serde_yaml_ng::from_str(&text)
             .with_context(|| format!("{}: not YAML", file.display()))?;
-        if let Variant::Algorithm(algorithm) = variant {
-            if let Some(descriptors) = document.get_mut("descriptors") {
-                set_algorithm(descriptors, algorithm);
-            }
+        if let Variant::Algorithm(algorithm) = variant
+            && let Some(descriptors) = document.get_mut("descriptors")
+        {
+            set_algorithm(descriptors, algorithm);
         }
         let out = dir.join(format!("{i}.yaml"));
         std::fs::write(&out, serde_yaml_ng::to_string(&document)?)
