@@ -1134,12 +1134,14 @@ fn a_log_level_above_critical_is_bad_argument() {
 // --- the table ------------------------------------------------------------------------------
 
 /// The file a test reference in docs/fidelity.md points to: `name` is in this file,
-/// `host_loading.rs::name` in another e2e test file, `host/src/<file>.rs::name` in the host crate,
-/// `in_envoy::x::name` among the real-Envoy tests.
+/// `host_loading.rs::name` in another e2e test file, `host/src/<file>.rs::name` in the host crate
+/// (`simulator/src/...` in the simulator's), `in_envoy::x::name` among the real-Envoy tests.
 fn test_source(reference: &str) -> (std::path::PathBuf, &str) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     match reference.rsplit_once("::") {
-        Some((file, name)) if file.starts_with("host/") => (root.join("..").join(file), name),
+        Some((file, name)) if file.starts_with("host/") || file.starts_with("simulator/") => {
+            (root.join("..").join(file), name)
+        }
         Some((module, name)) if module.starts_with("in_envoy::") => (
             root.join("e2e/in_envoy")
                 .join(module.trim_start_matches("in_envoy::"))
