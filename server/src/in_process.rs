@@ -8,20 +8,44 @@
 
 use std::convert::Infallible;
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use tower_service::Service as _;
 
+use crate::app_state::AppState;
 use crate::http::Service;
+use crate::rlqs::replay::ReplayStream;
 
 /// A server reached by calling it: cheap to clone, every clone the same server.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct InProcessServer {
     service: Service,
+    state: Arc<AppState>,
+}
+
+impl std::fmt::Debug for InProcessServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessServer")
+            .field("service", &self.service)
+            .finish_non_exhaustive()
+    }
 }
 
 impl InProcessServer {
-    pub(crate) fn new(service: Service) -> InProcessServer {
-        InProcessServer { service }
+    pub(crate) fn new(service: Service, state: Arc<AppState>) -> InProcessServer {
+        InProcessServer { service, state }
+    }
+
+    /// A quota stream in a replay's time, opened at `now_us`; `None` when the server has no
+    /// quota configuration. It must be used within the server's runtime.
+    pub fn quota_stream(&self, now_us: i64) -> Option<ReplayStream> {
+        let rlqs = self.state.rlqs.as_ref()?;
+        Some(ReplayStream::open(
+            Arc::clone(&self.state),
+            Arc::clone(rlqs),
+            now_us,
+        ))
     }
 
     /// Answers `request` as the server would over HTTP.

@@ -482,7 +482,10 @@ pub fn in_process(config: ServerConfig) -> in_process::InProcessServer {
         decide: true,
         should_rate_limit: config.rls.is_some(),
     };
-    in_process::InProcessServer::new(Service::new(Arc::clone(&state), router(state), shortcuts))
+    in_process::InProcessServer::new(
+        Service::new(Arc::clone(&state), router(Arc::clone(&state)), shortcuts),
+        state,
+    )
 }
 
 impl RunningServer {

@@ -682,3 +682,104 @@ async fn a_bucket_shared_by_as_many_streams_as_allowed_gets_no_assignment_on_ano
         "c beside b",
     );
 }
+
+/// A quota stream driven by a replay (`sluice-sim`'s model of Envoy's quota filter): it goes by
+/// the time it is told at each report and step, not by the wall clock. Over 30 virtual seconds,
+/// run in however long Redis takes: a new bucket is assigned at its first report, a busy one
+/// keeps being funded at its limit's rate, and one reported idle is abandoned once its
+/// `idle_after` (10 s) of replay time has passed, not before.
+#[tokio::test]
+async fn a_replay_stream_goes_by_the_time_it_is_told_not_the_wall_clock() {
+    let redis = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("shop.yaml"),
+        format!("{SHOP}idle_after: 10s\n"),
+    )
+    .unwrap();
+    let mut config = sluice_server::ServerConfig::standalone(redis.url());
+    config.replay_time = true;
+    config.rlqs = Some(Arc::new(RlqsState::new(
+        WatchedConfig::load(vec![dir.path().to_owned()]).unwrap(),
+        Duration::from_secs(3600),
+    )));
+    let server = sluice_server::in_process(config);
+    for _ in 0..200 {
+        let ready = http::Request::get("/readyz")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        if server.call(ready).await.status() == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let actions = |responses: Vec<RateLimitQuotaResponse>| -> Vec<(BucketId, Action)> {
+        responses
+            .into_iter()
+            .flat_map(|r| r.bucket_action)
+            .map(|a| (a.bucket_id.unwrap(), a.bucket_action.unwrap()))
+            .collect()
+    };
+    let report = |usages: &[(Id, u64, i64)]| RateLimitQuotaUsageReports {
+        domain: "shop".to_owned(),
+        bucket_quota_usages: usages
+            .iter()
+            .map(|(bucket, allowed, elapsed)| BucketQuotaUsage {
+                bucket_id: Some(id(bucket)),
+                time_elapsed: Some(ProtoDuration {
+                    seconds: *elapsed,
+                    nanos: 0,
+                }),
+                num_requests_allowed: *allowed,
+                num_requests_denied: 0,
+            })
+            .collect(),
+    };
+    let t0: i64 = 1_800_000_000_000_000;
+    let second = 1_000_000;
+    let mut stream = server.quota_stream(t0).expect("a quota configuration");
+    let first = actions(
+        stream
+            .report(report(&[(K1, 1, 0), (K2, 1, 0)]), t0)
+            .await
+            .unwrap(),
+    );
+    for bucket in [K1, K2] {
+        let (_, action) = first
+            .iter()
+            .find(|(b, _)| *b == id(bucket))
+            .expect("assigned at once");
+        assert!(rate(action) > 0.0, "{action:?}");
+    }
+    let abandoned = Action::AbandonAction(Default::default());
+    let mut k1_assignments = 0;
+    for s in 1..=30 {
+        let now = t0 + s * second;
+        let mut seen = Vec::new();
+        if s % 5 == 0 {
+            // K1 busy at its limit's rate (20/s), K2 unused since its first request.
+            let reported = stream
+                .report(report(&[(K1, 100, 5), (K2, 0, 5)]), now)
+                .await;
+            seen.extend(actions(reported.unwrap()));
+        }
+        seen.extend(actions(stream.step(now).await));
+        for (_, action) in seen.iter().filter(|(b, _)| *b == id(K1)) {
+            assert!(rate(action) > 0.0, "K1 at {s} s: {action:?}");
+            k1_assignments += 1;
+        }
+        assert!(!seen.contains(&(id(K1), abandoned)), "K1 is busy: {seen:?}");
+        let k2_abandoned = seen.contains(&(id(K2), abandoned));
+        if k2_abandoned {
+            assert!(
+                (10..=12).contains(&s),
+                "K2 abandoned after {s} virtual seconds, its idle_after being 10"
+            );
+            stream.close(now).await;
+            // Renewed at fundings 3.3 s or more apart.
+            assert!(k1_assignments >= 2, "K1 renewed: {k1_assignments}");
+            return;
+        }
+    }
+    panic!("K2 was never abandoned in 30 virtual seconds");
+}

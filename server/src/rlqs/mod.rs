@@ -1,9 +1,11 @@
 //! Envoy's Rate Limit Quota Service (`envoy.service.rate_limit_quota.v3`), for Envoy's native
 //! `rate_limit_quota` filter: what each bucket gets ([`sluice_core::rlqs`]), configured by the
-//! files [`config`] loads, from reports [`report`] checks, on one [`stream`] per Envoy.
+//! files [`config`] loads, from reports [`report`] checks, on one [`stream`] per Envoy (or a
+//! [`replay`] stream, in a replay's time).
 
 pub mod action;
 pub mod config;
+pub mod replay;
 pub mod report;
 pub mod service;
 pub mod stats;

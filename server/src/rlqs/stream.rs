@@ -52,13 +52,44 @@ pub type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
 type BucketName = (Arc<str>, BucketId);
 
 /// One Envoy's stream and its buckets.
-struct EnvoyStream {
+pub(super) struct EnvoyStream {
     state: Arc<AppState>,
     rlqs: Arc<RlqsState>,
     /// This stream's name in the lease ledgers.
     holder: String,
     buckets: HashMap<BucketName, Bucket>,
-    opened: Instant,
+    clock: StreamClock,
+}
+
+/// The time a stream goes by.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum StreamClock {
+    /// This process' monotonic clock, from when the stream opened; Redis' time decides.
+    Wall(Instant),
+    /// A replay's: the stream is told the time at each report and step, and the scripts
+    /// decide in it.
+    Replay { opened_us: i64, now_us: i64 },
+}
+
+impl StreamClock {
+    fn now_ms(&self) -> u64 {
+        match *self {
+            StreamClock::Wall(opened) => {
+                u64::try_from(opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+            }
+            StreamClock::Replay { opened_us, now_us } => {
+                u64::try_from(now_us.saturating_sub(opened_us) / 1000).unwrap_or(0)
+            }
+        }
+    }
+
+    /// The time the scripts decide in: Redis' own, or the replay's.
+    fn replay_us(&self) -> Option<i64> {
+        match *self {
+            StreamClock::Wall(_) => None,
+            StreamClock::Replay { now_us, .. } => Some(now_us),
+        }
+    }
 }
 
 /// Serves one stream until the Envoy closes it, it goes away, or sends what is refused.
@@ -68,7 +99,7 @@ pub async fn serve(
     mut inbound: Streaming<RateLimitQuotaUsageReports>,
     outbound: Outbound,
 ) {
-    let mut stream = EnvoyStream::open(state, Arc::clone(&rlqs));
+    let mut stream = EnvoyStream::open(state, Arc::clone(&rlqs), StreamClock::Wall(Instant::now()));
     let mut steps = tokio::time::interval(STEP_EVERY);
     steps.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut stopping = stream.state.stopping.clone();
@@ -118,23 +149,37 @@ pub async fn serve(
 }
 
 impl EnvoyStream {
-    fn open(state: Arc<AppState>, rlqs: Arc<RlqsState>) -> EnvoyStream {
+    pub(super) fn open(
+        state: Arc<AppState>,
+        rlqs: Arc<RlqsState>,
+        clock: StreamClock,
+    ) -> EnvoyStream {
         state.metrics.rlqs().stream(true);
         EnvoyStream {
             state,
             rlqs,
             holder: holder_name(),
             buckets: HashMap::new(),
-            opened: Instant::now(),
+            clock,
         }
     }
 
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.clock.now_ms()
+    }
+
+    /// Moves a replay's stream to `now_us` (never back); a stream on the wall clock keeps it.
+    pub(super) fn advance_to(&mut self, now_us: i64) {
+        if let StreamClock::Replay {
+            now_us: current, ..
+        } = &mut self.clock
+        {
+            *current = (*current).max(now_us);
+        }
     }
 
     /// Takes in one report: each bucket's use, under the rule the configuration now gives it.
-    fn take_report(
+    pub(super) fn take_report(
         &mut self,
         message: RateLimitQuotaUsageReports,
         config: &RlqsConfig,
@@ -187,10 +232,16 @@ impl EnvoyStream {
     /// Abandons idle buckets, funds the refills due at this `step`, and sends the actions
     /// that follow: in parts of [`ACTIONS_A_RESPONSE`] as the fundings answer, the rest at
     /// the end. `false` when the Envoy's side is gone.
-    async fn step(&mut self, config: &RlqsConfig, step: Step, outbound: &Outbound) -> bool {
+    pub(super) async fn step(
+        &mut self,
+        config: &RlqsConfig,
+        step: Step,
+        outbound: &Outbound,
+    ) -> bool {
         let now_ms = self.now_ms();
         let mut actions = self.abandon_idle(config, now_ms);
         let state = Arc::clone(&self.state);
+        let replay_us = self.clock.replay_us();
         let stats = state.metrics.rlqs();
         // Assignments no funding makes: blanket ones.
         for (name, bucket) in &mut self.buckets {
@@ -225,7 +276,7 @@ impl EnvoyStream {
         // step's locals would not be `Send` for every lifetime, as `tokio::spawn` needs.)
         let mut answers = futures::stream::iter(calls.into_iter().map(|request| {
             let state = Arc::clone(&state);
-            async move { state.engine.lease(&request, None).await }
+            async move { state.engine.lease(&request, replay_us).await }
         }))
         .buffered(LEASE_CALLS_IN_FLIGHT)
         .zip(futures::stream::iter(names.chunks(MAX_ASKS)));
@@ -274,7 +325,7 @@ impl EnvoyStream {
     /// Takes the stream's claims to shares out of its buckets' ledgers, so that the other
     /// Envoys' shares grow at their next funding rather than a TTL later. (The Envoy may still
     /// enforce its last assignments until they lapse: docs/algorithms.md counts them.)
-    async fn withdraw(&mut self) {
+    pub(super) async fn withdraw(&mut self) {
         let asks: Vec<LeaseAsk> = self
             .buckets
             .values()
@@ -282,7 +333,12 @@ impl EnvoyStream {
             .collect();
         for chunk in asks.chunks(MAX_ASKS) {
             let request = self.lease_request(chunk.to_vec());
-            if let Err(e) = self.state.engine.lease(&request, None).await {
+            if let Err(e) = self
+                .state
+                .engine
+                .lease(&request, self.clock.replay_us())
+                .await
+            {
                 // Then the claims lapse with the ledger's TTL, as before.
                 tracing::debug!(error = %e, "a departed quota stream's claims were not withdrawn");
                 return;
