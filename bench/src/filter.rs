@@ -308,7 +308,7 @@ pub fn record(modules: &Modules) -> anyhow::Result<Vec<RecordedAnswer>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let services = Services::start(&runtime, None, None, &[])?;
+    let services = Services::start(&runtime, None, None, &Default::default())?;
     let transport = Transport::new(HashMap::from([("sluice".to_owned(), services.endpoint())]));
     let host = Host::new().map_err(|e| anyhow::anyhow!("starting wasmtime: {e}"))?;
     let mut envoy = start(&host, modules, Which::Sluice)?;

@@ -16,10 +16,21 @@ use http_body_util::BodyExt;
 use sluice_core::rls::answer::RlsHeaders;
 use sluice_harness::RedisServer;
 use sluice_server::ServerConfig;
+use sluice_server::config_files;
+use sluice_server::rlqs::RlqsState;
 use sluice_server::rls::RlsState;
 use sluice_server::rls::config::WatchedConfig;
 
 use crate::connect::{Endpoint, HttpClient};
+
+/// The configuration files of the gRPC services a replay's server serves.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceFiles {
+    /// The rate limit service's (`--rls-config`).
+    pub rls: Vec<PathBuf>,
+    /// The quota service's (`--rlqs-config`).
+    pub rlqs: Vec<PathBuf>,
+}
 
 /// The server (and Redis) a replay talks to.
 pub struct Services {
@@ -32,13 +43,12 @@ pub struct Services {
 impl Services {
     /// Uses `server` if given (it must run with `--replay-time`); otherwise starts one in this
     /// process, against `redis` if given, else against a redis-server started here (reached
-    /// through its Unix socket), serving the rate limit service's `rls_config` files when any
-    /// are given.
+    /// through its Unix socket), serving the gRPC services `files` configure.
     pub fn start(
         runtime: &tokio::runtime::Runtime,
         redis: Option<String>,
         server: Option<String>,
-        rls_config: &[PathBuf],
+        files: &ServiceFiles,
     ) -> anyhow::Result<Services> {
         if let Some(url) = server {
             let endpoint = Endpoint::from_url(&url);
@@ -75,17 +85,24 @@ impl Services {
                 chrono::Utc::now().timestamp_micros()
             );
         }
-        if !rls_config.is_empty() {
-            let files = WatchedConfig::load(rls_config.to_vec())
+        // Configuration files are read once: a replay's limits do not change under it.
+        let never_reload = Duration::from_secs(24 * 3600);
+        if !files.rls.is_empty() {
+            let loaded = WatchedConfig::load(files.rls.clone())
                 .map_err(|e| anyhow::anyhow!("--rls-config: {e}"))?;
             // No local over-limit cache: it answers by the wall clock, and a replay decides in
             // the trace's time.
             config.rls = Some(Arc::new(RlsState::new(
-                files,
+                loaded,
                 0,
                 RlsHeaders::default(),
-                Duration::from_secs(3600),
+                never_reload,
             )));
+        }
+        if !files.rlqs.is_empty() {
+            let loaded = config_files::WatchedConfig::load(files.rlqs.clone())
+                .map_err(|e| anyhow::anyhow!("--rlqs-config: {e}"))?;
+            config.rlqs = Some(Arc::new(RlqsState::new(loaded, never_reload)));
         }
         let keys = Some((redis_url.clone(), config.key_prefix.clone()));
         let server = {

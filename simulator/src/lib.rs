@@ -23,6 +23,7 @@ pub mod connect;
 mod key_order;
 pub mod launch;
 pub mod native;
+pub mod quota;
 pub mod redis_memory;
 pub mod replay;
 pub mod report;

@@ -79,7 +79,12 @@ pub fn run(
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let services = Services::start(&runtime, setup.redis.clone(), setup.server.clone(), &[])?;
+    let services = Services::start(
+        &runtime,
+        setup.redis.clone(),
+        setup.server.clone(),
+        &Default::default(),
+    )?;
     let mut recording = Recording {
         recorder: Recorder::default(),
         progress,
@@ -136,7 +141,7 @@ pub fn run(
         open_at_end: run.stats.open_at_end,
         failures: vm_failures,
     };
-    let mut report = Report::build(
+    let report = report_and_stop(
         &recording.recorder,
         Inputs {
             trace,
@@ -149,7 +154,25 @@ pub fn run(
             clients: &run.clients,
             stats: &stats,
         },
+        services,
+        &runtime,
     );
+    Ok(Outcome {
+        report,
+        recorder: recording.recorder,
+        stats: run.stats,
+    })
+}
+
+/// The report of a replay `recorder` kept, with the Redis memory its limit keys take, and the
+/// services it ran against stopped.
+pub(crate) fn report_and_stop(
+    recorder: &Recorder,
+    inputs: Inputs<'_>,
+    services: Services,
+    runtime: &tokio::runtime::Runtime,
+) -> Report {
+    let mut report = Report::build(recorder, inputs);
     match services.limit_keys() {
         Some((url, prefix)) => match runtime.block_on(redis_memory::measure(url, prefix)) {
             Ok(by_rule) => report.set_memory(by_rule, prefix),
@@ -159,12 +182,8 @@ pub fn run(
             "the limit keys live in the Redis of the server given with --server".to_owned(),
         ),
     }
-    services.stop(&runtime);
-    Ok(Outcome {
-        report,
-        recorder: recording.recorder,
-        stats: run.stats,
-    })
+    services.stop(runtime);
+    report
 }
 
 /// The filter's counters, summed over the Envoys, by name (without Envoy's `wasmcustom.`).

@@ -56,46 +56,7 @@ impl NativeConfig {
     pub fn parse(text: &str) -> Result<NativeConfig, ConfigError> {
         let value = super::node::parse_yaml(text)?;
         let root = Node::root(&value);
-        let mut found = Vec::new();
-        for listener in root
-            .field("static_resources")
-            .map(|r| r.list("listeners"))
-            .transpose()?
-            .unwrap_or_default()
-        {
-            for chain in listener.list("filter_chains")? {
-                for filter in chain.list("filters")? {
-                    let Some(typed) = filter.field("typed_config") else {
-                        continue;
-                    };
-                    if typed.string("@type")? != Some(CONNECTION_MANAGER) {
-                        continue;
-                    }
-                    let has_rate_limit = typed.list("http_filters")?.iter().any(|f| {
-                        f.field("typed_config")
-                            .and_then(|t| t.value.get("@type")?.as_str().map(str::to_owned))
-                            .as_deref()
-                            == Some(RATE_LIMIT_FILTER)
-                    });
-                    if has_rate_limit {
-                        found.push((listener.string("name")?.unwrap_or("").to_owned(), typed));
-                    }
-                }
-            }
-        }
-        let (listener, manager) = match found.len() {
-            0 => {
-                return Err(root.error(format!(
-                    "no listener's connection manager runs the rate limit filter ({RATE_LIMIT_FILTER})"
-                )));
-            }
-            1 => found.remove(0),
-            _ => {
-                return Err(found[1].1.error(
-                    "a second connection manager runs the rate limit filter; the simulator replays one, so give a configuration with one",
-                ));
-            }
-        };
+        let (listener, manager) = manager_with(&root, RATE_LIMIT_FILTER, "the rate limit filter")?;
         let route_config = manager.field("route_config").ok_or_else(|| {
             manager.error("the routes must be inline in `route_config` (the simulator does not fetch them over RDS)")
         })?;
@@ -123,14 +84,7 @@ impl NativeConfig {
         }
         Ok(NativeConfig {
             listener,
-            addresses: AddressPolicy {
-                use_remote_address: manager.bool("use_remote_address")?.unwrap_or(false),
-                xff_num_trusted_hops: manager
-                    .u64("xff_num_trusted_hops")?
-                    .unwrap_or(0)
-                    .try_into()
-                    .map_err(|_| manager.error("`xff_num_trusted_hops` is too large"))?,
-            },
+            addresses: address_policy(&manager)?,
             filters,
             routes: RouteTable::parse(&route_config)?,
             local_cluster: root
@@ -155,6 +109,63 @@ impl NativeConfig {
             Some(value) => percent(value).is_none_or(|p| p > 0.0),
         }
     }
+}
+
+/// The one listener whose connection manager runs an HTTP filter of type `filter_type`, and
+/// that connection manager's configuration.
+pub(crate) fn manager_with<'a>(
+    root: &Node<'a>,
+    filter_type: &str,
+    what: &str,
+) -> Result<(String, Node<'a>), ConfigError> {
+    let mut found = Vec::new();
+    for listener in root
+        .field("static_resources")
+        .map(|r| r.list("listeners"))
+        .transpose()?
+        .unwrap_or_default()
+    {
+        for chain in listener.list("filter_chains")? {
+            for filter in chain.list("filters")? {
+                let Some(typed) = filter.field("typed_config") else {
+                    continue;
+                };
+                if typed.string("@type")? != Some(CONNECTION_MANAGER) {
+                    continue;
+                }
+                let runs_it = typed.list("http_filters")?.iter().any(|f| {
+                    f.value
+                        .pointer("/typed_config/@type")
+                        .and_then(|t| t.as_str())
+                        == Some(filter_type)
+                });
+                if runs_it {
+                    found.push((listener.string("name")?.unwrap_or("").to_owned(), typed));
+                }
+            }
+        }
+    }
+    match found.len() {
+        0 => Err(root.error(format!(
+            "no listener's connection manager runs {what} ({filter_type})"
+        ))),
+        1 => Ok(found.remove(0)),
+        _ => Err(found[1].1.error(format!(
+            "a second connection manager runs {what}; the simulator replays one, so give a configuration with one"
+        ))),
+    }
+}
+
+/// The client address policy of a connection manager.
+pub(crate) fn address_policy(manager: &Node<'_>) -> Result<AddressPolicy, ConfigError> {
+    Ok(AddressPolicy {
+        use_remote_address: manager.bool("use_remote_address")?.unwrap_or(false),
+        xff_num_trusted_hops: manager
+            .u64("xff_num_trusted_hops")?
+            .unwrap_or(0)
+            .try_into()
+            .map_err(|_| manager.error("`xff_num_trusted_hops` is too large"))?,
+    })
 }
 
 fn percent(value: &serde_json::Value) -> Option<f64> {

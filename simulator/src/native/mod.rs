@@ -47,15 +47,7 @@ impl NativeConfig {
     /// A request with `headers` from `peer`, with the client address the connection manager
     /// settles on.
     pub fn downstream<'a>(&self, headers: &'a [(String, String)], peer: IpAddr) -> Downstream<'a> {
-        let xff = Downstream {
-            headers,
-            remote: peer,
-        }
-        .header_joined("x-forwarded-for");
-        Downstream {
-            headers,
-            remote: self.addresses.remote_address(peer, xff.as_deref()),
-        }
+        self.addresses.downstream(headers, peer)
     }
 
     /// The calls Envoy's rate limit filters make for `request`, in chain order: a filter whose

@@ -172,7 +172,7 @@ async fn finish(
 }
 
 /// The request's headers, with the pseudo-headers Envoy gives the filters.
-fn request_headers(record: &TraceRecord) -> Vec<(String, String)> {
+pub(crate) fn request_headers(record: &TraceRecord) -> Vec<(String, String)> {
     let mut headers = vec![
         (
             ":authority".to_owned(),

@@ -38,6 +38,21 @@ impl AddressPolicy {
     }
 }
 
+impl AddressPolicy {
+    /// A request with `headers` from `peer`, with the client address this policy settles on.
+    pub fn downstream(self, headers: &[(String, String)], peer: IpAddr) -> Downstream<'_> {
+        let xff = Downstream {
+            headers,
+            remote: peer,
+        }
+        .header_joined("x-forwarded-for");
+        Downstream {
+            headers,
+            remote: self.remote_address(peer, xff.as_deref()),
+        }
+    }
+}
+
 /// One request, as the filters see it.
 #[derive(Debug, Clone)]
 pub struct Downstream<'a> {

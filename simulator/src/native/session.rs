@@ -10,11 +10,10 @@ use sluice_core::stat_names::{RuleStat, rule_stat};
 
 use super::NativeConfig;
 use super::replay::{self, NativeSetup};
-use crate::launch::Services;
-use crate::redis_memory;
+use crate::launch::{ServiceFiles, Services};
 use crate::replay::RunStats;
 use crate::report::{self, Inputs, KnownRule, Recorder, RunInfo};
-use crate::session::Outcome;
+use crate::session::{Outcome, report_and_stop};
 use crate::trace::Trace;
 
 /// What to replay through the native filter, and against what.
@@ -64,7 +63,10 @@ pub fn run(
         &runtime,
         session.redis.clone(),
         session.server.clone(),
-        &session.rls_config,
+        &ServiceFiles {
+            rls: session.rls_config.clone(),
+            ..ServiceFiles::default()
+        },
     )?;
     let setup = NativeSetup {
         config: &session.config,
@@ -115,7 +117,7 @@ pub fn run(
         failures,
     };
     let rules = KnownRule::of_rls(&limits);
-    let mut report = report::Report::build(
+    let report = report_and_stop(
         &recorder,
         Inputs {
             trace,
@@ -125,17 +127,9 @@ pub fn run(
             clients: &clients,
             stats: &carried,
         },
+        services,
+        &runtime,
     );
-    match services.limit_keys() {
-        Some((url, prefix)) => match runtime.block_on(redis_memory::measure(url, prefix)) {
-            Ok(by_rule) => report.set_memory(by_rule, prefix),
-            Err(why) => report.memory_unknown(why),
-        },
-        None => report.memory_unknown(
-            "the limit keys live in the Redis of the server given with --server".to_owned(),
-        ),
-    }
-    services.stop(&runtime);
     Ok(Outcome {
         report,
         recorder,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use sluice_e2e::real_envoy::Backends;
 use sluice_harness::Envoy;
-use sluice_sim::launch::Services;
+use sluice_sim::launch::{ServiceFiles, Services};
 use sluice_sim::native::NativeConfig;
 use sluice_sim::native::replay::{NativeSetup, replay};
 use sluice_sim::trace::TraceRecord;
@@ -100,8 +100,11 @@ fn compare(name: &str, records: &[TraceRecord]) {
         .enable_all()
         .build()
         .expect("a runtime");
-    let services = Services::start(&runtime, None, None, std::slice::from_ref(&rls))
-        .expect("a server and Redis");
+    let files = ServiceFiles {
+        rls: vec![rls.clone()],
+        ..ServiceFiles::default()
+    };
+    let services = Services::start(&runtime, None, None, &files).expect("a server and Redis");
     let limits = sluice_server::rls::config::load(std::slice::from_ref(&rls)).expect("limits");
     let setup = NativeSetup {
         config: &model,

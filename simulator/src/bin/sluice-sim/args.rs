@@ -11,6 +11,8 @@ use sluice_sim::Topology;
 use sluice_sim::compare::Nominal;
 use sluice_sim::native::NativeConfig;
 use sluice_sim::native::session::NativeSession;
+use sluice_sim::quota::QuotaConfig;
+use sluice_sim::quota::session::QuotaSession;
 use sluice_sim::replay::Clock;
 use sluice_sim::session::Setup;
 use sluice_sim::trace::synthetic::{self, GenOptions, Kind};
@@ -107,14 +109,19 @@ pub struct ReplayArgs {
     /// The filter's configuration (default: examples/policy.json, compiled in).
     #[arg(long, conflicts_with = "envoy_config")]
     pub policy: Option<PathBuf>,
-    /// Replay through Envoy's native rate limit filter instead of the .wasm: the Envoy
-    /// configuration (bootstrap YAML) whose routes' `rate_limits` make the descriptors.
-    #[arg(long, requires = "rls_config")]
+    /// Replay through Envoy's native filters instead of the .wasm: the Envoy configuration
+    /// (bootstrap YAML). With --rls-config, its `ratelimit` filter and routes' `rate_limits`;
+    /// with --rlqs-config, its `rate_limit_quota` filter.
+    #[arg(long)]
     pub envoy_config: Option<PathBuf>,
     /// With --envoy-config: the rate limit service's configuration (envoyproxy/ratelimit's
     /// YAML), a directory or files, as sluice-server's --rls-config takes it.
-    #[arg(long, requires = "envoy_config", num_args = 1..)]
+    #[arg(long, requires = "envoy_config", conflicts_with = "rlqs_config", num_args = 1..)]
     pub rls_config: Vec<PathBuf>,
+    /// With --envoy-config: the quota service's configuration, as sluice-server's
+    /// --rlqs-config takes it.
+    #[arg(long, requires = "envoy_config", num_args = 1..)]
+    pub rlqs_config: Vec<PathBuf>,
     #[command(flatten)]
     pub trace: TraceArgs,
     /// Spread the requests of each timestamp step over the step (auto: when the timestamps
@@ -307,6 +314,42 @@ pub fn native_session(
         callout_latency: Duration::from_millis(run.callout_latency.as_millis()),
         redis: run.redis.clone(),
         server: run.server.clone(),
+        top: run.top,
+    })
+}
+
+/// A replay through the quota filter, from the run's flags.
+pub fn quota_session(
+    run: &RunArgs,
+    config: QuotaConfig,
+    config_path: &Path,
+    rlqs_config: &[PathBuf],
+) -> anyhow::Result<QuotaSession> {
+    if run.speed.is_some() || run.server.is_some() {
+        bail!(
+            "--speed, --server: a replay through the quota filter runs in virtual time, against a server in this process"
+        );
+    }
+    if run.workers > 1 || run.fail_open || run.fail_reload.is_some() || run.wasm.is_some() {
+        bail!(
+            "--workers, --fail-open, --fail-reload and --wasm are about the .wasm's VMs; the quota filter has none (its workers share one bucket cache)"
+        );
+    }
+    Ok(QuotaSession {
+        config,
+        config_name: format!(
+            "{} with {}",
+            config_path.display(),
+            rlqs_config
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        rlqs_config: rlqs_config.to_vec(),
+        instances: run.instances.max(1),
+        latency: Duration::from_millis(run.callout_latency.as_millis()),
+        redis: run.redis.clone(),
         top: run.top,
     })
 }

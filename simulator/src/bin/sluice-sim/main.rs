@@ -13,6 +13,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_sim::compare::{self, Comparison};
 use sluice_sim::native::NativeConfig;
+use sluice_sim::quota::QuotaConfig;
 use sluice_sim::report::{Latency, html};
 use sluice_sim::session::{self, Outcome, Setup};
 use sluice_sim::trace::synthetic::{self, GenOptions};
@@ -21,7 +22,7 @@ use sluice_sim::{EXAMPLE_POLICY, Simulation, Topology};
 
 use self::args::{
     CheckArgs, Cli, Command, CompareArgs, GenArgs, ReplayArgs, RunArgs, find_wasm, load_trace,
-    native_session, setup,
+    native_session, quota_session, setup,
 };
 
 // The replay allocates per request on two threads (VMs, HTTP, Redis); mimalloc's thread-local
@@ -119,8 +120,26 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     print_outcome(&outcome, &args.run)
 }
 
-/// A replay through the native rate limit filter's model.
+/// A replay through the model of Envoy's native `ratelimit` or `rate_limit_quota` filter.
 fn replay_native(args: &ReplayArgs, envoy_config: &Path) -> anyhow::Result<()> {
+    if !args.rlqs_config.is_empty() {
+        let text = std::fs::read_to_string(envoy_config)
+            .with_context(|| format!("reading {}", envoy_config.display()))?;
+        let config =
+            QuotaConfig::parse(&text).with_context(|| format!("{}", envoy_config.display()))?;
+        let session = quota_session(&args.run, config, envoy_config, &args.rlqs_config)?;
+        let trace = load_trace(&args.trace, args.spread)?;
+        let bar = progress_bar(trace.records.len() as u64, args.run.quiet);
+        let outcome =
+            sluice_sim::quota::session::run(&session, &trace, &mut |n| bar.set_position(n as u64));
+        bar.finish_and_clear();
+        return print_outcome(&outcome?, &args.run);
+    }
+    if args.rls_config.is_empty() {
+        anyhow::bail!(
+            "--envoy-config: give the service's limits too, --rls-config (the ratelimit filter) or --rlqs-config (the quota filter)"
+        );
+    }
     let text = std::fs::read_to_string(envoy_config)
         .with_context(|| format!("reading {}", envoy_config.display()))?;
     let config =

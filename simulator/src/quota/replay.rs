@@ -1,0 +1,238 @@
+//! A trace through N modelled Envoys' quota filters, in virtual time, against the real quota
+//! service in this process ([`ReplayStream`]): each Envoy's stream opens at its first bucket,
+//! its reports go every 5 s and at each new bucket, the service steps once a second, and what
+//! the service sends arrives a modelled latency later.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use sluice_core::key::RuleName;
+use sluice_core::record::{RuleOutcome, RuleRecord};
+use sluice_core::rlqs::{BucketId, RlqsConfig};
+use sluice_server::in_process::InProcessServer;
+use sluice_server::rlqs::replay::ReplayStream;
+
+use super::config::QuotaConfig;
+use super::envoy::{QuotaEnvoy, REPORT_EVERY_US};
+use crate::native::replay::request_headers;
+use crate::trace::{ClientAddresses, TraceRecord};
+
+/// How often the service steps a stream (its funding tick).
+const STEP_EVERY_US: i64 = 1_000_000;
+
+/// What the replay is run through.
+pub struct QuotaSetup<'a> {
+    /// The filter's configuration.
+    pub config: &'a QuotaConfig,
+    /// The service's, to name each bucket's rule as the service does.
+    pub limits: &'a RlqsConfig,
+    /// Envoys taking the trace round robin, each with its own stream.
+    pub instances: usize,
+    /// The modelled time from a message to its arrival, either way.
+    pub latency: Duration,
+}
+
+/// One request, decided.
+#[derive(Debug, Clone)]
+pub struct QuotaDecision {
+    /// The trace record's index.
+    pub index: usize,
+    /// The Envoy that took it.
+    pub instance: usize,
+    /// Its status: the upstream's, or the bucket's denied status.
+    pub status: u16,
+    /// When it arrived.
+    pub time_us: i64,
+    /// Its bucket's rule and id, and what was decided (none: no bucket).
+    pub lines: Vec<RuleRecord>,
+}
+
+/// Totals of a quota replay.
+#[derive(Debug, Clone, Default)]
+pub struct QuotaRunStats {
+    /// Requests replayed.
+    pub requests: usize,
+    /// Reports sent.
+    pub reports: u64,
+    /// Responses received.
+    pub responses: u64,
+    /// Reports the service refused, and the first reason.
+    pub refused: Vec<String>,
+    /// Wall time.
+    pub wall: Duration,
+}
+
+#[derive(Debug)]
+enum Event {
+    /// An Envoy's periodic report.
+    Report(usize),
+    /// The service's step of an Envoy's stream.
+    Step(usize),
+    /// Responses arriving at an Envoy.
+    Deliver(usize, Vec<RateLimitQuotaResponse>),
+}
+
+/// Events by time, then in the order they were made.
+#[derive(Default)]
+struct Timeline {
+    heap: BinaryHeap<Reverse<(i64, u64)>>,
+    events: std::collections::HashMap<u64, Event>,
+    made: u64,
+}
+
+impl Timeline {
+    fn at(&mut self, time_us: i64, event: Event) {
+        self.made += 1;
+        self.heap.push(Reverse((time_us, self.made)));
+        self.events.insert(self.made, event);
+    }
+
+    fn next_until(&mut self, until_us: i64) -> Option<(i64, Event)> {
+        let Reverse((time, id)) = *self.heap.peek()?;
+        if time > until_us {
+            return None;
+        }
+        self.heap.pop();
+        Some((time, self.events.remove(&id)?))
+    }
+}
+
+/// Replays `records` through `setup` against `server`; each decision goes to `decided` in
+/// trace order.
+pub fn replay(
+    setup: &QuotaSetup<'_>,
+    records: &[TraceRecord],
+    server: &InProcessServer,
+    runtime: &tokio::runtime::Runtime,
+    decided: &mut dyn FnMut(QuotaDecision),
+    progress: &mut dyn FnMut(usize),
+) -> (QuotaRunStats, ClientAddresses) {
+    let started = Instant::now();
+    let instances = setup.instances.max(1);
+    let latency_us = i64::try_from(setup.latency.as_micros()).unwrap_or(i64::MAX);
+    let mut envoys: Vec<QuotaEnvoy> = (0..instances).map(|_| QuotaEnvoy::default()).collect();
+    let mut streams: Vec<Option<ReplayStream>> = (0..instances).map(|_| None).collect();
+    let mut timeline = Timeline::default();
+    let mut clients = ClientAddresses::default();
+    let mut stats = QuotaRunStats::default();
+    let domain = setup.config.domain.as_str();
+    let send = |stream: &mut Option<ReplayStream>,
+                report: RateLimitQuotaUsageReports,
+                now_us: i64,
+                stats: &mut QuotaRunStats|
+     -> Vec<RateLimitQuotaResponse> {
+        let Some(open) = stream.as_mut() else {
+            return Vec::new();
+        };
+        stats.reports += 1;
+        match runtime.block_on(open.report(report, now_us)) {
+            Ok(responses) => responses,
+            Err(status) => {
+                // The stream ends; the Envoy opens another at its next report.
+                stats.refused.push(status.message().to_owned());
+                *stream = None;
+                Vec::new()
+            }
+        }
+    };
+    for (index, record) in records.iter().enumerate() {
+        let now_us = record.time_us;
+        while let Some((time, event)) = timeline.next_until(now_us) {
+            match event {
+                Event::Deliver(i, responses) => {
+                    stats.responses += responses.len() as u64;
+                    envoys[i].apply(&responses, time);
+                }
+                Event::Report(i) => {
+                    if streams[i].is_none() {
+                        streams[i] = server.quota_stream(time);
+                    }
+                    if let Some(report) = envoys[i].periodic_report(domain, time) {
+                        let responses = send(&mut streams[i], report, time, &mut stats);
+                        timeline.at(time + 2 * latency_us, Event::Deliver(i, responses));
+                    }
+                    timeline.at(time + REPORT_EVERY_US, Event::Report(i));
+                }
+                Event::Step(i) => {
+                    if let Some(stream) = streams[i].as_mut() {
+                        let responses = runtime.block_on(stream.step(time));
+                        if !responses.is_empty() {
+                            timeline.at(time + latency_us, Event::Deliver(i, responses));
+                        }
+                    }
+                    timeline.at(time + STEP_EVERY_US, Event::Step(i));
+                }
+            }
+        }
+        let instance = index % instances;
+        let headers = request_headers(record);
+        let peer: IpAddr = clients.address(&record.client);
+        let request = setup.config.addresses.downstream(&headers, peer);
+        let mut decision = QuotaDecision {
+            index,
+            instance,
+            status: record.status,
+            time_us: now_us,
+            lines: Vec::new(),
+        };
+        if let Some((settings_index, mut key)) = setup.config.bucket(&request) {
+            key.sort();
+            let settings = &setup.config.settings[settings_index];
+            let envoy = &mut envoys[instance];
+            let allowed = envoy.decide(&key, settings_index, settings, now_us);
+            if !allowed {
+                decision.status = settings.denied_status;
+            }
+            let id: BucketId = key.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let rule = setup.limits.rule_for(domain, &id).map_or_else(
+                || RuleName::lossy(&format!("{domain}.no_rule")),
+                |r| r.name.clone(),
+            );
+            decision.lines.push(RuleRecord {
+                rule,
+                key: key
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                outcome: if allowed {
+                    RuleOutcome::Allowed
+                } else {
+                    RuleOutcome::Denied
+                },
+                delay_ms: 0,
+                local: true,
+            });
+            if streams[instance].is_none() && envoys[instance].settings_of(&key).is_some() {
+                streams[instance] = server.quota_stream(now_us);
+                timeline.at(now_us + STEP_EVERY_US, Event::Step(instance));
+                timeline.at(now_us + REPORT_EVERY_US, Event::Report(instance));
+            }
+            if let Some(report) = envoys[instance].new_buckets_report(domain, now_us) {
+                let responses = send(
+                    &mut streams[instance],
+                    report,
+                    now_us + latency_us,
+                    &mut stats,
+                );
+                timeline.at(now_us + 2 * latency_us, Event::Deliver(instance, responses));
+            }
+        }
+        stats.requests += 1;
+        if stats.requests.is_multiple_of(1024) {
+            progress(stats.requests);
+        }
+        decided(decision);
+    }
+    let end_us = records.last().map_or(0, |r| r.time_us);
+    for stream in streams.into_iter().flatten() {
+        runtime.block_on(stream.close(end_us));
+    }
+    stats.wall = started.elapsed();
+    (stats, clients)
+}
