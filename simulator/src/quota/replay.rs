@@ -35,6 +35,8 @@ pub struct QuotaSetup<'a> {
     pub instances: usize,
     /// The modelled time from a message to its arrival, either way.
     pub latency: Duration,
+    /// The Envoy each record goes to, by index (default: round robin).
+    pub instance_of: Option<&'a [usize]>,
 }
 
 /// One request, decided.
@@ -169,7 +171,11 @@ pub fn replay(
                 }
             }
         }
-        let instance = index % instances;
+        let instance = setup
+            .instance_of
+            .and_then(|of| of.get(index).copied())
+            .unwrap_or(index)
+            % instances;
         let headers = request_headers(record);
         let peer: IpAddr = clients.address(&record.client);
         let request = setup.config.addresses.downstream(&headers, peer);

@@ -89,6 +89,7 @@ pub fn run(
         limits: &limits,
         instances: session.instances,
         latency: session.latency,
+        instance_of: None,
     };
     let mut recorder = Recorder::default();
     let (stats, clients) = replay::replay(

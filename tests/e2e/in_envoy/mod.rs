@@ -12,5 +12,6 @@ mod module;
 mod native;
 mod native_decisions;
 mod native_model;
+mod quota_model;
 pub mod rlqs;
 mod shipped;

@@ -27,7 +27,7 @@ fn rlqs_backends_with(dir: &Path, flags: &[String]) -> Backends {
 }
 
 /// `envoy/envoy-rlqs.yaml` pointed at `backends`.
-fn shipped_rlqs_config(backends: &Backends) -> String {
+pub(super) fn shipped_rlqs_config(backends: &Backends) -> String {
     super::shipped::pointed_at("envoy-rlqs.yaml", backends)
 }
 
@@ -91,16 +91,16 @@ fn the_shipped_quota_config_limits_each_key_and_each_client_with_its_deny_respon
 /// What one request found: when it was sent (from the load's start), through which Envoy, and
 /// whether it passed.
 #[derive(Debug, Clone, Copy)]
-struct Sent {
-    at: Duration,
-    envoy: usize,
-    passed: bool,
+pub(super) struct Sent {
+    pub(super) at: Duration,
+    pub(super) envoy: usize,
+    pub(super) passed: bool,
 }
 
 /// Sends requests for bucket `key` to each Envoy at the rates `rates` gives for the time since
 /// the start (requests a second, one per Envoy), until `length`: one connection a request,
 /// from two threads an Envoy, each at half the rate.
-fn paced_load(
+pub(super) fn paced_load(
     envoys: &[&Envoy],
     key: &str,
     length: Duration,
@@ -142,7 +142,7 @@ fn paced_load(
 /// Two Envoys (A and B) with the shipped quota config, on one sluice-server serving
 /// `configuration` as its `edge` domain. The directory and servers live as long as what is
 /// returned.
-fn two_envoys(configuration: &str) -> (tempfile::TempDir, Backends, Envoy, Envoy) {
+pub(super) fn two_envoys(configuration: &str) -> (tempfile::TempDir, Backends, Envoy, Envoy) {
     let dir = tempfile::tempdir().expect("a directory");
     std::fs::write(dir.path().join("edge.yaml"), configuration).expect("the configuration");
     let backends = rlqs_backends(dir.path());
@@ -153,7 +153,7 @@ fn two_envoys(configuration: &str) -> (tempfile::TempDir, Backends, Envoy, Envoy
 }
 
 /// The bucket the minute test shares: 20 a second, bursts of 20.
-const HOT: &str = "domain: edge\n\
+pub(super) const HOT: &str = "domain: edge\n\
 buckets:\n\
 \x20 - match: {name: per-key, key: \"*\"}\n\
 \x20   name: per-key\n\
