@@ -128,3 +128,116 @@ fn two_envoys_and_the_model_admit_alike_in_every_report_window() {
         "a window differs by {widest}, over {WINDOW_BOUND}"
     );
 }
+
+/// A quota filter whose bucket id is built from `x-tenant`, with no predicate guarding it, and
+/// `DENY_ALL` before an assignment: a request that carries the header is denied at once (its
+/// new bucket has no assignment yet); what happens to one without it is what this holds.
+const TENANT_FILTER: &str = r#"
+admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: 9901}}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {socket_address: {address: 0.0.0.0, port_value: 10000}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{match: {prefix: "/"}, route: {cluster: upstream}}]
+          http_filters:
+          - name: envoy.filters.http.rate_limit_quota
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
+              domain: edge
+              rlqs_server: {envoy_grpc: {cluster_name: sluice_rlqs}}
+              bucket_matchers:
+                on_no_match:
+                  action:
+                    name: per-tenant
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
+                      bucket_id_builder:
+                        bucket_id_builder:
+                          name: {string_value: per-tenant}
+                          tenant:
+                            custom_value:
+                              name: tenant
+                              typed_config:
+                                "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                                header_name: x-tenant
+                      reporting_interval: 5s
+                      no_assignment_behavior:
+                        fallback_rate_limit: {blanket_rule: DENY_ALL}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: sluice_rlqs
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+    load_assignment:
+      cluster_name: sluice_rlqs
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: sluice-server, port_value: 8080}}}}]}]
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: echo, port_value: 5678}}}}]}]
+"#;
+
+#[test]
+fn a_request_whose_bucket_id_cannot_be_built_is_decided_alike() {
+    let dir = tempfile::tempdir().expect("a directory");
+    std::fs::write(dir.path().join("edge.yaml"), HOT).expect("the configuration");
+    let backends = super::rlqs::rlqs_backends(dir.path());
+    let config = sluice_e2e::real_envoy::localize(
+        TENANT_FILTER,
+        &[
+            ("0.0.0.0:10000", sluice_e2e::real_envoy::any_port()),
+            ("127.0.0.1:9901", sluice_e2e::real_envoy::any_port()),
+            ("sluice-server:8080", backends.server_addr()),
+            ("echo:5678", backends.upstream.addr()),
+        ],
+        &[],
+    );
+    let envoy = sluice_harness::Envoy::start(&config, 1).expect("Envoy");
+    let model = QuotaConfig::parse(&config).expect("the model takes it");
+    for (headers, what) in [
+        (
+            vec![("x-tenant", "t1")],
+            "with the header: a new bucket, DENY_ALL until assigned",
+        ),
+        (vec![], "without it"),
+    ] {
+        let real = sluice_e2e::real_envoy::get(&envoy, "/", &headers).status;
+        let owned: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let request = model
+            .addresses
+            .downstream(&owned, "127.0.0.1".parse().expect("an address"));
+        let simulated = match model.bucket(&request) {
+            None => 200,
+            Some((settings, _)) => match model.settings[settings].no_assignment {
+                sluice_sim::quota::config::Blanket::AllowAll => 200,
+                sluice_sim::quota::config::Blanket::DenyAll => {
+                    model.settings[settings].denied_status
+                }
+            },
+        };
+        eprintln!("{what}: Envoy {real}, model {simulated}");
+        assert_eq!(real, simulated, "{what}");
+    }
+}
