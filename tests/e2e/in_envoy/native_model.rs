@@ -177,6 +177,8 @@ fn cases() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
         ("/query?mode=a&page=", vec![]),
         ("/query?mode=b&debug=1", vec![]),
         ("/query?page=a%20b", vec![]),
+        ("/query?page=a+b&page=c", vec![]),
+        ("/query?mode=%61&debug", vec![]),
         ("/metadata", vec![]),
         ("/own", vec![]),
         ("/static", vec![]),
