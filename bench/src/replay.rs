@@ -14,6 +14,8 @@ use redis::aio::MultiplexedConnection;
 use sluice_harness::RedisServer;
 use sluice_sim::native::session::NativeSession;
 use sluice_sim::native::{self, NativeConfig};
+use sluice_sim::quota::session::QuotaSession;
+use sluice_sim::quota::{self, QuotaConfig};
 use sluice_sim::report::Report;
 use sluice_sim::session::{self, Outcome, Setup};
 use sluice_sim::trace::synthetic::{self, GenOptions, Kind};
@@ -215,6 +217,33 @@ pub fn native_rate(workload: &Workload, runs: usize) -> anyhow::Result<NativeRat
         denied: outcome.report.responses.get(&429).copied().unwrap_or(0),
         rates,
     })
+}
+
+/// Replays `workload` `runs` times through the model of Envoy's quota filter, with the shipped
+/// `envoy/envoy-rlqs.yaml` and `envoy/rlqs/`, one Envoy (each run against a fresh Redis);
+/// requests a second of each, slowest first, and the requests denied.
+pub fn quota_rate(workload: &Workload, runs: usize) -> anyhow::Result<(Vec<f64>, u64)> {
+    let config_path = Path::new("envoy/envoy-rlqs.yaml");
+    let text = std::fs::read_to_string(config_path)
+        .with_context(|| format!("reading {}", config_path.display()))?;
+    let session = QuotaSession {
+        config: QuotaConfig::parse(&text)?,
+        config_name: config_path.display().to_string(),
+        rlqs_config: vec!["envoy/rlqs".into()],
+        instances: 1,
+        latency: Duration::from_millis(1),
+        redis: None,
+        top: 10,
+    };
+    let mut rates = Vec::with_capacity(runs);
+    let mut denied = 0;
+    for _ in 0..runs {
+        let outcome = quota::session::run(&session, &workload.trace, &mut |_| {})?;
+        rates.push(outcome.stats.requests as f64 / outcome.stats.wall.as_secs_f64().max(1e-9));
+        denied = outcome.report.responses.get(&429).copied().unwrap_or(0);
+    }
+    rates.sort_by(f64::total_cmp);
+    Ok((rates, denied))
 }
 
 /// The attack trace's abuser (see [`Kind::Attack`]).

@@ -355,6 +355,32 @@ fn native_replay_table(
             r.median() / wasm_rate.max(1e-9),
         )?;
     }
+    writeln!(
+        out,
+        "\n### Through Envoy's quota filter\n\n`sluice-sim replay --envoy-config envoy/envoy-rlqs.yaml --rlqs-config envoy/rlqs`, one Envoy, in virtual time: each request decided in the modelled Envoy by its bucket's assignment, the Envoy's reports (every 5 s and at each new bucket) and the quota service's steps (every second) exchanged with the service in the same process. The baseline is the .wasm's median rate on the same trace.\n"
+    )?;
+    writeln!(
+        out,
+        "| trace | requests | denied | requests/s (median) | slowest .. fastest run | ÷ .wasm replay |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|")?;
+    for (workload, wasm_rate) in workloads.iter().zip(wasm_rates) {
+        eprintln!(
+            "bench: replaying {} through the quota filter ...",
+            workload.name
+        );
+        let (rates, denied) = replay::quota_rate(workload, REPLAY_RUNS)?;
+        let median = rates[rates.len() / 2];
+        writeln!(
+            out,
+            "| {} | {} | {denied} | {median:.0} | {:.0} .. {:.0} | {:.2} |",
+            workload.name,
+            workload.trace.records.len(),
+            rates[0],
+            rates[rates.len() - 1],
+            median / wasm_rate.max(1e-9),
+        )?;
+    }
     Ok(())
 }
 
