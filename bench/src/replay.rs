@@ -200,7 +200,6 @@ pub fn native_rate(workload: &Workload, runs: usize) -> anyhow::Result<NativeRat
         instances: 1,
         callout_latency: Duration::from_millis(1),
         redis: None,
-        server: None,
         top: 10,
     };
     let mut rates = Vec::with_capacity(runs);

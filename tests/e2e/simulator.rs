@@ -407,7 +407,6 @@ fn shipped_native_session() -> sluice_sim::native::session::NativeSession {
         instances: 1,
         callout_latency: std::time::Duration::from_millis(1),
         redis: None,
-        server: None,
         top: 5,
     }
 }

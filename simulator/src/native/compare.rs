@@ -103,7 +103,6 @@ pub fn run(
             instances: session.instances,
             callout_latency: session.callout_latency,
             redis: session.redis.clone(),
-            server: session.server.clone(),
             top: usize::MAX,
         };
         let outcome = session::run(&one, trace, &mut |_| {})

@@ -30,9 +30,6 @@ pub struct NativeSession {
     pub callout_latency: Duration,
     /// A Redis to use instead of starting one.
     pub redis: Option<String>,
-    /// A sluice-server (in replay mode, serving the same `--rls-config`) to use instead of
-    /// starting one.
-    pub server: Option<String>,
     /// How many of the most limited keys to list.
     pub top: usize,
 }
@@ -62,7 +59,8 @@ pub fn run(
     let services = Services::start(
         &runtime,
         session.redis.clone(),
-        session.server.clone(),
+        // The server runs here: its gRPC API is reached without a socket.
+        None,
         &ServiceFiles {
             rls: session.rls_config.clone(),
             ..ServiceFiles::default()

@@ -136,7 +136,7 @@ pub struct ReplayArgs {
 pub struct CompareArgs {
     /// The migration preview: the descriptors this Envoy configuration's routes make, decided
     /// by the --rls-config YAML as written and by each algorithm at each limit's rate.
-    #[arg(long, requires = "rls_config")]
+    #[arg(long, requires = "rls_config", conflicts_with_all = ["rate", "key", "lease_horizon", "no_lease"])]
     pub envoy_config: Option<PathBuf>,
     /// With --envoy-config: the rate limit service's configuration (envoyproxy/ratelimit's
     /// YAML), a directory or files.
@@ -290,8 +290,10 @@ pub fn native_session(
     config_path: &Path,
     rls_config: &[PathBuf],
 ) -> anyhow::Result<NativeSession> {
-    if run.speed.is_some() {
-        bail!("--speed: a replay through --envoy-config runs in virtual time only");
+    if run.speed.is_some() || run.server.is_some() {
+        bail!(
+            "--speed, --server: a replay through --envoy-config runs in virtual time, against a server in this process"
+        );
     }
     if run.workers > 1 || run.fail_open || run.fail_reload.is_some() || run.wasm.is_some() {
         bail!(
@@ -313,7 +315,6 @@ pub fn native_session(
         instances: run.instances.max(1),
         callout_latency: Duration::from_millis(run.callout_latency.as_millis()),
         redis: run.redis.clone(),
-        server: run.server.clone(),
         top: run.top,
     })
 }
