@@ -23,7 +23,7 @@ use sluice_host::Host;
 use sluice_host::envoy::{Envoy, EnvoyConfig, Output, Request};
 use sluice_host::header_map::HeaderMap;
 use sluice_host::state::{CalloutReply, OutgoingCallout};
-use sluice_sim::launch::Services;
+use sluice_sim::launch::{ServedConfigs, Services};
 use sluice_sim::transport::Transport;
 
 /// Three rules as a platform team runs them: per client address, per API key on the API, and
@@ -308,7 +308,7 @@ pub fn record(modules: &Modules) -> anyhow::Result<Vec<RecordedAnswer>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let services = Services::start(&runtime, None, None, &Default::default())?;
+    let services = Services::start(&runtime, None, None, ServedConfigs::default())?;
     let transport = Transport::new(HashMap::from([("sluice".to_owned(), services.endpoint())]));
     let host = Host::new().map_err(|e| anyhow::anyhow!("starting wasmtime: {e}"))?;
     let mut envoy = start(&host, modules, Which::Sluice)?;

@@ -6,7 +6,6 @@
 //! a socket, an HTTP/1 codec or a thread switch in between.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,20 +15,19 @@ use http_body_util::BodyExt;
 use sluice_core::rls::answer::RlsHeaders;
 use sluice_harness::RedisServer;
 use sluice_server::ServerConfig;
-use sluice_server::config_files;
-use sluice_server::rlqs::RlqsState;
-use sluice_server::rls::RlsState;
-use sluice_server::rls::config::WatchedConfig;
+use sluice_server::rlqs::{self, RlqsState};
+use sluice_server::rls::{self, RlsState};
 
 use crate::connect::{Endpoint, HttpClient};
 
-/// The configuration files of the gRPC services a replay's server serves.
-#[derive(Debug, Clone, Default)]
-pub struct ServiceFiles {
+/// The configurations of the gRPC services a replay's server serves, loaded once by the
+/// session (which reads them too) and handed over.
+#[derive(Debug, Default)]
+pub struct ServedConfigs {
     /// The rate limit service's (`--rls-config`).
-    pub rls: Vec<PathBuf>,
+    pub rls: Option<rls::config::WatchedConfig>,
     /// The quota service's (`--rlqs-config`).
-    pub rlqs: Vec<PathBuf>,
+    pub rlqs: Option<rlqs::config::WatchedConfig>,
 }
 
 /// The server (and Redis) a replay talks to.
@@ -43,12 +41,12 @@ pub struct Services {
 impl Services {
     /// Uses `server` if given (it must run with `--replay-time`); otherwise starts one in this
     /// process, against `redis` if given, else against a redis-server started here (reached
-    /// through its Unix socket), serving the gRPC services `files` configure.
+    /// through its Unix socket), serving the gRPC services `served` configures.
     pub fn start(
         runtime: &tokio::runtime::Runtime,
         redis: Option<String>,
         server: Option<String>,
-        files: &ServiceFiles,
+        served: ServedConfigs,
     ) -> anyhow::Result<Services> {
         if let Some(url) = server {
             let endpoint = Endpoint::from_url(&url);
@@ -85,25 +83,16 @@ impl Services {
                 chrono::Utc::now().timestamp_micros()
             );
         }
-        // Configuration files are read once: a replay's limits do not change under it.
+        // A replay's limits do not change under it: its files are not read again.
         let never_reload = Duration::from_secs(24 * 3600);
-        if !files.rls.is_empty() {
-            let loaded = WatchedConfig::load(files.rls.clone())
-                .map_err(|e| anyhow::anyhow!("--rls-config: {e}"))?;
-            // No local over-limit cache: it answers by the wall clock, and a replay decides in
-            // the trace's time.
-            config.rls = Some(Arc::new(RlsState::new(
-                loaded,
-                0,
-                RlsHeaders::default(),
-                never_reload,
-            )));
-        }
-        if !files.rlqs.is_empty() {
-            let loaded = config_files::WatchedConfig::load(files.rlqs.clone())
-                .map_err(|e| anyhow::anyhow!("--rlqs-config: {e}"))?;
-            config.rlqs = Some(Arc::new(RlqsState::new(loaded, never_reload)));
-        }
+        // No local over-limit cache: it answers by the wall clock, and a replay decides in the
+        // trace's time.
+        config.rls = served
+            .rls
+            .map(|rls| Arc::new(RlsState::new(rls, 0, RlsHeaders::default(), never_reload)));
+        config.rlqs = served
+            .rlqs
+            .map(|rlqs| Arc::new(RlqsState::new(rlqs, never_reload)));
         let keys = Some((redis_url.clone(), config.key_prefix.clone()));
         let server = {
             let _entered = runtime.enter();

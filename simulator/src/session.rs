@@ -7,7 +7,7 @@ use sluice_core::stat_names;
 
 use std::collections::BTreeMap;
 
-use crate::launch::Services;
+use crate::launch::{ServedConfigs, Services};
 use crate::replay::{Clock, Observer, RunStats};
 use crate::report::{self, Inputs, KnownRule, Recorder, Report, RunInfo};
 use crate::trace::{Trace, TraceRecord};
@@ -71,19 +71,12 @@ pub fn run(
     let simulation = Simulation::new(&setup.wasm, &setup.policy)?;
     // Every rule's limit, for the accuracy figures; the filter has already accepted it.
     let policy = Policy::from_json(&setup.policy).ok();
-    // The VMs, the callouts and the in-process server all run on this thread, as an Envoy worker
-    // runs its filters and its network I/O on one event loop: callouts progress while the replay
-    // waits, and none costs a thread switch (measured: about 1.3 times the rate of a second
-    // runtime thread).
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let runtime = replay_runtime()?;
     let services = Services::start(
         &runtime,
         setup.redis.clone(),
         setup.server.clone(),
-        &Default::default(),
+        ServedConfigs::default(),
     )?;
     let mut recording = Recording {
         recorder: Recorder::default(),
@@ -162,6 +155,17 @@ pub fn run(
         recorder: recording.recorder,
         stats: run.stats,
     })
+}
+
+/// The runtime a replay runs on. The VMs (or models), the callouts and the in-process server
+/// all run on this thread, as an Envoy worker runs its filters and its network I/O on one event
+/// loop: callouts progress while the replay waits, and none costs a thread switch (measured:
+/// about 1.3 times the rate of a second runtime thread).
+pub(crate) fn replay_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }
 
 /// The report of a replay `recorder` kept, with the Redis memory its limit keys take, and the

@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use sluice_core::stat_names::{RuleStat, rule_stat};
+use sluice_server::rls::config::WatchedConfig;
 
 use super::NativeConfig;
 use super::replay::{self, NativeSetup};
-use crate::launch::{ServiceFiles, Services};
+use crate::launch::{ServedConfigs, Services};
 use crate::replay::RunStats;
-use crate::report::{self, Inputs, KnownRule, Recorder, RunInfo};
-use crate::session::{Outcome, report_and_stop};
+use crate::report::{Inputs, KnownRule, Recorder, RunInfo};
+use crate::session::{Outcome, replay_runtime, report_and_stop};
 use crate::trace::Trace;
 
 /// What to replay through the native filter, and against what.
@@ -40,8 +40,9 @@ pub fn run(
     trace: &Trace,
     progress: &mut dyn FnMut(usize),
 ) -> anyhow::Result<Outcome> {
-    let limits = sluice_server::rls::config::load(&session.rls_config)
+    let watched = WatchedConfig::load(session.rls_config.clone())
         .map_err(|e| anyhow::anyhow!("--rls-config: {e}"))?;
+    let limits = watched.current();
     for filter in &session.config.filters {
         if !limits.domains().any(|d| d == filter.domain) {
             anyhow::bail!(
@@ -52,20 +53,13 @@ pub fn run(
             );
         }
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let services = Services::start(
-        &runtime,
-        session.redis.clone(),
-        // The server runs here: its gRPC API is reached without a socket.
-        None,
-        &ServiceFiles {
-            rls: session.rls_config.clone(),
-            ..ServiceFiles::default()
-        },
-    )?;
+    let runtime = replay_runtime()?;
+    // The server runs here: its gRPC API is reached without a socket.
+    let served = ServedConfigs {
+        rls: Some(watched),
+        rlqs: None,
+    };
+    let services = Services::start(&runtime, session.redis.clone(), None, served)?;
     let setup = NativeSetup {
         config: &session.config,
         limits: &limits,
@@ -102,18 +96,13 @@ pub fn run(
             stats.failed_calls, stats.calls
         ));
     }
-    let info = RunInfo {
-        policy: session.config_name.clone(),
-        instances: session.instances.max(1),
-        workers: 1,
-        clock: report::Clock::Virtual {
-            callout_latency_ms: session.callout_latency.as_millis() as u64,
-        },
-        callouts: stats.calls,
-        lease_calls: 0,
-        open_at_end: 0,
+    let info = RunInfo::of_native_model(
+        session.config_name.clone(),
+        session.instances,
+        session.callout_latency,
+        stats.calls,
         failures,
-    };
+    );
     let rules = KnownRule::of_rls(&limits);
     let report = report_and_stop(
         &recorder,

@@ -32,7 +32,6 @@ pub struct QuotaEnvoy {
 
 #[derive(Debug)]
 struct QuotaBucket {
-    settings: usize,
     allowed: u64,
     denied: u64,
     last_report_us: i64,
@@ -77,21 +76,14 @@ impl TokenBucket {
 }
 
 impl QuotaEnvoy {
-    /// Decides a request for bucket `key` (made with `settings`, index `settings_index`) at
-    /// `now_us`: whether it passes.
-    pub fn decide(
-        &mut self,
-        key: &BucketKey,
-        settings_index: usize,
-        settings: &BucketSettings,
-        now_us: i64,
-    ) -> bool {
+    /// Decides a request for bucket `key` (made with `settings`) at `now_us`: whether it
+    /// passes.
+    pub fn decide(&mut self, key: &BucketKey, settings: &BucketSettings, now_us: i64) -> bool {
         let bucket = match self.buckets.get_mut(key) {
             Some(bucket) => bucket,
             None => {
                 self.new.push(key.clone());
                 self.buckets.entry(key.clone()).or_insert(QuotaBucket {
-                    settings: settings_index,
                     allowed: 0,
                     denied: 0,
                     last_report_us: now_us,
@@ -247,16 +239,6 @@ impl QuotaEnvoy {
                 None => {}
             }
         }
-    }
-
-    /// The settings index of bucket `key`, if the Envoy holds it.
-    pub fn settings_of(&self, key: &BucketKey) -> Option<usize> {
-        self.buckets.get(key).map(|b| b.settings)
-    }
-
-    /// Whether the Envoy holds any bucket.
-    pub fn is_empty(&self) -> bool {
-        self.buckets.is_empty()
     }
 }
 

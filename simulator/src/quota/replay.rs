@@ -3,8 +3,6 @@
 //! its reports go every 5 s and at each new bucket, the service steps once a second, and what
 //! the service sends arrives a modelled latency later.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -20,6 +18,7 @@ use sluice_server::rlqs::replay::ReplayStream;
 use super::config::QuotaConfig;
 use super::envoy::{QuotaEnvoy, REPORT_EVERY_US};
 use crate::native::replay::request_headers;
+use crate::replay::EventQueue;
 use crate::trace::{ClientAddresses, TraceRecord};
 
 /// How often the service steps a stream (its funding tick).
@@ -79,29 +78,19 @@ enum Event {
     Deliver(usize, Vec<RateLimitQuotaResponse>),
 }
 
-/// Events by time, then in the order they were made.
-#[derive(Default)]
-struct Timeline {
-    heap: BinaryHeap<Reverse<(i64, u64)>>,
-    events: std::collections::HashMap<u64, Event>,
-    made: u64,
+/// Schedules `event` at `time_us` (events of one instant run in the order they were made).
+fn schedule(queue: &mut EventQueue<Event>, time_us: i64, event: Event) {
+    queue.push(u64::try_from(time_us).unwrap_or(0) * 1000, 0, event);
 }
 
-impl Timeline {
-    fn at(&mut self, time_us: i64, event: Event) {
-        self.made += 1;
-        self.heap.push(Reverse((time_us, self.made)));
-        self.events.insert(self.made, event);
+/// The next event due at or before `until_us`, and its time.
+fn next_until(queue: &mut EventQueue<Event>, until_us: i64) -> Option<(i64, Event)> {
+    let until_ns = u64::try_from(until_us).unwrap_or(0) * 1000;
+    if queue.peek()?.0 > until_ns {
+        return None;
     }
-
-    fn next_until(&mut self, until_us: i64) -> Option<(i64, Event)> {
-        let Reverse((time, id)) = *self.heap.peek()?;
-        if time > until_us {
-            return None;
-        }
-        self.heap.pop();
-        Some((time, self.events.remove(&id)?))
-    }
+    let (at_ns, event) = queue.pop()?;
+    Some(((at_ns / 1000) as i64, event))
 }
 
 /// Replays `records` through `setup` against `server`; each decision goes to `decided` in
@@ -119,7 +108,9 @@ pub fn replay(
     let latency_us = i64::try_from(setup.latency.as_micros()).unwrap_or(i64::MAX);
     let mut envoys: Vec<QuotaEnvoy> = (0..instances).map(|_| QuotaEnvoy::default()).collect();
     let mut streams: Vec<Option<ReplayStream>> = (0..instances).map(|_| None).collect();
-    let mut timeline = Timeline::default();
+    let mut queue = EventQueue::default();
+    // Whether each Envoy has opened its first stream and started its timers.
+    let mut streaming = vec![false; instances];
     let mut clients = ClientAddresses::default();
     let mut stats = QuotaRunStats::default();
     let domain = setup.config.domain.as_str();
@@ -144,7 +135,7 @@ pub fn replay(
     };
     for (index, record) in records.iter().enumerate() {
         let now_us = record.time_us;
-        while let Some((time, event)) = timeline.next_until(now_us) {
+        while let Some((time, event)) = next_until(&mut queue, now_us) {
             match event {
                 Event::Deliver(i, responses) => {
                     stats.responses += responses.len() as u64;
@@ -156,18 +147,22 @@ pub fn replay(
                     }
                     if let Some(report) = envoys[i].periodic_report(domain, time) {
                         let responses = send(&mut streams[i], report, time, &mut stats);
-                        timeline.at(time + 2 * latency_us, Event::Deliver(i, responses));
+                        schedule(
+                            &mut queue,
+                            time + 2 * latency_us,
+                            Event::Deliver(i, responses),
+                        );
                     }
-                    timeline.at(time + REPORT_EVERY_US, Event::Report(i));
+                    schedule(&mut queue, time + REPORT_EVERY_US, Event::Report(i));
                 }
                 Event::Step(i) => {
                     if let Some(stream) = streams[i].as_mut() {
                         let responses = runtime.block_on(stream.step(time));
                         if !responses.is_empty() {
-                            timeline.at(time + latency_us, Event::Deliver(i, responses));
+                            schedule(&mut queue, time + latency_us, Event::Deliver(i, responses));
                         }
                     }
-                    timeline.at(time + STEP_EVERY_US, Event::Step(i));
+                    schedule(&mut queue, time + STEP_EVERY_US, Event::Step(i));
                 }
             }
         }
@@ -190,7 +185,7 @@ pub fn replay(
             key.sort();
             let settings = &setup.config.settings[settings_index];
             let envoy = &mut envoys[instance];
-            let allowed = envoy.decide(&key, settings_index, settings, now_us);
+            let allowed = envoy.decide(&key, settings, now_us);
             if !allowed {
                 decision.status = settings.denied_status;
             }
@@ -214,10 +209,17 @@ pub fn replay(
                 delay_ms: 0,
                 local: true,
             });
-            if streams[instance].is_none() && envoys[instance].settings_of(&key).is_some() {
+            if !streaming[instance] {
+                // Its first bucket: the Envoy opens its stream and starts its timers. A stream
+                // that ends later is opened again at the next periodic report.
+                streaming[instance] = true;
                 streams[instance] = server.quota_stream(now_us);
-                timeline.at(now_us + STEP_EVERY_US, Event::Step(instance));
-                timeline.at(now_us + REPORT_EVERY_US, Event::Report(instance));
+                schedule(&mut queue, now_us + STEP_EVERY_US, Event::Step(instance));
+                schedule(
+                    &mut queue,
+                    now_us + REPORT_EVERY_US,
+                    Event::Report(instance),
+                );
             }
             if let Some(report) = envoys[instance].new_buckets_report(domain, now_us) {
                 let responses = send(
@@ -226,7 +228,11 @@ pub fn replay(
                     now_us + latency_us,
                     &mut stats,
                 );
-                timeline.at(now_us + 2 * latency_us, Event::Deliver(instance, responses));
+                schedule(
+                    &mut queue,
+                    now_us + 2 * latency_us,
+                    Event::Deliver(instance, responses),
+                );
             }
         }
         stats.requests += 1;

@@ -5,17 +5,15 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
-use sluice_core::rlqs::{Quota, RlqsConfig};
+use sluice_server::rlqs::config::WatchedConfig;
 
 use super::QuotaConfig;
 use super::replay::{self, QuotaSetup};
-use crate::accuracy::RuleLimit;
 use crate::connect::Endpoint;
-use crate::launch::{ServiceFiles, Services};
+use crate::launch::{ServedConfigs, Services};
 use crate::replay::RunStats;
-use crate::report::{self, Inputs, KnownRule, Recorder, RunInfo};
-use crate::session::{Outcome, report_and_stop};
+use crate::report::{Inputs, KnownRule, Recorder, RunInfo};
+use crate::session::{Outcome, replay_runtime, report_and_stop};
 use crate::trace::Trace;
 
 /// What to replay through the quota filter, and against what.
@@ -36,51 +34,27 @@ pub struct QuotaSession {
     pub top: usize,
 }
 
-/// Each limited rule of the quota configuration, for accuracy.
-fn known_rules(config: &RlqsConfig) -> Vec<KnownRule> {
-    config
-        .domains()
-        .flat_map(|(_, domain)| domain.rules.iter().chain(std::iter::once(&domain.default)))
-        .map(|rule| KnownRule {
-            name: rule.name.to_string(),
-            limit: match rule.quota {
-                Quota::Limit(limit) => Some(RuleLimit {
-                    limit,
-                    cost: 1,
-                    count_denied: false,
-                    lease_allowance: 0,
-                }),
-                Quota::AllowAll | Quota::DenyAll => None,
-            },
-            shadow: false,
-            lease: None,
-        })
-        .collect()
-}
-
 /// Replays `trace` as `session` says; `progress` hears how many requests are decided.
 pub fn run(
     session: &QuotaSession,
     trace: &Trace,
     progress: &mut dyn FnMut(usize),
 ) -> anyhow::Result<Outcome> {
-    let limits: RlqsConfig = sluice_server::config_files::load(&session.rlqs_config)
+    let watched = WatchedConfig::load(session.rlqs_config.clone())
         .map_err(|e| anyhow::anyhow!("--rlqs-config: {e}"))?;
+    let limits = watched.current();
     if limits.domain(&session.config.domain).is_none() {
         anyhow::bail!(
             "the quota filter's domain `{}` is in none of the --rlqs-config files",
             session.config.domain
         );
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let files = ServiceFiles {
-        rlqs: session.rlqs_config.clone(),
-        ..ServiceFiles::default()
+    let runtime = replay_runtime()?;
+    let served = ServedConfigs {
+        rls: None,
+        rlqs: Some(watched),
     };
-    let services = Services::start(&runtime, session.redis.clone(), None, &files)?;
+    let services = Services::start(&runtime, session.redis.clone(), None, served)?;
     let Endpoint::InProcess(server) = services.endpoint() else {
         anyhow::bail!("the quota replay needs the server in this process");
     };
@@ -111,19 +85,14 @@ pub fn run(
         })
         .into_iter()
         .collect();
-    let info = RunInfo {
-        policy: session.config_name.clone(),
-        instances: session.instances.max(1),
-        workers: 1,
-        clock: report::Clock::Virtual {
-            callout_latency_ms: session.latency.as_millis() as u64,
-        },
-        callouts: stats.reports,
-        lease_calls: 0,
-        open_at_end: 0,
+    let info = RunInfo::of_native_model(
+        session.config_name.clone(),
+        session.instances,
+        session.latency,
+        stats.reports,
         failures,
-    };
-    let rules = known_rules(&limits);
+    );
+    let rules = KnownRule::of_rlqs(&limits);
     drop(server);
     let report = report_and_stop(
         &recorder,

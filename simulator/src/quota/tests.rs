@@ -111,14 +111,14 @@ fn an_assignment_is_a_token_bucket_until_it_lapses_then_the_fallback_decides() {
     let mut envoy = QuotaEnvoy::default();
     let second = 1_000_000;
     // Before any assignment: ALLOW_ALL; the new bucket is reported at once.
-    assert!(envoy.decide(&id, 0, settings, 0));
+    assert!(envoy.decide(&id, settings, 0));
     let report = envoy.new_buckets_report("edge", 0).unwrap();
     assert_eq!(report.bucket_quota_usages[0].num_requests_allowed, 1);
     // 2 tokens a second, holding 2, for 10 s.
     envoy.apply(&[assign(&id, 2, 1, 10)], 0);
     let admitted_in_second = |envoy: &mut QuotaEnvoy, start: i64| {
         (0..10)
-            .filter(|i| envoy.decide(&id, 0, settings, start + i * second / 10))
+            .filter(|i| envoy.decide(&id, settings, start + i * second / 10))
             .count()
     };
     assert_eq!(

@@ -36,7 +36,7 @@ use sluice_host::state::CalloutReply;
 pub use self::clock::{Clock, DEFAULT_CALLOUT_LATENCY};
 use self::event::{ARRIVAL, Answer, Event, LATER};
 use self::pace::{Answered, Pace, spin_until_done};
-use self::queue::EventQueue;
+pub(crate) use self::queue::EventQueue;
 
 /// How long Envoy lets a paused stream wait (its default `stream_idle_timeout`).
 pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);

@@ -28,6 +28,7 @@ use sluice_core::lease::LeaseConfig;
 use sluice_core::limit::Limit;
 use sluice_core::policy::Policy;
 use sluice_core::record::RuleOutcome;
+use sluice_core::rlqs::{Quota, RlqsConfig};
 use sluice_core::rls::RlsConfig;
 use sluice_server::config::DEFAULT_KEY_PREFIX;
 
@@ -263,6 +264,31 @@ pub struct RunInfo {
     pub failures: Vec<String>,
 }
 
+impl RunInfo {
+    /// A virtual-time replay through a model of Envoy's own filters, each message answered
+    /// `latency` after it left: no VM, no lease, one bucket cache or filter an Envoy.
+    pub fn of_native_model(
+        name: String,
+        instances: usize,
+        latency: Duration,
+        callouts: u64,
+        failures: Vec<String>,
+    ) -> RunInfo {
+        RunInfo {
+            policy: name,
+            instances: instances.max(1),
+            workers: 1,
+            clock: Clock::Virtual {
+                callout_latency_ms: latency.as_millis() as u64,
+            },
+            callouts,
+            lease_calls: 0,
+            open_at_end: 0,
+            failures,
+        }
+    }
+}
+
 /// Callout latencies, measured on the wall clock.
 #[derive(Debug, Clone, Serialize)]
 pub struct Latency {
@@ -377,6 +403,30 @@ impl KnownRule {
                     lease_allowance: 0,
                 }),
                 shadow: r.shadow_mode,
+                lease: None,
+            })
+            .collect()
+    }
+}
+
+impl KnownRule {
+    /// The rules of a quota service configuration, each domain's default among them.
+    pub fn of_rlqs(config: &RlqsConfig) -> Vec<KnownRule> {
+        config
+            .domains()
+            .flat_map(|(_, domain)| domain.rules.iter().chain(std::iter::once(&domain.default)))
+            .map(|rule| KnownRule {
+                name: rule.name.to_string(),
+                limit: match rule.quota {
+                    Quota::Limit(limit) => Some(RuleLimit {
+                        limit,
+                        cost: 1,
+                        count_denied: false,
+                        lease_allowance: 0,
+                    }),
+                    Quota::AllowAll | Quota::DenyAll => None,
+                },
+                shadow: false,
                 lease: None,
             })
             .collect()

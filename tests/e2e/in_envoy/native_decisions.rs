@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use sluice_e2e::real_envoy::Backends;
 use sluice_harness::Envoy;
-use sluice_sim::launch::{ServiceFiles, Services};
+use sluice_server::rls::config::WatchedConfig;
+use sluice_sim::launch::{ServedConfigs, Services};
 use sluice_sim::native::NativeConfig;
 use sluice_sim::native::replay::{NativeSetup, replay};
 use sluice_sim::trace::TraceRecord;
@@ -100,12 +101,13 @@ fn compare(name: &str, records: &[TraceRecord]) {
         .enable_all()
         .build()
         .expect("a runtime");
-    let files = ServiceFiles {
-        rls: vec![rls.clone()],
-        ..ServiceFiles::default()
+    let watched = WatchedConfig::load(vec![rls.clone()]).expect("the limits");
+    let limits = watched.current();
+    let served = ServedConfigs {
+        rls: Some(watched),
+        rlqs: None,
     };
-    let services = Services::start(&runtime, None, None, &files).expect("a server and Redis");
-    let limits = sluice_server::rls::config::load(std::slice::from_ref(&rls)).expect("limits");
+    let services = Services::start(&runtime, None, None, served).expect("a server and Redis");
     let setup = NativeSetup {
         config: &model,
         limits: &limits,

@@ -37,6 +37,20 @@ pub(super) fn native_config(
             )
         })
         .collect();
+    grpc_filter_config(manager, virtual_host, &filters, "sluice_rls", backends)
+}
+
+/// A bootstrap around `http_filters` (YAML items at the indentation of `http_filters:`, before
+/// the router), with the connection manager's `manager` settings, one virtual host
+/// `virtual_host`, the cluster `grpc_cluster` reaching sluice-server's gRPC API (HTTP/2) and
+/// `upstream`, all pointed at `backends`.
+pub(super) fn grpc_filter_config(
+    manager: &str,
+    virtual_host: &str,
+    http_filters: &str,
+    grpc_cluster: &str,
+    backends: &Backends,
+) -> String {
     let config = format!(
         r#"
 node: {{cluster: edge-proxy}}
@@ -58,12 +72,12 @@ static_resources:
             - name: all
               domains: ["*"]
 {virtual_host}
-          http_filters:{filters}
+          http_filters:{http_filters}
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
   clusters:
-  - name: sluice_rls
+  - name: {grpc_cluster}
     type: STATIC
     connect_timeout: 1s
     typed_extension_protocol_options:
@@ -71,7 +85,7 @@ static_resources:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
         explicit_http_config: {{http2_protocol_options: {{}}}}
     load_assignment:
-      cluster_name: sluice_rls
+      cluster_name: {grpc_cluster}
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: sluice-server, port_value: 8080}}}}}}}}]}}]
   - name: upstream
     type: STATIC

@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
+use sluice_server::rlqs::config::WatchedConfig;
 use sluice_sim::connect::Endpoint;
-use sluice_sim::launch::{ServiceFiles, Services};
+use sluice_sim::launch::{ServedConfigs, Services};
 use sluice_sim::quota::QuotaConfig;
 use sluice_sim::quota::replay::{QuotaSetup, replay};
 use sluice_sim::trace::TraceRecord;
 
+use super::native_model::grpc_filter_config;
 use super::rlqs::{HOT, Sent, paced_load, shipped_rlqs_config, two_envoys};
 
 /// The comparison's window: Envoy's report interval.
@@ -65,16 +67,17 @@ fn two_envoys_and_the_model_admit_alike_in_every_report_window() {
         .collect();
     let instance_of: Vec<usize> = sent.iter().map(|s| s.envoy).collect();
     let config = QuotaConfig::parse(&shipped_rlqs_config(&backends)).expect("the model takes it");
-    let limits = sluice_server::config_files::load(&[dir.path().to_owned()]).expect("limits");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
-    let files = ServiceFiles {
-        rlqs: vec![dir.path().to_owned()],
-        ..ServiceFiles::default()
+    let watched = WatchedConfig::load(vec![dir.path().to_owned()]).expect("the limits");
+    let limits = watched.current();
+    let served = ServedConfigs {
+        rls: None,
+        rlqs: Some(watched),
     };
-    let services = Services::start(&runtime, None, None, &files).expect("a server and Redis");
+    let services = Services::start(&runtime, None, None, served).expect("a server and Redis");
     let Endpoint::InProcess(server) = services.endpoint() else {
         panic!("the server runs in this process");
     };
@@ -129,28 +132,11 @@ fn two_envoys_and_the_model_admit_alike_in_every_report_window() {
     );
 }
 
-/// A quota filter whose bucket id is built from `x-tenant`, with no predicate guarding it, and
-/// `DENY_ALL` before an assignment: a request that carries the header is denied at once (its
-/// new bucket has no assignment yet); what happens to one without it is what this holds.
+/// A quota filter (items of `http_filters`) whose bucket id is built from `x-tenant`, with no
+/// predicate guarding it, and `DENY_ALL` before an assignment: a request that carries the
+/// header is denied at once (its new bucket has no assignment yet); what happens to one
+/// without it is what this holds.
 const TENANT_FILTER: &str = r#"
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: 9901}}
-static_resources:
-  listeners:
-  - name: ingress
-    address: {socket_address: {address: 0.0.0.0, port_value: 10000}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes: [{match: {prefix: "/"}, route: {cluster: upstream}}]
-          http_filters:
           - name: envoy.filters.http.rate_limit_quota
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
@@ -173,44 +159,15 @@ static_resources:
                                 header_name: x-tenant
                       reporting_interval: 5s
                       no_assignment_behavior:
-                        fallback_rate_limit: {blanket_rule: DENY_ALL}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: sluice_rlqs
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-    load_assignment:
-      cluster_name: sluice_rlqs
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: sluice-server, port_value: 8080}}}}]}]
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: echo, port_value: 5678}}}}]}]
-"#;
+                        fallback_rate_limit: {blanket_rule: DENY_ALL}"#;
 
 #[test]
 fn a_request_whose_bucket_id_cannot_be_built_is_decided_alike() {
     let dir = tempfile::tempdir().expect("a directory");
     std::fs::write(dir.path().join("edge.yaml"), HOT).expect("the configuration");
     let backends = super::rlqs::rlqs_backends(dir.path());
-    let config = sluice_e2e::real_envoy::localize(
-        TENANT_FILTER,
-        &[
-            ("0.0.0.0:10000", sluice_e2e::real_envoy::any_port()),
-            ("127.0.0.1:9901", sluice_e2e::real_envoy::any_port()),
-            ("sluice-server:8080", backends.server_addr()),
-            ("echo:5678", backends.upstream.addr()),
-        ],
-        &[],
-    );
+    let routes = r#"              routes: [{match: {prefix: "/"}, route: {cluster: upstream}}]"#;
+    let config = grpc_filter_config("", routes, TENANT_FILTER, "sluice_rlqs", &backends);
     let envoy = sluice_harness::Envoy::start(&config, 1).expect("Envoy");
     let model = QuotaConfig::parse(&config).expect("the model takes it");
     for (headers, what) in [
