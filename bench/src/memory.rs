@@ -9,7 +9,7 @@ use sluice_core::key::{LimitKey, RuleName, redis_key};
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::RedisServer;
 use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
-use sluice_server::store::read_time_us;
+use sluice_server::store::time::read_time_us;
 
 const NOW: i64 = 1_763_700_000_000_000;
 

@@ -3,7 +3,6 @@
 //! one stream, the requests' [`Glue`].
 
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_core::deny_cache::{Entry, EntryId, fingerprint};
 use sluice_core::key::LimitKey;
@@ -19,6 +18,7 @@ use sluice_filter_logic::{Glue, Local, callout_headers};
 
 use crate::abi::LOG_WARN;
 use crate::cache::DenyCache;
+use crate::clock::now_us;
 use crate::envoy::{Config, Filter, log};
 use crate::lease::ModuleLeases;
 
@@ -190,14 +190,6 @@ fn warn(throttle: &Mutex<Throttle>, line: impl FnOnce() -> String) {
 
 fn invalid(e: &PolicyError) -> String {
     format!("sluice: invalid configuration: {e}")
-}
-
-/// The time in microseconds since the epoch: the process' clock, which is Envoy's.
-pub fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// One stream's view of its configuration: what its request needs of the host.

@@ -56,7 +56,7 @@ pub fn hold(scheduler: abi::SchedulerPtr, release_at_ms: u64) -> bool {
 }
 
 fn now_ms() -> u64 {
-    crate::config::now_us() / 1000
+    crate::clock::now_us() / 1000
 }
 
 /// The timer thread: releases each hold at its time.

@@ -102,7 +102,7 @@ impl ModuleLeases {
 fn holder() -> &'static Holder {
     static HOLDER: OnceLock<Holder> = OnceLock::new();
     HOLDER.get_or_init(|| {
-        let started = crate::config::now_us() as u128 * 1000;
+        let started = crate::clock::now_us() as u128 * 1000;
         let mut random = [0u8; 16];
         let secret = match getrandom::fill(&mut random) {
             Ok(()) => holder_secret(random),

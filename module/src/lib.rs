@@ -11,6 +11,7 @@
 
 pub mod abi;
 mod cache;
+mod clock;
 mod config;
 mod envoy;
 mod hold;

@@ -62,7 +62,8 @@ use crate::metrics::Metrics;
 use crate::rlqs::RlqsState;
 use crate::rls::RlsState;
 use crate::store::Store;
-use crate::tls::{ConnectionLimits, Listening, TlsFor};
+use crate::tls::TlsFor;
+use crate::tls::listener::{ConnectionLimits, Listening};
 
 /// A listener on `addr` whose kernel queue holds `backlog` connections not yet taken (capped
 /// by the kernel's net.core.somaxconn); must be called within a Tokio runtime.

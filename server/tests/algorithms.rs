@@ -16,7 +16,7 @@ use sluice_harness::RedisServer;
 use sluice_server::engine::Engine;
 use sluice_server::metrics::Metrics;
 use sluice_server::scripts::{ScriptCall, ScriptTime, decode_reply};
-use sluice_server::store::read_time_us;
+use sluice_server::store::time::read_time_us;
 use sluice_server::store::{Store, Topology};
 
 /// A limit of 100 for each algorithm, with refills so slow that a burst sees none.

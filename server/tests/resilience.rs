@@ -12,7 +12,7 @@ use sluice_harness::{
 };
 use sluice_server::clock::RedisClock;
 use sluice_server::scripts::SCRIPTS;
-use sluice_server::store::read_time_us;
+use sluice_server::store::time::read_time_us;
 use sluice_server::store::{ScriptCalls, Store, Topology};
 
 const LIMIT: &str = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;

@@ -6,16 +6,18 @@
 use std::path::{Path, PathBuf};
 
 /// The repository's top directories that prose names paths under.
-const ROOTS: [&str; 13] = [
+const ROOTS: [&str; 15] = [
     "bench",
     "core",
     "docs",
     "envoy",
     "examples",
     "filter",
+    "filter-logic",
     "fuzz",
     "host",
     "lua",
+    "module",
     "scripts",
     "server",
     "simulator",
@@ -23,11 +25,13 @@ const ROOTS: [&str; 13] = [
 ];
 
 /// The crates whose sources' comments are read.
-const CRATES: [&str; 7] = [
+const CRATES: [&str; 9] = [
     "bench",
     "core",
     "filter",
+    "filter-logic",
     "host",
+    "module",
     "server",
     "simulator",
     "tests",

@@ -10,6 +10,7 @@ mod envoy_config;
 mod fidelity;
 mod filter;
 mod host_loading;
+mod import_circles;
 mod in_envoy;
 mod lease;
 mod rlqs_protocol;

@@ -1,7 +1,7 @@
 //! sluice-noop-module: what any Envoy dynamic module HTTP filter costs before it does anything.
 //! It has a configuration and a filter per request, as sluice's module does, and every hook
 //! Envoy resolves answers at once: continue. `make bench` sets the module's per-request cost
-//! beside it. (The hooks' signatures are `module/src/hooks.rs`'s; this one reads none of its
+//! beside it. (The hooks' signatures are `module/src/hooks/`'s; this one reads none of its
 //! arguments, so each takes them as plain words.)
 
 #![allow(unsafe_code, missing_docs)]

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use sluice_harness::dynamic_module_filter;
 
-use super::Setup;
+use super::plan::{LIMIT_BURST, LIMIT_RATE, limit};
+use super::setup::{LEASE, Setup};
 
 /// Where a setup's Envoy sends what: its listeners' ports and sluice-server's addresses.
 pub struct Addresses {
@@ -33,8 +34,6 @@ pub struct Wasm<'a> {
 const OPEN_LIMIT: &str = r#"{"algorithm": "gcra", "rate": 1000000, "per": "1s", "burst": 1000000}"#;
 /// A limit that denies nearly every request of a hot key.
 pub const DENYING_LIMIT: &str = r#"{"algorithm": "gcra", "rate": 1, "per": "1s", "burst": 1}"#;
-/// The lease the lease setups take.
-pub const LEASE: &str = r#"{"horizon": "500ms"}"#;
 
 /// sluice's policy: one rule, keyed by the request's `x-api-key`, with `limit` and `lease`.
 pub fn sluice_policy(limit: &str, lease: Option<&str>) -> String {
@@ -58,9 +57,9 @@ descriptors:
 ";
 
 /// sluice-server's gRPC configuration of the limit the ways in are measured over
-/// ([`super::limit`]), for each `api_key` of domain `bench-limited`.
+/// ([`limit`]), for each `api_key` of domain `bench-limited`.
 pub fn rls_limited() -> String {
-    let (rate, burst) = (super::LIMIT_RATE, super::LIMIT_BURST);
+    let (rate, burst) = (LIMIT_RATE, LIMIT_BURST);
     format!(
         "domain: bench-limited
 descriptors:
@@ -82,7 +81,7 @@ buckets:
     name: bench
     limit: {}
 ",
-        super::limit()
+        limit()
     )
 }
 
@@ -203,7 +202,7 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
         Setup::SluiceModuleLeaseLimited => dynamic_module_filter(
             "sluice",
             "sluice_module",
-            &sluice_policy(&super::limit(), Some(LEASE)),
+            &sluice_policy(&limit(), Some(LEASE)),
         ),
         Setup::LocalRatelimit => "
           - name: envoy.filters.http.local_ratelimit
@@ -230,7 +229,7 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
         Setup::SluiceLeaseLimited => wasm_filter(
             "sluice",
             wasm.sluice,
-            &sluice_policy(&super::limit(), Some(LEASE)),
+            &sluice_policy(&limit(), Some(LEASE)),
         ),
         Setup::NativeGrpc => native_ratelimit("bench"),
         Setup::NativeGrpcLimited => native_ratelimit("bench-limited"),

@@ -8,6 +8,7 @@
 //! turns in a rotating order.
 
 mod config;
+mod plan;
 mod report;
 mod setup;
 
@@ -21,108 +22,17 @@ use bytes::Bytes;
 use sluice_harness::{Envoy, RedisServer, cpu, free_port};
 
 use crate::filter::Modules;
-use crate::load::{self, Measured};
+use crate::load;
 use crate::server::{RedisWork, ServerProcess};
 
+use plan::{
+    CONNECTIONS, Keys, LIMIT_BURST, LIMIT_RATE, OVER_LIMIT, OverLimit, Results, Run, WORKERS,
+};
 pub use report::section;
-pub use setup::Setup;
+pub use setup::{SERVER_THREADS, Setup};
 
-/// Envoy's worker threads.
-pub const WORKERS: usize = 1;
-/// Keep-alive connections of the load generator.
-pub const CONNECTIONS: usize = 16;
 /// Seconds of load before each measured span.
 const WARMUP: Duration = Duration::from_secs(1);
-/// sluice-server's threads in [`Setup::SluiceThreads`].
-pub const SERVER_THREADS: usize = 2;
-
-/// How many distinct `x-api-key` values the traffic cycles through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Keys {
-    /// 10 hot keys.
-    Hot,
-    /// 1,000 keys.
-    Many,
-}
-
-impl Keys {
-    /// Distinct keys.
-    pub fn count(self) -> usize {
-        match self {
-            Keys::Hot => 10,
-            Keys::Many => 1000,
-        }
-    }
-}
-
-/// One setup measured once.
-#[derive(Debug, Clone)]
-pub struct Run {
-    /// What the load generator saw.
-    pub measured: Measured,
-    /// CPU seconds over the measured span: Envoy, sluice-server (both), Redis.
-    pub cpu_s: [f64; 3],
-    /// Requests Envoy sent to sluice-server (HTTP and gRPC) over the measured span.
-    pub calls: u64,
-    /// From Envoy's start to its `/ready`.
-    pub start_up: Duration,
-}
-
-impl Run {
-    /// CPU microseconds a request answered: Envoy, sluice-server, Redis.
-    pub fn cpu_us_per_request(&self) -> [f64; 3] {
-        let answered = self.measured.answered().max(1) as f64;
-        self.cpu_s.map(|s| s * 1e6 / answered)
-    }
-
-    /// Calls to sluice-server per 1,000 requests answered.
-    pub fn calls_per_1000(&self) -> f64 {
-        self.calls as f64 * 1000.0 / self.measured.answered().max(1) as f64
-    }
-}
-
-/// What the rounds measured: for each key spread and setup, one run a round.
-pub struct Results {
-    /// Seconds each run was measured for.
-    pub seconds: u64,
-    /// `(keys, setup, runs)`.
-    pub runs: Vec<(Keys, Setup, Vec<Run>)>,
-    /// Each way in over [`limit`], on the same traffic.
-    pub over_limit: Vec<OverLimit>,
-}
-
-/// One way in on the hot keys, each offered far more than [`limit`] allows, from Envoy's
-/// first request on.
-#[derive(Debug, Clone)]
-pub struct OverLimit {
-    /// The way in.
-    pub setup: Setup,
-    /// Seconds of traffic.
-    pub seconds: f64,
-    /// Requests admitted.
-    pub admitted: u64,
-    /// Requests denied.
-    pub denied: u64,
-    /// Messages Envoy sent sluice-server: lease asks, `ShouldRateLimit` calls, or usage reports.
-    pub messages: u64,
-    /// What the algorithm alone admits at most: for every key, its burst and its rate over
-    /// the span.
-    pub exact: u64,
-    /// The bound the way in states.
-    pub bound: u64,
-}
-
-impl OverLimit {
-    /// Requests answered a second.
-    pub fn rate(&self) -> f64 {
-        (self.admitted + self.denied) as f64 / self.seconds
-    }
-
-    /// Messages to sluice-server per 1,000 requests.
-    pub fn messages_per_1000(&self) -> f64 {
-        self.messages as f64 * 1000.0 / (self.admitted + self.denied).max(1) as f64
-    }
-}
 
 /// The processes every run shares.
 struct Stack {
@@ -343,24 +253,6 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
     })
 }
 
-/// The ways in measured over a limit, on the same traffic.
-pub const OVER_LIMIT: [Setup; 4] = [
-    Setup::SluiceLeaseLimited,
-    Setup::SluiceModuleLeaseLimited,
-    Setup::NativeGrpcLimited,
-    Setup::RlqsLimited,
-];
-
-/// The rate (a second) and burst of the limit the ways in are measured over: far below what
-/// the hot keys are offered.
-pub const LIMIT_RATE: u32 = 200;
-/// See [`LIMIT_RATE`].
-pub const LIMIT_BURST: u32 = 200;
-
-/// That limit, as a rule's `limit`.
-pub fn limit() -> String {
-    format!(r#"{{"algorithm": "gcra", "rate": {LIMIT_RATE}, "per": "1s", "burst": {LIMIT_BURST}}}"#)
-}
 /// The lease's `max_total_share` (its default).
 const MAX_TOTAL_SHARE: f64 = 0.5;
 

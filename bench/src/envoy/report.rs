@@ -6,7 +6,8 @@ use std::path::Path;
 
 use sluice_sim::report::charts;
 
-use super::{CONNECTIONS, Keys, Results, Run, SERVER_THREADS, Setup, WORKERS};
+use super::plan::{CONNECTIONS, Keys, Results, Run, WORKERS, limit};
+use super::setup::{SERVER_THREADS, Setup};
 
 /// Where the chart of Envoy's added CPU goes, beside BENCHMARKS.md.
 const CHART: &str = "bench/envoy-cpu.svg";
@@ -205,7 +206,7 @@ fn over_limit(out: &mut String, results: &Results) -> anyhow::Result<()> {
     writeln!(
         out,
         "**Three ways in, over a limit.** The 10 hot keys, each limited to `{}`, offered as fast as the load generator goes from Envoy's first request, through each way into sluice-server. *Exact* is what the algorithm alone admits at most (each key's burst and its rate over the span); each way's bound is the one docs/algorithms.md states.\n\n| way in | s | requests/s | messages to sluice-server per 1,000 requests | admitted | of exact | bound | kept |\n|---|---|---|---|---|---|---|---|",
-        super::limit()
+        limit()
     )?;
     for o in &results.over_limit {
         writeln!(

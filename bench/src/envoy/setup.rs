@@ -1,7 +1,11 @@
 //! The setups measured: what stands in Envoy's filter chain, their names in the report and on
 //! `sluice-bench envoy --only`.
 
-use super::{SERVER_THREADS, config};
+/// The lease the lease setups take.
+pub const LEASE: &str = r#"{"horizon": "500ms"}"#;
+
+/// sluice-server's threads in [`Setup::SluiceThreads`].
+pub const SERVER_THREADS: usize = 2;
 
 /// What stands in Envoy's filter chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,16 +88,16 @@ impl Setup {
             Setup::LocalRatelimit => "native `local_ratelimit` (per Envoy)".into(),
             Setup::Sluice => "sluice wasm, per request".into(),
             Setup::SluiceModule => "sluice module, per request".into(),
-            Setup::SluiceModuleLease => format!("sluice module, lease `{}`", config::LEASE),
+            Setup::SluiceModuleLease => format!("sluice module, lease `{}`", LEASE),
             Setup::SluiceThreads => {
                 format!("sluice wasm, per request; server `--threads {SERVER_THREADS}`")
             }
-            Setup::SluiceLease => format!("sluice wasm, lease `{}`", config::LEASE),
+            Setup::SluiceLease => format!("sluice wasm, lease `{}`", LEASE),
             Setup::NativeGrpc => "native `ratelimit` -> sluice-server gRPC".into(),
             Setup::SluiceDenying => "sluice wasm, per request, denying".into(),
-            Setup::SluiceLeaseLimited => format!("sluice wasm, lease `{}`", config::LEASE),
+            Setup::SluiceLeaseLimited => format!("sluice wasm, lease `{}`", LEASE),
             Setup::SluiceModuleLeaseLimited => {
-                format!("sluice module, lease `{}`", config::LEASE)
+                format!("sluice module, lease `{}`", LEASE)
             }
             Setup::NativeGrpcLimited => "native `ratelimit` -> sluice-server gRPC".into(),
             Setup::RlqsLimited => "native `rate_limit_quota` -> sluice-server RLQS".into(),

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use sluice_harness::RedisServer;
 
-use super::{BUSY_POLL_US, KEYSPACE, LIMIT, Standin};
+use super::workload::{BUSY_POLL_US, KEYSPACE, LIMIT, Standin};
 
 /// A server process started by the bench, killed when dropped.
 pub(crate) struct ServerProcess(Child);

@@ -8,7 +8,7 @@ use sluice_core::limit::{Algorithm, Limit};
 use sluice_harness::{RedisServer, cpu};
 use sluice_server::scripts::{SCRIPTS, ScriptCall, ScriptTime};
 
-use super::{KEYSPACE, LIMIT};
+use super::workload::{KEYSPACE, LIMIT};
 
 /// What Redis did over a span: its CPU time and the decisions it made.
 #[derive(Debug, Clone, Copy, Default)]

@@ -15,7 +15,8 @@
 //! `lua/batch.lua` does exactly this in one script; on a Redis Cluster, where a request's keys
 //! live on several nodes, sluice-server does it in two phases (see `docs/algorithms.md`).
 
-use super::{Outcome, Request, State};
+use super::model::{Outcome, Request};
+use super::state::State;
 use crate::limit::Limit;
 
 /// One check of a request, with its key's state.

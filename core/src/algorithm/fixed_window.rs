@@ -15,7 +15,7 @@
 //! the next).
 
 use super::exact::{ceil_ms, ttl_ms};
-use super::{Outcome, Request, Update};
+use super::model::{Outcome, Request, Update};
 use crate::limit::WindowLimit;
 use crate::verdict::Verdict;
 

@@ -14,8 +14,8 @@
 //!
 //! Bound: `burst + rate x T` in any interval `T`.
 
+use super::model::{Outcome, Request};
 use super::schedule;
-use super::{Outcome, Request};
 use crate::limit::BucketLimit;
 
 /// The theoretical arrival time.

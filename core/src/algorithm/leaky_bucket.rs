@@ -21,8 +21,8 @@
 //! Bound: `burst + rate x T` admitted in any interval `T`; in shaping mode requests *leave* at
 //! `rate`.
 
+use super::model::{Outcome, Request};
 use super::schedule;
-use super::{Outcome, Request};
 use crate::limit::LeakyLimit;
 
 /// The time the bucket is empty.

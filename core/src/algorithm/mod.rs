@@ -24,77 +24,18 @@ pub mod exact;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+mod model;
 pub mod schedule;
 pub mod sliding_log;
 pub mod sliding_window;
+mod state;
 pub mod token_bucket;
 
 pub use all_or_nothing::{CheckInput, decide_all};
+pub use model::{Outcome, Request, Update};
+pub use state::State;
 
 use crate::limit::Limit;
-use crate::verdict::Verdict;
-
-/// One request against one key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
-    /// The time of the decision, in microseconds since the Unix epoch.
-    pub now_us: i64,
-    /// How many units the request consumes; 0 only asks.
-    pub cost: u64,
-    /// Whether a denied request consumes too.
-    pub count_denied: bool,
-}
-
-impl Request {
-    /// A request for one unit at `now_us` that, denied, consumes nothing: a rule's defaults.
-    pub fn one_at(now_us: i64) -> Request {
-        Request {
-            now_us,
-            cost: 1,
-            count_denied: false,
-        }
-    }
-}
-
-/// What to do with a key's state after a decision.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Update<S> {
-    /// Leave the key as it is (absent stays absent).
-    Keep,
-    /// Store `state` and let the key expire after `ttl_ms`.
-    Write {
-        /// The new state.
-        state: S,
-        /// Milliseconds until the key may vanish; at least 1.
-        ttl_ms: u64,
-    },
-}
-
-/// A verdict and the state change that goes with it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome<S> {
-    /// The answer.
-    pub verdict: Verdict,
-    /// What to store.
-    pub update: Update<S>,
-}
-
-/// The stored state of any algorithm.
-#[derive(Debug, Clone, PartialEq)]
-pub enum State {
-    /// See [`fixed_window::State`].
-    FixedWindow(fixed_window::State),
-    /// See [`sliding_log::State`].
-    SlidingLog(sliding_log::State),
-    /// See [`sliding_window::State`].
-    SlidingWindow(sliding_window::State),
-    /// See [`token_bucket::State`].
-    TokenBucket(token_bucket::State),
-    /// See [`leaky_bucket::State`].
-    LeakyBucket(leaky_bucket::State),
-    /// See [`gcra::State`].
-    Gcra(gcra::State),
-}
 
 impl Limit {
     /// Decides `request` against this limit given the key's state, as the Lua script would.

@@ -25,7 +25,7 @@
 //! ticks, stored as whole microseconds plus the ticks left over.
 
 use super::exact::Ticks;
-use super::{Outcome, Request, Update};
+use super::model::{Outcome, Request, Update};
 use crate::duration::Millis;
 use crate::limit::BucketLimit;
 use crate::verdict::Verdict;

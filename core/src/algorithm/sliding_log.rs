@@ -21,7 +21,7 @@
 //! Bound: exactly `limit` in any interval of `window`.
 
 use super::exact::{ceil_ms, ttl_ms};
-use super::{Outcome, Request, Update};
+use super::model::{Outcome, Request, Update};
 use crate::limit::WindowLimit;
 use crate::verdict::Verdict;
 

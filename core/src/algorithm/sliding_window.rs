@@ -18,7 +18,7 @@
 //! fixed window's `2 x limit` in any interval of one window.
 
 use super::exact::{ceil_div_nonneg, ceil_ms, ttl_ms};
-use super::{Outcome, Request, Update};
+use super::model::{Outcome, Request, Update};
 use crate::limit::WindowLimit;
 use crate::verdict::Verdict;
 

@@ -42,8 +42,10 @@ use crate::duration::Millis;
 use crate::wire::LeaseGrant;
 pub use crate::wire::{LeaseTerms, MAX_LEASE_TTL_MS};
 
+mod allowance;
 mod purse;
 
+pub use allowance::Allowance;
 pub use purse::{PURSE_UNITS, Purse};
 
 /// Slots of allowances in shared data (direct-mapped, as the deny cache's). A key whose slot
@@ -68,40 +70,6 @@ impl LeaseConfig {
     pub fn tick_ms(&self) -> u64 {
         (self.horizon.as_millis() / 4).clamp(5, 100)
     }
-}
-
-/// One rule and key's units at one Envoy, as kept in shared data. Times are host time in
-/// microseconds since the epoch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Allowance {
-    /// `<rule>:<key>` ([`crate::deny_cache::entry_id`]).
-    pub id: String,
-    /// Units held and not spent.
-    pub units: u64,
-    /// Until when `units` may be spent; 0: no lease.
-    pub lease_until_us: u64,
-    /// When the server expects to have more for the key (it granted less than asked): no ask
-    /// before then, and requests that find no unit here are denied locally. 0: none.
-    pub next_ask_us: u64,
-    /// When a worker sent an ask for this key that is not answered yet; 0: none.
-    pub asking_since_us: u64,
-    /// Start of the current counting period (one horizon long).
-    pub period_start_us: u64,
-    /// Units requests asked for in the current period.
-    pub seen: u64,
-    /// ... and in the period before it.
-    pub seen_before: u64,
-    /// The last time a request used the key.
-    pub last_seen_us: u64,
-    /// While the key is over its limit, this Envoy's fair share of the limit's rate, as the
-    /// server computed it: microseconds between units. 0: spend as requests come.
-    pub pace_us: u64,
-    /// The pace's theoretical arrival time: when the next unit is due.
-    pub pace_next_us: u64,
-    /// The key's limit and what the server said remained at the last grant (for headers).
-    pub limit: u64,
-    /// See `limit`.
-    pub remaining: u64,
 }
 
 /// Slots a paced allowance saves up while no request comes: arrivals at random, a little over

@@ -20,7 +20,7 @@
 
 use crate::duration::Millis;
 
-use super::Allowance;
+use super::allowance::Allowance;
 
 /// The most units a worker moves into its purse at once.
 pub const PURSE_UNITS: u64 = 16;

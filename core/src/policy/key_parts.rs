@@ -3,9 +3,9 @@
 use std::borrow::Cow;
 use std::cell::OnceCell;
 
+use super::error::{PolicyError, field};
 use super::raw::{RawKeyPart, RawKeySource};
 use super::request::{ClientIp, HttpRequest};
-use super::{PolicyError, field};
 use crate::key::LimitKey;
 
 /// Where one part of a key comes from.

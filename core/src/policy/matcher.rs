@@ -2,9 +2,9 @@
 
 use regex_lite::{Regex, RegexBuilder};
 
+use super::error::{PolicyError, field};
 use super::raw::{OneOrMany, RawHeaderMatch, RawMatch, RawStringMatch};
 use super::request::HttpRequest;
-use super::{PolicyError, field};
 
 /// Compiled regexes may use at most this much memory: the filter runs in a small VM.
 const REGEX_SIZE_LIMIT: usize = 256 * 1024;

@@ -26,14 +26,15 @@
 //! assert!(err.to_string().starts_with("rules[0].limit: algorithm `gcra` needs `burst`"));
 //! ```
 
+mod error;
 mod key_parts;
 mod matcher;
 pub mod raw;
 mod request;
 mod validate;
 
-use std::fmt;
-
+pub use error::PolicyError;
+pub(crate) use error::field;
 pub use key_parts::{KeyPart, KeySource, build_key};
 pub use matcher::{HeaderMatch, RequestMatch, StringMatch};
 pub use request::{ClientIp, HttpRequest};
@@ -56,44 +57,6 @@ pub const DEFAULT_DENY_CACHE_SLOTS: u32 = 4096;
 pub const MAX_DENY_CACHE_SLOTS: u32 = 1 << 20;
 /// The longest callout timeout accepted.
 pub const MAX_TIMEOUT_MS: u64 = 60_000;
-
-/// A configuration error: the path of the offending field and the reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyError {
-    /// Where, as `rules[2].limit.rate`; empty for the document itself.
-    pub path: String,
-    /// Why.
-    pub message: String,
-}
-
-impl PolicyError {
-    pub(crate) fn new(path: &str, message: impl Into<String>) -> PolicyError {
-        PolicyError {
-            path: path.to_owned(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for PolicyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "configuration: {}", self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-impl std::error::Error for PolicyError {}
-
-pub(crate) fn field(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{path}.{name}")
-    }
-}
 
 /// What the filter does when sluice-server cannot answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

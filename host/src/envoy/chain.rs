@@ -333,50 +333,48 @@ impl Envoy {
     }
 }
 
-/// The host side of a new stream: Envoy's request headers and properties.
-pub(super) fn stream_host(request: &Request, now_ns: u64, context: u32) -> StreamHost {
-    let mut headers = HeaderMap::from_pairs(
-        request
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_bytes(), v.as_slice())),
-    );
-    // Envoy generates an x-request-id only when the request has none; request.id reads it.
-    let request_id = match headers.get("x-request-id") {
-        Some(id) => String::from_utf8_lossy(id).into_owned(),
-        None => {
-            let id = format!(
-                "{:08x}-0000-4000-8000-{:012x}",
-                request.id as u32, request.id
-            );
-            headers.add(b"x-request-id", id.as_bytes());
-            id
+impl Request {
+    /// The host side of its stream: Envoy's request headers and properties.
+    pub(super) fn stream_host(&self, now_ns: u64, context: u32) -> StreamHost {
+        let mut headers = HeaderMap::from_pairs(
+            self.headers
+                .iter()
+                .map(|(k, v)| (k.as_bytes(), v.as_slice())),
+        );
+        // Envoy generates an x-request-id only when the request has none; made here from `id`.
+        let request_id = match headers.get("x-request-id") {
+            Some(id) => String::from_utf8_lossy(id).into_owned(),
+            None => {
+                let id = format!("{:08x}-0000-4000-8000-{:012x}", self.id as u32, self.id);
+                headers.add(b"x-request-id", id.as_bytes());
+                id
+            }
+        };
+        if headers.get("x-forwarded-proto").is_none() {
+            let scheme = headers.get(":scheme").unwrap_or(b"http").to_vec();
+            headers.add(b"x-forwarded-proto", scheme);
         }
-    };
-    if headers.get("x-forwarded-proto").is_none() {
-        let scheme = headers.get(":scheme").unwrap_or(b"http").to_vec();
-        headers.add(b"x-forwarded-proto", scheme);
-    }
-    StreamHost {
-        request_headers: headers,
-        request_access: MapAccess::Writable,
-        response_headers: HeaderMap::default(),
-        response_access: MapAccess::Unavailable,
-        response_body: Vec::new(),
-        properties: StreamProperties {
-            source_ip: request.peer.0,
-            source_port: request.peer.1,
-            destination_ip: IpAddr::from([10, 0, 0, 1]),
-            destination_port: 10000,
-            request_time_ns: now_ns as i64,
-            request_id,
-            protocol: "HTTP/1.1".to_owned(),
-            route_name: "default".to_owned(),
-            cluster_name: "upstream".to_owned(),
-            connection_id: u64::from(context),
-            response_code: None,
-        },
-        filter_state: Default::default(),
-        actions: Vec::new(),
+        StreamHost {
+            request_headers: headers,
+            request_access: MapAccess::Writable,
+            response_headers: HeaderMap::default(),
+            response_access: MapAccess::Unavailable,
+            response_body: Vec::new(),
+            properties: StreamProperties {
+                source_ip: self.peer.0,
+                source_port: self.peer.1,
+                destination_ip: IpAddr::from([10, 0, 0, 1]),
+                destination_port: 10000,
+                request_time_ns: now_ns as i64,
+                request_id,
+                protocol: "HTTP/1.1".to_owned(),
+                route_name: "default".to_owned(),
+                cluster_name: "upstream".to_owned(),
+                connection_id: u64::from(context),
+                response_code: None,
+            },
+            filter_state: Default::default(),
+            actions: Vec::new(),
+        }
     }
 }

@@ -39,8 +39,6 @@ use crate::{Plugin, Vm, VmFailed, VmInfo};
 mod chain;
 mod lifecycle;
 
-use chain::stream_host;
-
 /// The root context's id in every VM.
 const ROOT_CONTEXT: u32 = 1;
 
@@ -368,7 +366,7 @@ impl Envoy {
         let w = &mut self.workers[worker];
         let context = w.next_context;
         w.next_context += 1;
-        let host = stream_host(&request, now_ns, context);
+        let host = request.stream_host(now_ns, context);
         let failed = w.vm.failure().is_some();
         w.streams.insert(
             context,

@@ -19,7 +19,7 @@
 mod connection;
 mod invoke;
 mod silence;
-mod time;
+pub mod time;
 mod topology;
 
 use std::sync::Arc;
@@ -36,7 +36,6 @@ use crate::busy_poll::Activity;
 use crate::log_throttle::LogThrottle;
 use crate::scripts::{BadReply, SCRIPTS};
 use silence::SilenceWatch;
-pub use time::{read_time_us, time_us_of};
 use topology::sentinel_client;
 pub use topology::{Credentials, Topology, redacted, tcp_settings};
 

@@ -4,7 +4,7 @@
 //! authorities, and naming a given host. Both HTTP/2 (gRPC) and HTTP/1.1 are offered by ALPN.
 
 mod certificate;
-mod listener;
+pub(crate) mod listener;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -24,7 +24,6 @@ use tokio_rustls::TlsAcceptor;
 use crate::flag_error::FlagError;
 use crate::pem;
 use certificate::ReloadingCertificate;
-pub(crate) use listener::{ConnectionLimits, Listening};
 
 /// How often the certificate's files are looked at for a new one, unless said otherwise.
 pub const CHECK_FILES_EVERY: Duration = Duration::from_secs(10);

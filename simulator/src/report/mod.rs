@@ -475,9 +475,4 @@ impl Report {
             if longer >= 0 { "less" } else { "more" },
         ))
     }
-
-    /// The terminal report.
-    pub fn render(&self) -> String {
-        text::render(self)
-    }
 }

@@ -65,7 +65,14 @@ pub fn table(header: &[&str], rows: &[Vec<String>], left: usize, out: &mut Strin
     table.render(out);
 }
 
-pub(super) fn render(report: &Report) -> String {
+impl Report {
+    /// The terminal report.
+    pub fn render(&self) -> String {
+        render(self)
+    }
+}
+
+fn render(report: &Report) -> String {
     let mut out = String::new();
     header(report, &mut out);
     section(&tables::rules(report), &mut out);

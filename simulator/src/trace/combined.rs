@@ -7,7 +7,7 @@
 //! Fields after the user agent are optional and may be many; the first one, when it is an
 //! address list, is taken as `X-Forwarded-For` (as in nginx configurations that log it).
 
-use super::{TraceRecord, checked_method, checked_status, checked_target};
+use super::record::{TraceRecord, checked_method, checked_status, checked_target};
 
 struct Fields<'a> {
     rest: &'a str,

@@ -14,7 +14,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{
+use super::record::{
     TraceRecord, checked_method, checked_status, checked_target, time_from_rfc3339,
     time_from_seconds,
 };

@@ -14,7 +14,9 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use super::{TraceRecord, checked_method, checked_target, time_from_rfc3339, time_from_seconds};
+use super::record::{
+    TraceRecord, checked_method, checked_target, format_time, time_from_rfc3339, time_from_seconds,
+};
 
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
@@ -116,7 +118,7 @@ pub(super) fn parse_line(line: &str) -> Result<TraceRecord, String> {
 pub fn write(out: &mut impl Write, records: &[TraceRecord]) -> std::io::Result<()> {
     for r in records {
         let line = Line {
-            time: Time::Text(super::format_time(r.time_us)),
+            time: Time::Text(format_time(r.time_us)),
             client: r.client.clone(),
             method: r.method.clone(),
             path: r.target.clone(),

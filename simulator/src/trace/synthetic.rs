@@ -12,7 +12,7 @@
 //! - `demo`: quiet visitors whose page loads fetch a burst of assets, plus crawlers and a
 //!   scraper that go far beyond them (what `make demo` replays).
 
-use super::TraceRecord;
+use super::record::TraceRecord;
 
 /// Which traffic to make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use super::TraceRecord;
+use super::record::TraceRecord;
 
 /// The finest step of time a trace's timestamps can be trusted to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

@@ -9,7 +9,7 @@
 //! Columns are found by name (common spellings accepted); `time` is seconds since the epoch
 //! (fractions allowed) or RFC 3339. Columns nobody needs are ignored.
 
-use super::{
+use super::record::{
     TraceRecord, checked_method, checked_status, checked_target, time_from_rfc3339,
     time_from_seconds,
 };

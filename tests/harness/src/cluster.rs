@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use crate::error::HarnessError;
 use crate::proxy::ForwardingProxy;
 use crate::server::{RedisServer, free_port, ping, redis_cli};
 use crate::tls::TlsFiles;
-use crate::{HarnessError, wait_until};
+use crate::wait::wait_until;
 
 /// How long a node may stay silent before the others count it as failed, in a cluster with
 /// replicas: short, so that a test sees a failover within seconds.

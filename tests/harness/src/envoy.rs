@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::HarnessError;
+use crate::error::HarnessError;
 use crate::http;
 
 /// The Envoy release the tests and the benchmarks hold sluice against.

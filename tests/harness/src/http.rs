@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use crate::HarnessError;
+use crate::error::HarnessError;
 
 /// How long a request may take before the client gives up.
 const TIMEOUT: Duration = Duration::from_secs(10);

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use crate::error::HarnessError;
 use crate::server::{RedisServer, free_port, redis_cli};
-use crate::{HarnessError, wait_until};
+use crate::wait::wait_until;
 
 /// The name the sentinel knows the primary by.
 pub const MASTER_NAME: &str = "sluice-primary";

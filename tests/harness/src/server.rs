@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::HarnessError;
+use crate::error::HarnessError;
 
 /// How long a fresh server has to answer `PING`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

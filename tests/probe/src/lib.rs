@@ -16,33 +16,12 @@
 mod abi;
 mod ops;
 mod script;
-
-use std::cell::RefCell;
-use std::collections::HashMap;
+mod state;
 
 use serde_json::{Value, json};
 
 use crate::script::Script;
-
-/// What one VM of the probe knows.
-#[derive(Default)]
-struct Probe {
-    initialized: bool,
-    vm_starts: u32,
-    script: Script,
-    /// Stream context id → its ordinal among this VM's streams (1-based).
-    streams: HashMap<u32, u32>,
-    newest_stream: u32,
-    metrics: HashMap<String, u32>,
-}
-
-thread_local! {
-    static PROBE: RefCell<Probe> = RefCell::new(Probe::default());
-}
-
-fn with<T>(f: impl FnOnce(&mut Probe) -> T) -> T {
-    PROBE.with(|p| f(&mut p.borrow_mut()))
-}
+use crate::state::with;
 
 /// Logs one event.
 fn emit(mut event: Value, cb: &str, ctx: u32) {

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use crate::abi;
 use crate::script::Op;
-use crate::with;
+use crate::state::with;
 
 /// Bytes as text where they are text, with the raw bytes beside.
 fn shown(bytes: &[u8]) -> Value {

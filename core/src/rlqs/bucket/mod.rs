@@ -15,7 +15,7 @@ use self::demand::steady_demand;
 pub use self::demand::{DEMAND_HEADROOM, LEAST_DEMAND_PER_S, STEADY_WITHIN};
 use self::span::staggered;
 pub use self::span::{
-    IDLE_SPAN_MS, MAX_BUSY_SPAN_MS, MAX_QUIET_SPAN_MS, QUIET_SPAN_MS, busy_span_ms,
+    FUNDING_STEP_MS, IDLE_SPAN_MS, MAX_BUSY_SPAN_MS, MAX_QUIET_SPAN_MS, QUIET_SPAN_MS, busy_span_ms,
 };
 use super::envoy_bucket::{EnvoyTokenBucket, MAX_FILL_INTERVAL_S};
 use super::report::Usage;
@@ -34,9 +34,6 @@ const ASSIGNMENT_TTL: Millis = match Millis::new(ASSIGNMENT_TTL_S * 1000) {
     Some(ttl) => ttl,
     None => panic!("the assignment TTL is not zero"),
 };
-
-/// How often the server looks at a stream's buckets: fundings happen on these steps.
-pub const FUNDING_STEP_MS: u64 = 1000;
 
 /// Why the stream looks at its buckets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

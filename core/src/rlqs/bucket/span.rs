@@ -1,11 +1,13 @@
 //! How long a bucket's fundings cover: a busy share's span, a quiet bucket's, an idle one's,
 //! and when a quiet bucket is looked at again.
 
-use super::FUNDING_STEP_MS;
 use crate::key::LimitKey;
 use crate::limit::Limit;
 #[cfg(doc)]
 use crate::rlqs::envoy_bucket::MAX_FILL_INTERVAL_S;
+
+/// How often the server looks at a stream's buckets: fundings happen on these steps.
+pub const FUNDING_STEP_MS: u64 = 1000;
 
 /// A quiet bucket is funded at least this long at a time, with twice what it was offered over
 /// the span (at least two requests), rather than its whole share each second: most buckets of
