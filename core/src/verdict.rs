@@ -39,11 +39,6 @@ impl Verdict {
         }
     }
 
-    /// Whether the request was denied because it can never pass.
-    pub fn is_impossible(&self) -> bool {
-        !self.allowed && self.retry_after_ms.is_none()
-    }
-
     /// Whether this can be the answer to a check of `limit`: every algorithm reports the
     /// limit's capacity, never more remaining than that, and a delay only within a shaping
     /// bucket's `max_wait`. An answer that breaks these is garbage, however well formed.

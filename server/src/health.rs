@@ -12,6 +12,14 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_health::server::{HealthReporter, HealthService, WatchStream};
 
 use crate::app_state::AppState;
+use crate::{rlqs, rls};
+
+/// The rate limit service's name, as gRPC health checking reports it.
+pub const RATE_LIMIT_SERVICE: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rls::service::RlsService> as tonic::server::NamedService>::NAME;
+/// The quota service's name, as gRPC health checking reports it.
+pub const QUOTA_SERVICE: &str = <envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer<rlqs::service::RlqsService> as tonic::server::NamedService>::NAME;
+/// gRPC health checking's own service name.
+pub(crate) const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
 
 /// Health checking: the server as a whole (`""`) is serving while a decision succeeds; the rate
 /// limit and quota services too, each when it has a configuration.
@@ -91,9 +99,9 @@ async fn report(reporter: &HealthReporter, state: &AppState, status: ServingStat
         }
     };
     reporter
-        .set_service_status(crate::RATE_LIMIT_SERVICE, served(state.rls.is_some()))
+        .set_service_status(RATE_LIMIT_SERVICE, served(state.rls.is_some()))
         .await;
     reporter
-        .set_service_status(crate::QUOTA_SERVICE, served(state.rlqs.is_some()))
+        .set_service_status(QUOTA_SERVICE, served(state.rlqs.is_some()))
         .await;
 }

@@ -27,6 +27,7 @@ pub mod config;
 pub mod config_files;
 pub mod engine;
 pub mod flag_error;
+mod grpc;
 pub mod health;
 pub mod http;
 pub mod in_process;
@@ -34,6 +35,7 @@ pub mod inbound;
 pub mod label_budget;
 pub mod log_throttle;
 pub mod metrics;
+mod reload;
 pub mod rlqs;
 pub mod rls;
 pub mod scripts;
@@ -53,14 +55,14 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use config::ServerConfig;
+pub use health::{QUOTA_SERVICE, RATE_LIMIT_SERVICE};
 
 use crate::app_state::AppState;
-use crate::config_files::Reload;
 use crate::engine::Engine;
+use crate::grpc::grpc_router;
 use crate::http::{Service, Shortcuts, router};
 use crate::metrics::Metrics;
-use crate::rlqs::RlqsState;
-use crate::rls::RlsState;
+use crate::reload::{watch_rlqs_config, watch_rls_config};
 use crate::store::Store;
 use crate::tls::TlsFor;
 use crate::tls::listener::{ConnectionLimits, Listening};
@@ -345,68 +347,6 @@ fn background_tasks(
         )));
     }
     background
-}
-
-/// The rate limit and quota services and gRPC health checking, as routes, and the task that
-/// keeps the health status.
-fn grpc_router(state: &Arc<AppState>) -> (axum::Router, JoinHandle<()>) {
-    let (health, health_task) = health::health_service(state, HEALTH_CHECK_EVERY);
-    let rate_limit = rls::service::rate_limit_service(Arc::clone(state));
-    let quota = rlqs::service::rate_limit_quota_service(Arc::clone(state));
-    let route = |name: &str| format!("/{name}/{{*method}}");
-    let router = axum::Router::new()
-        .route_service(&route(RATE_LIMIT_SERVICE), rate_limit)
-        .route_service(&route(QUOTA_SERVICE), quota)
-        .route_service(&route(HEALTH_SERVICE), health);
-    (router, health_task)
-}
-
-/// The rate limit service's name, as gRPC health checking reports it.
-pub const RATE_LIMIT_SERVICE: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rls::service::RlsService> as tonic::server::NamedService>::NAME;
-/// The quota service's name, as gRPC health checking reports it.
-pub const QUOTA_SERVICE: &str = <envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer<rlqs::service::RlqsService> as tonic::server::NamedService>::NAME;
-const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
-const HEALTH_CHECK_EVERY: Duration = Duration::from_secs(2);
-
-/// Reloads the rate limit configuration when its files change, counting each load.
-fn watch_rls_config(rls: &Arc<RlsState>, metrics: &Arc<Metrics>) -> JoinHandle<()> {
-    metrics.rls().config_load(true);
-    let metrics = Arc::clone(metrics);
-    let weak = Arc::downgrade(rls);
-    rls.config.keep_watching(rls.poll, move |reload| match reload {
-        Reload::Loaded => {
-            if let Some(rls) = weak.upgrade() {
-                // Remembered denials may not hold under the new limits.
-                rls.cache.clear();
-            }
-            metrics.rls().config_load(true);
-            tracing::info!("rate limit configuration reloaded");
-        }
-        Reload::Failed(e) => {
-            metrics.rls().config_load(false);
-            tracing::error!(error = %e, "rate limit configuration not reloaded; the previous one stays in force");
-        }
-        Reload::Refused(dropped) => {
-            metrics.rls().config_load(false);
-            tracing::error!(error = %dropped, "rate limit configuration not reloaded; the previous one stays in force");
-        }
-        Reload::Unchanged => {}
-    })
-}
-
-/// Reloads the quota configuration when its files change; streams take the new one at their
-/// next report.
-fn watch_rlqs_config(rlqs: &Arc<RlqsState>) -> JoinHandle<()> {
-    rlqs.config.keep_watching(rlqs.poll, move |reload| match reload {
-        Reload::Loaded => tracing::info!("quota configuration reloaded"),
-        Reload::Failed(e) => {
-            tracing::error!(error = %e, "quota configuration not reloaded; the previous one stays in force");
-        }
-        Reload::Refused(dropped) => {
-            tracing::error!(error = %dropped, "quota configuration not reloaded; the previous one stays in force");
-        }
-        Reload::Unchanged => {}
-    })
 }
 
 /// The state every handler shares: the engine over a Redis connection, metrics, settings.

@@ -279,7 +279,11 @@ async fn a_cost_above_capacity_is_denied_for_good_and_consumes_nothing() {
                 ),
             )
             .await;
-            assert!(verdict.is_impossible(), "{algorithm}: {verdict:?}");
+            // Denied, and no retry time: no wait admits it.
+            assert!(
+                !verdict.allowed && verdict.retry_after_ms.is_none(),
+                "{algorithm}: {verdict:?}"
+            );
             assert_eq!(verdict.remaining, 100, "{algorithm}: nothing consumed");
             let exists: bool = c.exists(&key).await.unwrap();
             assert!(

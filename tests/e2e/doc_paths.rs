@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::source_tree::{files_under, repository};
+
 /// The repository's top directories that prose names paths under.
 const ROOTS: [&str; 15] = [
     "bench",
@@ -37,10 +39,6 @@ const CRATES: [&str; 9] = [
     "tests",
 ];
 
-fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// The repository paths named in `text`.
 fn paths_in(text: &str) -> Vec<&str> {
     text.split(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)))
@@ -55,32 +53,15 @@ fn paths_in(text: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Every file under `dir` whose name ends with `suffix`.
-fn files_under(dir: &Path, suffix: &str, found: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            if path.file_name().is_some_and(|n| n != "target") {
-                files_under(&path, suffix, found);
-            }
-        } else if path.to_string_lossy().ends_with(suffix) {
-            found.push(path);
-        }
-    }
-}
-
 #[test]
 fn every_path_the_docs_and_comments_name_exists() {
     let root = repository();
     let mut prose: Vec<PathBuf> = vec![root.join("README.md"), root.join("BENCHMARKS.md")];
-    files_under(&root.join("docs"), ".md", &mut prose);
-    files_under(&root.join("lua"), ".lua", &mut prose);
+    files_under(&root.join("docs"), ".md", None, &mut prose);
+    files_under(&root.join("lua"), ".lua", None, &mut prose);
     let mut sources = Vec::new();
     for krate in CRATES {
-        files_under(&root.join(krate), ".rs", &mut sources);
+        files_under(&root.join(krate), ".rs", None, &mut sources);
     }
     let mut missing = Vec::new();
     let mut named = 0;

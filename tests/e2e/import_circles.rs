@@ -11,9 +11,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::source_tree::{files_under, repository};
+
 /// The directories whose crates are scanned: each `src` holds a library or binary root, and
 /// each `src/bin/<name>/main.rs` a binary of its own.
-const CRATE_SOURCES: [&str; 13] = [
+pub const CRATE_SOURCES: [&str; 13] = [
     "bench/noop/src",
     "bench/noop-module/src",
     "bench/src",
@@ -39,30 +41,6 @@ struct Crate {
     imports: BTreeMap<Module, BTreeSet<Module>>,
 }
 
-fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Every `.rs` file under `dir` but test modules of their own (`tests.rs`), skipping `skip`.
-fn rust_files(dir: &Path, skip: Option<&Path>, found: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if Some(path.as_path()) == skip {
-            continue;
-        }
-        if path.is_dir() {
-            rust_files(&path, skip, found);
-        } else if path.extension().is_some_and(|e| e == "rs")
-            && path.file_name().is_some_and(|n| n != "tests.rs")
-        {
-            found.push(path);
-        }
-    }
-}
-
 /// The module a file under `root` is: `a/b.rs` and `a/b/mod.rs` are `[a, b]`, the root's
 /// `lib.rs` or `main.rs` is `[]`.
 fn module_of(root: &Path, file: &Path) -> Module {
@@ -81,7 +59,7 @@ fn module_of(root: &Path, file: &Path) -> Module {
 }
 
 /// The source that counts: no test module from `#[cfg(test)] mod` on, no comments.
-fn code_of(text: &str) -> String {
+pub fn code_of(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let mut code = String::with_capacity(text.len());
     for (i, line) in lines.iter().enumerate() {
@@ -213,7 +191,14 @@ fn imports_of(files: &BTreeMap<Module, PathBuf>, module: &Module, code: &str) ->
 
 fn read_crate(root: &Path, skip: Option<&Path>) -> Crate {
     let mut sources = Vec::new();
-    rust_files(root, skip, &mut sources);
+    files_under(root, ".rs", skip, &mut sources);
+    // Test modules of their own are test code.
+    sources.retain(|file| file.file_name().is_some_and(|n| n != "tests.rs"));
+    // A library's `main.rs` beside its `lib.rs` is a binary of its own, using the library by
+    // its crate name: not a module of the library.
+    if root.join("lib.rs").exists() {
+        sources.retain(|file| *file != root.join("main.rs"));
+    }
     let files: BTreeMap<Module, PathBuf> = sources
         .into_iter()
         .map(|file| (module_of(root, &file), file))
