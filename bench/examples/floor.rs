@@ -12,6 +12,8 @@
 //! polls as sluice-server does when it is given `--busy-poll-us` (the server's own poller,
 //! told of each call).
 
+#![allow(clippy::disallowed_methods)] // a benchmark baseline, timing itself
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

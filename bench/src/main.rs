@@ -1,6 +1,8 @@
 //! `sluice-bench`: what `make bench` runs. Each figure is measured beside its baseline in the
 //! same run, because these machines are noisy; `all` writes them to BENCHMARKS.md.
 
+#![allow(clippy::disallowed_methods)] // a benchmark times itself on the wall clock
+
 mod envoy;
 mod filter;
 mod grpc;

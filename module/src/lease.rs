@@ -15,13 +15,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_core::wire::{LeaseRequest, holder_name, holder_secret};
 use sluice_filter_logic::lease::{Holder, LeaseTick, Leases};
 use sluice_filter_logic::shared_data::{SharedData, WriteError};
 
 use crate::abi::{self, ConfigEnvoyPtr, ConfigSchedulerPtr};
+use crate::clock;
 use crate::envoy::log;
 
 /// How long the asks requests mark wait to go out together. One tick serves every worker, and
@@ -222,7 +223,7 @@ impl LeaseTicker {
     }
 
     fn run(&self) {
-        let mut last = Instant::now();
+        let mut last = clock::monotonic();
         let mut scheduler = self.lock();
         loop {
             if scheduler.stopped {
@@ -231,7 +232,7 @@ impl LeaseTicker {
             let wait = match self.period() {
                 Some(period) if last.elapsed() >= period => {
                     self.commit(&mut scheduler);
-                    last = Instant::now();
+                    last = clock::monotonic();
                     continue;
                 }
                 // A shorter period wakes it (`set_leasing`).

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use crate::clock;
+
 /// Redis calls starting and ending, which the poller watches. The store reports every call
 /// ([`Activity::happened`]); until a poller watches, that costs a load of a flag that never
 /// changes, not a write every thread's calls would contend on.
@@ -99,12 +101,12 @@ pub async fn busy_poll(activity: Arc<Activity>, budget: Duration, polled: impl F
     let mut seen = activity.events();
     loop {
         activity.after(seen).await;
-        let started = Instant::now();
+        let started = clock::monotonic();
         let mut spin = Spin::new(activity.events(), started, budget);
         loop {
             tokio::task::yield_now().await;
             std::thread::yield_now();
-            if !spin.go_on(activity.events(), Instant::now()) {
+            if !spin.go_on(activity.events(), clock::monotonic()) {
                 break;
             }
         }
@@ -119,7 +121,7 @@ mod tests {
 
     #[test]
     fn polling_goes_on_while_events_come_within_the_budget_of_one_another() {
-        let t0 = Instant::now();
+        let t0 = clock::monotonic();
         let at = |us: u64| t0 + Duration::from_micros(us);
         let mut spin = Spin::new(7, t0, Duration::from_micros(50));
         assert!(spin.go_on(7, at(10)));

@@ -15,12 +15,24 @@
 //! to a decision is in docs/algorithms.md ("Time comes from Redis' clock").
 //!
 //! [`ScriptTime::Carried`]: crate::scripts::ScriptTime::Carried
+//!
+//! The server's own monotonic clock is read here too, and nowhere else ([`monotonic`]; the
+//! lint `clippy::disallowed_methods` holds every other module to it).
+
+// The one module that reads the process' clocks.
+#![allow(clippy::disallowed_methods)]
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::scripts::ScriptTime;
+
+/// This process' monotonic clock: what the server times for itself (timeouts, latency, how
+/// long since a warning, when a connection went quiet). Limits are decided in Redis' time.
+pub fn monotonic() -> Instant {
+    Instant::now()
+}
 
 /// How often the server reads Redis' `TIME`.
 pub const READ_EVERY: Duration = Duration::from_secs(1);

@@ -99,7 +99,7 @@ impl Engine {
     /// The time now (µs since the epoch): the replay's when it gives one, else Redis' clock as
     /// carried; `None` before the clock's first reading.
     pub fn now_us(&self, replay_us: Option<i64>) -> Option<i64> {
-        replay_us.or_else(|| self.clock.now_us(std::time::Instant::now()))
+        replay_us.or_else(|| self.clock.now_us(crate::clock::monotonic()))
     }
 
     /// Redis' clock as this server carries it.

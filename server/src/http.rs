@@ -3,7 +3,6 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
@@ -19,6 +18,7 @@ use sluice_core::wire::{
 };
 
 use crate::app_state::AppState;
+use crate::clock;
 use crate::engine::LeaseError;
 use crate::inbound::{authorize, replay_time, whole_body};
 use crate::rls::unary;
@@ -162,7 +162,7 @@ async fn decide<B: HttpBody<Data = Bytes>>(
     state: &AppState,
     request: http::Request<B>,
 ) -> Response {
-    let started = Instant::now();
+    let started = clock::monotonic();
     let (parts, body) = request.into_parts();
     let (body, now_us) = match admit(state, &parts.headers, body).await {
         Ok(admitted) => admitted,
@@ -180,7 +180,7 @@ async fn decide<B: HttpBody<Data = Bytes>>(
             json(body)
         }
         Err(e) => {
-            if let Some(left_out) = state.failure_warnings.decide.due(Instant::now()) {
+            if let Some(left_out) = state.failure_warnings.decide.due(clock::monotonic()) {
                 tracing::warn!(error = %e, left_out, "decision failed");
             }
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
@@ -202,7 +202,7 @@ async fn lease(State(state): State<Arc<AppState>>, request: Request) -> Response
         Ok(response) => axum::Json(response).into_response(),
         Err(e @ LeaseError::Stranger { .. }) => error(StatusCode::CONFLICT, e.to_string()),
         Err(e) => {
-            if let Some(left_out) = state.failure_warnings.lease.due(Instant::now()) {
+            if let Some(left_out) = state.failure_warnings.lease.due(clock::monotonic()) {
                 tracing::warn!(error = %e, left_out, "lease failed");
             }
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
@@ -228,7 +228,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         .set_redis_functions(state.engine.store().calls_functions());
     state
         .metrics
-        .set_redis_clock_uncertainty(state.engine.clock().uncertainty_us(Instant::now()));
+        .set_redis_clock_uncertainty(state.engine.clock().uncertainty_us(clock::monotonic()));
     (
         [(
             header::CONTENT_TYPE,

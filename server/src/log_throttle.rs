@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use sluice_core::throttle::Throttle;
 
+use crate::clock;
+
 /// How often, at most, a failing request's warning is written.
 pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -24,7 +26,7 @@ impl LogThrottle {
     /// A warning written at most once every `interval`.
     pub fn new(interval: Duration) -> LogThrottle {
         LogThrottle {
-            since: Instant::now(),
+            since: clock::monotonic(),
             throttle: Mutex::new(Throttle::new(
                 u64::try_from(interval.as_micros()).unwrap_or(u64::MAX),
             )),
@@ -72,7 +74,7 @@ mod tests {
     #[test]
     fn instants_count_from_the_throttles_making() {
         let throttle = LogThrottle::new(Duration::from_secs(1));
-        let start = Instant::now();
+        let start = clock::monotonic();
         let at = |ms| start + Duration::from_millis(ms);
         assert_eq!(throttle.due(at(0)), Some(0));
         assert_eq!(throttle.due(at(999)), None);

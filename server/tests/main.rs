@@ -3,6 +3,7 @@
 //! third of a gigabyte of disk.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+#![allow(clippy::disallowed_methods)] // tests time what they wait for on the wall clock
 
 mod algorithms;
 mod all_or_nothing;

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -108,7 +108,7 @@ impl Transport {
 
     /// Sends one callout; `replay_time_us` is stamped on it for a server in replay mode.
     pub async fn send(&self, callout: OutgoingCallout, replay_time_us: Option<i64>) -> Delivered {
-        let started = Instant::now();
+        let started = crate::replay::clock::wall_now();
         let reply = self.exchange(callout, replay_time_us).await;
         Delivered {
             reply,

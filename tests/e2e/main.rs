@@ -3,6 +3,7 @@
 //! and nine links of it.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a broken expectation is a failed test
+#![allow(clippy::disallowed_methods)] // tests time what they wait for on the wall clock
 
 mod doc_paths;
 mod end_to_end;

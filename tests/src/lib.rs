@@ -6,6 +6,8 @@
 //! returns what each client got.
 
 #![deny(missing_docs)]
+#![allow(clippy::disallowed_methods)]
+// test support: waits for Envoy on the wall clock
 // Test support: a stack that cannot start is a failed test, said as plainly as possible.
 #![allow(clippy::expect_used)]
 

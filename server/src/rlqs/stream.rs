@@ -99,7 +99,11 @@ pub async fn serve(
     mut inbound: Streaming<RateLimitQuotaUsageReports>,
     outbound: Outbound,
 ) {
-    let mut stream = EnvoyStream::open(state, Arc::clone(&rlqs), StreamClock::Wall(Instant::now()));
+    let mut stream = EnvoyStream::open(
+        state,
+        Arc::clone(&rlqs),
+        StreamClock::Wall(crate::clock::monotonic()),
+    );
     let mut steps = tokio::time::interval(STEP_EVERY);
     steps.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut stopping = stream.state.stopping.clone();
@@ -285,7 +289,10 @@ impl EnvoyStream {
                 Ok(response) => response.grants,
                 Err(e) => {
                     stats.funding_failed();
-                    if let Some(left_out) = state.failure_warnings.quota_funding.due(Instant::now())
+                    if let Some(left_out) = state
+                        .failure_warnings
+                        .quota_funding
+                        .due(crate::clock::monotonic())
                     {
                         tracing::warn!(error = %e, left_out, "quota funding failed: Envoys keep their assignments until they lapse");
                     }
@@ -411,7 +418,11 @@ impl Drop for EnvoyStream {
 /// in the log now and then.
 fn refuse_bucket(state: &AppState, cap: &'static str) {
     state.metrics.rlqs().bucket_refused(cap);
-    if let Some(left_out) = state.failure_warnings.quota_buckets.due(Instant::now()) {
+    if let Some(left_out) = state
+        .failure_warnings
+        .quota_buckets
+        .due(crate::clock::monotonic())
+    {
         tracing::warn!(
             cap,
             left_out,

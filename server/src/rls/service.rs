@@ -2,7 +2,6 @@
 //! back.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -20,6 +19,7 @@ use sluice_core::rls::request::{LimitOverride, RlsDescriptor, RlsRequest};
 use tonic::{Request, Response, Status};
 
 use crate::app_state::AppState;
+use crate::clock;
 use crate::inbound::{authorize, replay_time};
 
 use super::RlsError;
@@ -55,7 +55,7 @@ pub(crate) async fn should_rate_limit(
     headers: &HeaderMap,
     request: RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
-    let started = Instant::now();
+    let started = clock::monotonic();
     let Some(rls) = &state.rls else {
         return Err(Status::unimplemented(
             "this server has no rate limit configuration: start it with --rls-config",
@@ -79,7 +79,7 @@ pub(crate) async fn should_rate_limit(
         }
         Err(RlsError::Store(e)) => {
             let warning = &state.failure_warnings.should_rate_limit;
-            if let Some(left_out) = warning.due(Instant::now()) {
+            if let Some(left_out) = warning.due(clock::monotonic()) {
                 tracing::warn!(error = %e, left_out, "rate limit decision failed");
             }
             Err(Status::unavailable(e.to_string()))

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -14,6 +14,7 @@ use super::{
     Backend, CLUSTER_RETRIES, SENTINEL_REFRESH_INTERVAL, Store, StoreError, Topology, load_library,
     redacted, tcp_settings,
 };
+use crate::clock;
 use crate::scripts::SCRIPTS;
 
 impl Store {
@@ -169,7 +170,7 @@ impl Store {
             {
                 tokio::time::sleep(SENTINEL_REFRESH_INTERVAL - at.elapsed()).await;
             }
-            *last = Some(Instant::now());
+            *last = Some(clock::monotonic());
             drop(last);
             let found = async {
                 let client = sentinel.client.lock().await.async_get_client().await?;

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use sluice_core::verdict::Verdict;
 
 use super::{Backend, Store, StoreError, Topology, load_library, query};
+use crate::clock;
 use crate::scripts::{BatchCall, LeaseCall, LeaseReply, LimitScript, ScriptCall, decode_reply};
 
 impl Store {
@@ -80,7 +80,7 @@ impl Store {
         } else {
             // Every call that misses the library meets this while it lasts (a Cluster primary
             // down, say): say so once in a while, not once a call.
-            if let Some(left_out) = self.load_warning.due(Instant::now()) {
+            if let Some(left_out) = self.load_warning.due(clock::monotonic()) {
                 tracing::warn!(%error, left_out, "loading the functions library failed; calls that miss it go by EVALSHA until it loads");
             }
         }

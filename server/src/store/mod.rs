@@ -33,6 +33,7 @@ use sluice_core::key::{CLUSTER_SLOTS, cluster_slot};
 use tokio::sync::{Mutex, RwLock};
 
 use crate::busy_poll::Activity;
+use crate::clock;
 use crate::log_throttle::LogThrottle;
 use crate::scripts::{BadReply, SCRIPTS};
 use silence::SilenceWatch;
@@ -207,7 +208,7 @@ impl Store {
             backend: RwLock::new(None),
             last_error: RwLock::new("connecting".to_owned()),
             sentinel,
-            silence: SilenceWatch::new(lanes, Store::silent_after(timeout), Instant::now()),
+            silence: SilenceWatch::new(lanes, Store::silent_after(timeout), clock::monotonic()),
             left_replica_at: std::sync::Mutex::new(None),
             activity: Arc::default(),
             connected: tokio::sync::watch::Sender::new(false),
@@ -302,7 +303,7 @@ impl Store {
         if left_at.is_some_and(|at| at.elapsed() < self.timeout) {
             return;
         }
-        *left_at = Some(Instant::now());
+        *left_at = Some(clock::monotonic());
         drop(left_at);
         tracing::warn!(%error, "redis refused a write as a replica; connecting afresh");
         let store = Arc::clone(self);
@@ -327,7 +328,7 @@ impl Store {
     /// [`Store::silent_after`], opens a new connection in the background (see `silence.rs`);
     /// on a Cluster, a new client, which reads where the slots are afresh.
     fn replace_if_silent(self: &Arc<Self>, lane: usize) {
-        let now = Instant::now();
+        let now = clock::monotonic();
         // When the call was sent; `Instant - Duration` would panic before the clock's origin.
         let sent = now.checked_sub(self.timeout).unwrap_or(now);
         let Some(silent) = self.silence.unanswered(lane, sent, now) else {
@@ -349,7 +350,7 @@ impl Store {
                     "redis answered nothing on its connection, and a new one did not open in time"
                 ),
             }
-            store.silence.replaced(Instant::now());
+            store.silence.replaced(clock::monotonic());
         });
     }
 }

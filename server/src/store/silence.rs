@@ -102,6 +102,7 @@ impl SilenceWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock;
 
     const LIMIT: Duration = Duration::from_secs(3);
     const TIMEOUT: Duration = Duration::from_millis(100);
@@ -117,7 +118,7 @@ mod tests {
 
     #[test]
     fn a_connection_silent_for_the_limit_is_replaced_once() {
-        let start = Instant::now();
+        let start = clock::monotonic();
         let watch = SilenceWatch::new(1, LIMIT, start);
         assert!(!watch.watching());
         assert_eq!(timed_out(&watch, 0, start, 1_100), None);
@@ -137,7 +138,7 @@ mod tests {
 
     #[test]
     fn any_answer_starts_the_silence_over() {
-        let start = Instant::now();
+        let start = clock::monotonic();
         let watch = SilenceWatch::new(1, LIMIT, start);
         assert_eq!(timed_out(&watch, 0, start, 1_000), None);
         watch.answered(0);
@@ -149,7 +150,7 @@ mod tests {
 
     #[test]
     fn after_a_replacement_calls_to_the_old_connection_do_not_count() {
-        let start = Instant::now();
+        let start = clock::monotonic();
         let watch = SilenceWatch::new(1, LIMIT, start);
         assert_eq!(timed_out(&watch, 0, start, 1_000), None);
         assert!(timed_out(&watch, 0, start, 4_000).is_some());
@@ -164,7 +165,7 @@ mod tests {
 
     #[test]
     fn answers_in_other_lanes_do_not_hide_a_silent_one() {
-        let start = Instant::now();
+        let start = clock::monotonic();
         let watch = SilenceWatch::new(4, LIMIT, start);
         assert_eq!(timed_out(&watch, 2, start, 1_000), None);
         for lane in [0, 1, 3] {

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use std::future::Future;
 
@@ -17,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::ListenerTls;
+use crate::clock;
 use crate::log_throttle::LogThrottle;
 use crate::metrics::Metrics;
 
@@ -148,7 +149,7 @@ impl Kind {
                     }
                     Err(e) => {
                         metrics.tls_handshake_failed();
-                        if let Some(left_out) = failures.due(Instant::now()) {
+                        if let Some(left_out) = failures.due(clock::monotonic()) {
                             let peer = e.peer_addr().map(ToString::to_string);
                             tracing::warn!(error = %e, peer, left_out, "a TLS handshake failed");
                         }

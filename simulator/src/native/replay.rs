@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
@@ -92,7 +92,7 @@ pub fn replay(
     decided: &mut dyn FnMut(NativeDecision),
     progress: &mut dyn FnMut(usize),
 ) -> (NativeRunStats, ClientAddresses) {
-    let started = Instant::now();
+    let started = crate::replay::clock::wall_now();
     let client = HttpClient::new(
         setup
             .config

@@ -4,7 +4,7 @@
 //! the service sends arrives a modelled latency later.
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
@@ -103,7 +103,7 @@ pub fn replay(
     decided: &mut dyn FnMut(QuotaDecision),
     progress: &mut dyn FnMut(usize),
 ) -> (QuotaRunStats, ClientAddresses) {
-    let started = Instant::now();
+    let started = crate::replay::clock::wall_now();
     let instances = setup.instances.max(1);
     let latency_us = i64::try_from(setup.latency.as_micros()).unwrap_or(i64::MAX);
     let mut envoys: Vec<QuotaEnvoy> = (0..instances).map(|_| QuotaEnvoy::default()).collect();

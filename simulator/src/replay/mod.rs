@@ -17,14 +17,14 @@
 //! trace's time (advanced by the wall clock), so a limit of 10 per second means 10 per trace
 //! second at any speed.
 
-mod clock;
+pub mod clock;
 mod event;
 mod pace;
 mod queue;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -186,7 +186,7 @@ impl<'a> Replay<'a> {
 
     /// Runs to the end; every completed request goes to `observer`.
     pub fn run(mut self, observer: &mut dyn Observer) -> (RunStats, Vec<Envoy>, ClientAddresses) {
-        let started = Instant::now();
+        let started = crate::replay::clock::wall_now();
         self.begin(observer);
         let mut arrived = 0usize;
         while let Some((at, event)) = self.next_event() {
@@ -261,7 +261,7 @@ impl<'a> Replay<'a> {
             let (answers_tx, answers_rx) = mpsc::unbounded_channel();
             self.pace = Some(Pace {
                 speed: speed.max(1e-6),
-                wall_start: Instant::now(),
+                wall_start: crate::replay::clock::wall_now(),
                 trace_start_ns: start,
                 answers_tx,
                 answers_rx,

@@ -14,7 +14,7 @@ use crate::transport::Delivered;
 /// the CPU to whatever else is ready to run on it (Redis itself, when the two share a core).
 pub(super) async fn spin_until_done<T>(handle: JoinHandle<T>) -> Result<T, tokio::task::JoinError> {
     const SPIN: Duration = Duration::from_micros(500);
-    let started = Instant::now();
+    let started = crate::replay::clock::wall_now();
     while !handle.is_finished() && started.elapsed() < SPIN {
         std::thread::yield_now();
         tokio::task::yield_now().await;

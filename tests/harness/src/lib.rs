@@ -20,6 +20,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![allow(clippy::disallowed_methods)] // test support: waits for processes on the wall clock
 
 pub mod certs;
 mod cluster;
