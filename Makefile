@@ -9,8 +9,9 @@
 
 CARGO  ?= cargo
 WASM   := target/wasm32-wasip1/wasm/sluice_filter.wasm
-# The demo's simulator: the `quick` profile, release without link-time optimisation (Cargo.toml).
-SIM    := target/quick/sluice-sim
+# The demo's simulator: the profile and the packages the tests build (Cargo.toml), so that
+# `make test` after `make demo` builds only the tests.
+SIM    := target/debug/sluice-sim
 DEMO   := target/demo
 # make demo TRACE=/path/to/access.log   (any access log)
 TRACE  ?=
@@ -29,6 +30,12 @@ THROUGH = --wasm $(WASM) --policy $(POLICY)
 else
 THROUGH = --envoy-config envoy/envoy-ratelimit.yaml --rls-config envoy/ratelimit
 endif
+
+# The demo's build and the unit and doc tests name the same packages: with a different set,
+# Cargo unifies the dependencies' features differently (hashbrown's, through the filter's
+# proxy-wasm) and builds wasmtime and two dozen other crates a second time. (So Cargo warns,
+# rightly, that the filter, a cdylib, has no doc tests.)
+TESTED := --workspace --exclude sluice-probe --exclude sluice-noop-filter
 
 .PHONY: all setup wasm module build demo test bench schema lint fmt clean
 
@@ -52,9 +59,10 @@ module: setup
 build: wasm module
 	$(CARGO) build --release -p sluice-sim -p sluice-server
 
-# Builds only what it runs: the filter and the simulator (which runs the server in process).
+# Builds only what it runs: the filter and the simulator (which runs the server in process),
+# in the tests' profile, with the tests' packages' features.
 demo: wasm
-	$(CARGO) build --profile quick -p sluice-sim
+	$(CARGO) build $(TESTED) --bin sluice-sim
 	@mkdir -p $(DEMO)
 	@trace='$(TRACE)'; \
 	if [ -z "$$trace" ] && [ -r $(REAL_TRACE) ]; then \
@@ -67,11 +75,6 @@ demo: wasm
 	fi; \
 	$(SIM) replay $(THROUGH) --trace "$$trace" --json $(DEMO)/report.json --html $(DEMO)/report.html $(ARGS)
 
-# The unit and doc tests name the same packages: with a different set, Cargo unifies the
-# dependencies' features differently (hashbrown's, through the filter's proxy-wasm) and builds
-# wasmtime and two dozen other crates a second time. (So Cargo warns, rightly, that the
-# filter, a cdylib, has no doc tests.)
-TESTED := --workspace --exclude sluice-probe --exclude sluice-noop-filter
 
 test: wasm module
 	@bash scripts/setup.sh --test

@@ -262,7 +262,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(doc, "# Benchmarks\n")?;
             writeln!(
                 doc,
-                "Written by `make bench` on {}, commit {}, on {}. Every figure stands beside a baseline measured in the same run. Built as `make bench` builds them: sluice-server, sluice-sim and sluice-bench with Cargo's `release` profile (thin LTO, 4 codegen units; not the `quick` profile `make demo` uses), the filters with the `wasm` profile (fat LTO, size-optimised, then `scripts/optimize-wasm.sh`).\n",
+                "Written by `make bench` on {}, commit {}, on {}. Every figure stands beside a baseline measured in the same run. Built as `make bench` builds them: sluice-server, sluice-sim and sluice-bench with Cargo's `release` profile (thin LTO, 4 codegen units; not the `dev` profile `make demo` and `make test` share), the filters with the `wasm` profile (fat LTO, size-optimised, then `scripts/optimize-wasm.sh`).\n",
                 chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
                 commit(),
                 machine()
