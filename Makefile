@@ -61,9 +61,9 @@ build: wasm module
 
 # Builds only what it runs: the filter and the simulator (which runs the server in process),
 # in the tests' profile and with their features, so that `make test` then builds only the
-# tests. Cargo unifies the dev-dependencies' features (serde_json's, hashbrown's, regex's)
-# only when it builds a target that has them: the bench's small example `floor` is that
-# target here (without it, `make test` built wasmtime and 90 other crates a second time).
+# tests. Cargo unifies the dev-dependencies' features (hashbrown's, num-traits', sluice-core's
+# `schema`) only when it builds a target that has them: the bench's small example `floor` is
+# that target here (without it, `make test` built wasmtime and 90 other crates again).
 demo: wasm
 	$(CARGO) build $(TESTED) --bin sluice-sim --example floor
 	@mkdir -p $(DEMO)
