@@ -20,6 +20,7 @@
 pub mod accuracy;
 pub mod compare;
 pub mod connect;
+pub mod decided;
 mod key_order;
 pub mod launch;
 pub mod native;

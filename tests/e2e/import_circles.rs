@@ -11,25 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::source_tree::{files_under, repository};
-
-/// The directories whose crates are scanned: each `src` holds a library or binary root, and
-/// each `src/bin/<name>/main.rs` a binary of its own.
-pub const CRATE_SOURCES: [&str; 13] = [
-    "bench/noop/src",
-    "bench/noop-module/src",
-    "bench/src",
-    "core/src",
-    "filter/src",
-    "filter-logic/src",
-    "host/src",
-    "module/src",
-    "server/src",
-    "simulator/src",
-    "tests/src",
-    "tests/harness/src",
-    "tests/probe/src",
-];
+use crate::source_tree::{CRATE_SOURCES, code_of, repository, rust_sources};
 
 /// A module, as the path of names from its crate's root.
 type Module = Vec<String>;
@@ -56,25 +38,6 @@ fn module_of(root: &Path, file: &Path) -> Module {
         names.pop();
     }
     names
-}
-
-/// The source that counts: no test module from `#[cfg(test)] mod` on, no comments.
-pub fn code_of(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let mut code = String::with_capacity(text.len());
-    for (i, line) in lines.iter().enumerate() {
-        let test_module_next = lines[i + 1..]
-            .iter()
-            .map(|l| l.trim_start())
-            .find(|l| !l.is_empty())
-            .is_some_and(|l| l.starts_with("mod ") || l.starts_with("pub mod "));
-        if line.trim_start().starts_with("#[cfg(test)]") && test_module_next {
-            break;
-        }
-        code.push_str(line.split("//").next().unwrap_or(""));
-        code.push('\n');
-    }
-    code
 }
 
 fn is_ident(c: char) -> bool {
@@ -190,10 +153,7 @@ fn imports_of(files: &BTreeMap<Module, PathBuf>, module: &Module, code: &str) ->
 }
 
 fn read_crate(root: &Path, skip: Option<&Path>) -> Crate {
-    let mut sources = Vec::new();
-    files_under(root, ".rs", skip, &mut sources);
-    // Test modules of their own are test code.
-    sources.retain(|file| file.file_name().is_some_and(|n| n != "tests.rs"));
+    let mut sources = rust_sources(root, skip);
     // A library's `main.rs` beside its `lib.rs` is a binary of its own, using the library by
     // its crate name: not a module of the library.
     if root.join("lib.rs").exists() {

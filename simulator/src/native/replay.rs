@@ -28,6 +28,7 @@ use sluice_core::wire::REPLAY_TIME_HEADER;
 
 use super::{Descriptor, FilterCall, NativeConfig};
 use crate::connect::{Endpoint, HttpClient};
+use crate::decided::Decided;
 use crate::key_order::KeyOrder;
 use crate::replay::DEFAULT_AUTHORITY;
 use crate::trace::{ClientAddresses, TraceRecord};
@@ -48,23 +49,6 @@ pub struct NativeSetup<'a> {
     pub instances: usize,
     /// The modelled time from a call to its answer.
     pub callout_latency: Duration,
-}
-
-/// One request, decided.
-#[derive(Debug, Clone)]
-pub struct NativeDecision {
-    /// The trace record's index.
-    pub index: usize,
-    /// The Envoy that took it.
-    pub instance: usize,
-    /// What Envoy answered: the upstream's status, a limited status, or 500 when the service
-    /// failed and `failure_mode_deny` is set.
-    pub status: u16,
-    /// When it arrived.
-    pub time_us: i64,
-    /// Per descriptor sent: its rule (the descriptor path in the service's configuration),
-    /// counter and outcome.
-    pub lines: Vec<RuleRecord>,
 }
 
 /// Totals of a native replay.
@@ -89,7 +73,7 @@ pub fn replay(
     records: &[TraceRecord],
     endpoint: &Endpoint,
     runtime: &tokio::runtime::Runtime,
-    decided: &mut dyn FnMut(NativeDecision),
+    decided: &mut dyn FnMut(Decided),
     progress: &mut dyn FnMut(usize),
 ) -> (NativeRunStats, ClientAddresses) {
     let started = crate::replay::clock::wall_now();
@@ -150,9 +134,9 @@ pub fn replay(
 }
 
 async fn finish(
-    task: Option<tokio::task::JoinHandle<(NativeDecision, Vec<String>)>>,
+    task: Option<tokio::task::JoinHandle<(Decided, Vec<String>)>>,
     stats: &mut NativeRunStats,
-    decided: &mut dyn FnMut(NativeDecision),
+    decided: &mut dyn FnMut(Decided),
     progress: &mut dyn FnMut(usize),
 ) {
     let Some(task) = task else { return };
@@ -281,8 +265,8 @@ struct Task {
 }
 
 impl Task {
-    async fn run(self) -> (NativeDecision, Vec<String>) {
-        let mut decision = NativeDecision {
+    async fn run(self) -> (Decided, Vec<String>) {
+        let mut decision = Decided {
             index: self.index,
             instance: self.instance,
             status: self.status,

@@ -17,6 +17,7 @@ use sluice_server::rlqs::replay::ReplayStream;
 
 use super::config::QuotaConfig;
 use super::envoy::{QuotaEnvoy, REPORT_EVERY_US};
+use crate::decided::Decided;
 use crate::native::replay::request_headers;
 use crate::replay::EventQueue;
 use crate::trace::{ClientAddresses, TraceRecord};
@@ -36,21 +37,6 @@ pub struct QuotaSetup<'a> {
     pub latency: Duration,
     /// The Envoy each record goes to, by index (default: round robin).
     pub instance_of: Option<&'a [usize]>,
-}
-
-/// One request, decided.
-#[derive(Debug, Clone)]
-pub struct QuotaDecision {
-    /// The trace record's index.
-    pub index: usize,
-    /// The Envoy that took it.
-    pub instance: usize,
-    /// Its status: the upstream's, or the bucket's denied status.
-    pub status: u16,
-    /// When it arrived.
-    pub time_us: i64,
-    /// Its bucket's rule and id, and what was decided (none: no bucket).
-    pub lines: Vec<RuleRecord>,
 }
 
 /// Totals of a quota replay.
@@ -100,7 +86,7 @@ pub fn replay(
     records: &[TraceRecord],
     server: &InProcessServer,
     runtime: &tokio::runtime::Runtime,
-    decided: &mut dyn FnMut(QuotaDecision),
+    decided: &mut dyn FnMut(Decided),
     progress: &mut dyn FnMut(usize),
 ) -> (QuotaRunStats, ClientAddresses) {
     let started = crate::replay::clock::wall_now();
@@ -174,7 +160,7 @@ pub fn replay(
         let headers = request_headers(record);
         let peer: IpAddr = clients.address(&record.client);
         let request = setup.config.addresses.downstream(&headers, peer);
-        let mut decision = QuotaDecision {
+        let mut decision = Decided {
             index,
             instance,
             status: record.status,
