@@ -8,9 +8,10 @@
 //!   store's [`HostState`].
 //! - What those calls read and write, owned by the Envoy around the VMs: [`header_map`],
 //!   [`shared_store`], [`metric_registry`], [`log_sink`], [`stream_properties`].
-//! - [`Host`] holds the engine and the linker; [`Host::load`] compiles a module and refuses it
-//!   as Envoy would: no ABI marker, or an import the host does not provide. [`Vm`] is one
-//!   instance, one worker's VM, with a [`HostState`] per store.
+//! - [`Host`] holds the engine and the linker; [`Host::load`] compiles a module (or maps what
+//!   an earlier process compiled, [`compiled_cache`]) and refuses it as Envoy would: no ABI
+//!   marker, or an import the host does not provide. [`Vm`] is one instance, one worker's VM,
+//!   with a [`HostState`] per store.
 //! - [`envoy`]: one modelled Envoy: its workers and their VMs, the VM lifecycle and reloads,
 //!   the filter chain and local replies.
 
@@ -18,6 +19,7 @@
 
 pub mod abi;
 pub mod buffers;
+pub mod compiled_cache;
 pub mod control;
 pub mod envoy;
 pub mod header_map;
@@ -44,6 +46,7 @@ use wasmtime::{Config, Engine, ExternType, Linker, Module, Store};
 pub use state::{HostState, VmInfo};
 pub use vm::{Effects, Plugin, Vm, VmFailed};
 
+use self::compiled_cache::CompiledCache;
 use self::log_sink::LogSink;
 use self::metric_registry::MetricRegistry;
 use self::shared_store::SharedData;
@@ -120,6 +123,7 @@ fn write_perf_map(module: &Module) {
 pub struct Host {
     engine: Engine,
     linker: Linker<HostState>,
+    compiled: Option<CompiledCache>,
 }
 
 impl Host {
@@ -138,13 +142,21 @@ impl Host {
         metrics::add_to_linker(&mut linker)?;
         control::add_to_linker(&mut linker)?;
         wasi::add_to_linker(&mut linker)?;
-        Ok(Host { engine, linker })
+        Ok(Host {
+            engine,
+            linker,
+            compiled: CompiledCache::from_env(),
+        })
     }
 
-    /// Compiles `wasm` and checks it as Envoy does before any VM starts.
+    /// Compiles `wasm`, or maps what an earlier process compiled ([`compiled_cache`]), and
+    /// checks it as Envoy does before any VM starts.
     pub fn load(&self, wasm: &[u8]) -> Result<Plugin, ModuleError> {
-        let module =
-            Module::new(&self.engine, wasm).map_err(|e| ModuleError::Compile(format!("{e:#}")))?;
+        let module = match &self.compiled {
+            Some(cache) => cache.module(&self.engine, wasm),
+            None => Module::new(&self.engine, wasm),
+        }
+        .map_err(|e| ModuleError::Compile(format!("{e:#}")))?;
         if std::env::var_os(PERF_MAP_VAR).is_some() {
             write_perf_map(&module);
         }
