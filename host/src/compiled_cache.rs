@@ -69,15 +69,14 @@ impl CompiledCache {
             return Module::new(engine, wasm);
         };
         let entry = dir.join(entry_name(engine, wasm));
-        if entry.is_file() {
-            // SAFETY: wasmtime maps the file and runs its machine code unchecked, so it must be
-            // what `Module::serialize` wrote for this engine. It is: the entry's name is the
-            // hash of these bytes and of this engine's settings, only `keep` below writes
-            // entries, whole, by rename, and `private_dir` refused a directory anyone but its
-            // owner may write. wasmtime itself refuses an entry of another version or engine.
-            if let Ok(module) = unsafe { Module::deserialize_file(engine, &entry) } {
-                return Ok(module);
-            }
+        // SAFETY: wasmtime maps the file and runs its machine code unchecked, so it must be
+        // what `Module::serialize` wrote for this engine. It is: the entry's name is the hash
+        // of these bytes and of this engine's settings, only `keep` below writes entries, whole,
+        // by rename, and `private_dir` refused a directory anyone but its owner may write.
+        // wasmtime itself refuses an entry of another version or engine; a missing entry is an
+        // error like any other, and compiles.
+        if let Ok(module) = unsafe { Module::deserialize_file(engine, &entry) } {
+            return Ok(module);
         }
         let module = Module::new(engine, wasm)?;
         if let Ok(bytes) = module.serialize() {

@@ -157,7 +157,9 @@ async fn request(
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
-async fn wait_ready(endpoint: &Endpoint) -> anyhow::Result<()> {
+/// Returns once the server at `endpoint` says it decides (`/readyz`: its Redis connection is
+/// up); until then a callout would fail and the filter answer by its `failure_mode`.
+pub async fn wait_ready(endpoint: &Endpoint) -> anyhow::Result<()> {
     let mut last = String::new();
     for _ in 0..200 {
         match request(endpoint, "GET", "/readyz", Vec::new(), None).await {

@@ -103,21 +103,6 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// Returns once the server at `addr` says it decides (its Redis connection is up): until then
-/// a request's callout would fail, and the filter answer by its `failure_mode`.
-pub fn wait_until_ready(addr: std::net::SocketAddr) {
-    let mut last = String::from("no answer yet");
-    for _ in 0..400 {
-        match sluice_harness::http::get(addr, "/readyz", &[]) {
-            Ok(answer) if answer.status == 200 => return,
-            Ok(answer) => last = format!("{}: {}", answer.status, answer.text()),
-            Err(e) => last = e.to_string(),
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    panic!("sluice-server at {addr} never became ready: {last}");
-}
-
 /// Redis, the server and the simulated Envoy(s), each started for one test.
 pub struct Stack {
     /// The redis-server.
@@ -152,8 +137,12 @@ impl Stack {
         let server = runtime
             .block_on(sluice_server::spawn(config, ([127, 0, 0, 1], 0).into()))
             .expect("sluice-server");
-        wait_until_ready(server.addr());
         let server_url = server.url();
+        runtime
+            .block_on(sluice_sim::launch::wait_ready(&Endpoint::from_url(
+                &server_url,
+            )))
+            .expect("sluice-server becomes ready");
         let simulation =
             Simulation::new(&filter_wasm(), policy.as_bytes()).expect("the filter loads");
         Stack {
