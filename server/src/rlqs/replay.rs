@@ -54,7 +54,7 @@ impl ReplayStream {
     ) -> Result<Vec<RateLimitQuotaResponse>, Status> {
         self.stream.advance_to(now_us);
         let config = self.rlqs.config.current();
-        self.stream.take_report(report, &config)?;
+        self.stream.take_report(report, &config).await?;
         self.stream
             .step(&config, Step::Report, &self.outbound)
             .await;

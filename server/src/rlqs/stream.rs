@@ -19,6 +19,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use futures::StreamExt;
+use futures::stream::FuturesOrdered;
 use sluice_core::rlqs::bucket::{Assignment, Bucket, FUNDING_STEP_MS, Step};
 use sluice_core::rlqs::report::Report;
 use sluice_core::rlqs::{BucketId, RlqsConfig};
@@ -41,6 +42,9 @@ pub const STEP_EVERY: Duration = Duration::from_millis(FUNDING_STEP_MS);
 /// parts, not one a lease call: Envoy 1.40 copies its whole bucket cache to its workers after
 /// every response.)
 pub const ACTIONS_A_RESPONSE: usize = 10_000;
+
+/// The buckets of a report taken in before the stream lets its thread's other tasks run.
+const REPORT_PART: usize = 4096;
 
 /// The lease calls a step keeps in flight.
 const LEASE_CALLS_IN_FLIGHT: usize = 4;
@@ -125,7 +129,7 @@ pub async fn serve(
                     Ok(None) | Err(_) => break true,
                 };
                 let config = rlqs.config.current();
-                if let Err(status) = stream.take_report(message, &config) {
+                if let Err(status) = stream.take_report(message, &config).await {
                     stream.state.metrics.rlqs().refused();
                     tracing::debug!(%status, "quota report refused");
                     let _ = outbound.send(Err(status)).await;
@@ -183,7 +187,10 @@ impl EnvoyStream {
     }
 
     /// Takes in one report: each bucket's use, under the rule the configuration now gives it.
-    pub(super) fn take_report(
+    /// A report of many buckets is taken in parts, letting the thread's other tasks run
+    /// between them: among them the Redis answers of other streams' fundings, which a report
+    /// of 50,000 buckets (about 0.1 s) held past the Redis timeout, failing them.
+    pub(super) async fn take_report(
         &mut self,
         message: RateLimitQuotaUsageReports,
         config: &RlqsConfig,
@@ -199,9 +206,30 @@ impl EnvoyStream {
         stats.report();
         let now_ms = self.now_ms();
         let mut held = self.buckets.len();
-        for usage in usages {
+        // Room for the buckets a report may add, at once (up to the stream's cap): a first
+        // report of 50,000 would otherwise grow the map by doubling, each time rehashing
+        // every bucket into fresh memory.
+        let room = self.rlqs.max_buckets_per_stream.saturating_sub(held);
+        self.buckets
+            .reserve(usages.len().saturating_sub(held).min(room));
+        // Requests by rule, counted once a report: a labelled counter's look-up a bucket was
+        // a tenth of the report's time.
+        let mut used: Vec<(&str, u64, u64)> = Vec::new();
+        for (i, usage) in usages.into_iter().enumerate() {
+            if i > 0 && i % REPORT_PART == 0 {
+                tokio::task::yield_now().await;
+            }
             let rule = rules.rule_for(&usage.bucket);
-            stats.usage(&domain, rule.name.as_str(), usage.allowed, usage.denied);
+            match used
+                .iter_mut()
+                .find(|(name, ..)| *name == rule.name.as_str())
+            {
+                Some((_, allowed, denied)) => {
+                    *allowed = allowed.saturating_add(usage.allowed);
+                    *denied = denied.saturating_add(usage.denied);
+                }
+                None => used.push((rule.name.as_str(), usage.allowed, usage.denied)),
+            }
             let bucket = match self
                 .buckets
                 .entry((Arc::clone(&domain), usage.bucket.clone()))
@@ -230,6 +258,9 @@ impl EnvoyStream {
             };
             bucket.report(&usage, now_ms);
         }
+        for (rule, allowed, denied) in used {
+            stats.usage(&domain, rule, allowed, denied);
+        }
         Ok(())
     }
 
@@ -253,38 +284,44 @@ impl EnvoyStream {
                 send_if_due(stats, name, bucket, assignment, now_ms, &mut actions);
             }
         }
-        let mut due: Vec<(BucketName, LeaseAsk)> = self
+        // Only the names and spans of what is due: each lease call is built as it is sent, so
+        // that the first goes to Redis at once, and a first report of 50,000 buckets is not
+        // first copied into 50,000 asks (13 MB, then moved twice).
+        let mut due: Vec<(u64, BucketName)> = self
             .buckets
             .iter()
             .filter_map(|(name, bucket)| {
-                let ask = LeaseAsk {
-                    max_holders: self.rlqs.max_holders_per_bucket,
-                    ..bucket.funding_ask(now_ms, step)?
-                };
-                Some((name.clone(), ask))
+                let span_ms = bucket.funding_due(now_ms, step)?;
+                Some((span_ms, name.clone()))
             })
             .collect();
         // Shortest spans first: a busy bucket's funding then reaches Redis at the same point of
         // every step, however many quiet fundings fall due behind it. (Behind a step's tail of
         // 20,000 quiet fundings, two fundings of one busy bucket came half a span closer
         // together than its span, and the second found the algorithm units short.)
-        due.sort_by_key(|(_, ask)| ask.share_span_ms);
-        let (names, asks): (Vec<BucketName>, Vec<LeaseAsk>) = due.into_iter().unzip();
-        let mut asks = asks.into_iter();
-        let calls: Vec<LeaseRequest> = names
-            .chunks(MAX_ASKS)
-            .map(|chunk| self.lease_request(asks.by_ref().take(chunk.len()).collect()))
-            .collect();
+        due.sort_by_key(|(span_ms, _)| *span_ms);
+        let mut chunks = due.chunks(MAX_ASKS);
         // Several calls in flight, so that Redis is not left waiting on the server between
-        // them; answered in order. (Each call owns what it uses: a future that borrowed the
-        // step's locals would not be `Send` for every lifetime, as `tokio::spawn` needs.)
-        let mut answers = futures::stream::iter(calls.into_iter().map(|request| {
-            let state = Arc::clone(&state);
-            async move { state.engine.lease(&request, replay_us).await }
-        }))
-        .buffered(LEASE_CALLS_IN_FLIGHT)
-        .zip(futures::stream::iter(names.chunks(MAX_ASKS)));
-        while let Some((answer, chunk)) = answers.next().await {
+        // them; answered in order, each with its chunk of names. (Each call owns what it uses:
+        // a future that borrowed the step's locals would not be `Send` for every lifetime, as
+        // `tokio::spawn` needs.)
+        let mut in_flight = FuturesOrdered::new();
+        loop {
+            while in_flight.len() < LEASE_CALLS_IN_FLIGHT {
+                let Some(chunk) = chunks.next() else { break };
+                let (names, asks): (Vec<&BucketName>, Vec<LeaseAsk>) = chunk
+                    .iter()
+                    .filter_map(|(_, name)| Some((name, self.funding_ask(name, now_ms, step)?)))
+                    .unzip();
+                let request = self.lease_request(asks);
+                let state = Arc::clone(&state);
+                in_flight.push_back(async move {
+                    (state.engine.lease(&request, replay_us).await, names)
+                });
+            }
+            let Some((answer, names)) = in_flight.next().await else {
+                break;
+            };
             let grants = match answer {
                 Ok(response) => response.grants,
                 Err(e) => {
@@ -299,7 +336,7 @@ impl EnvoyStream {
                     continue;
                 }
             };
-            for (name, grant) in chunk.iter().zip(&grants) {
+            for (name, grant) in names.into_iter().zip(&grants) {
                 let Some(bucket) = self.buckets.get_mut(name) else {
                     continue;
                 };
@@ -317,6 +354,16 @@ impl EnvoyStream {
             }
         }
         actions.is_empty() || send(outbound, &mut actions).await
+    }
+
+    /// The ask that funds bucket `name`'s refill due at `step`, with this server's cap on
+    /// holders.
+    fn funding_ask(&self, name: &BucketName, now_ms: u64, step: Step) -> Option<LeaseAsk> {
+        let ask = self.buckets.get(name)?.funding_ask(now_ms, step)?;
+        Some(LeaseAsk {
+            max_holders: self.rlqs.max_holders_per_bucket,
+            ..ask
+        })
     }
 
     /// The stream's lease request for `asks`. Its holder name is unguessable, so it sends no

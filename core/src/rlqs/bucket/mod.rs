@@ -224,11 +224,7 @@ impl Bucket {
         let Quota::Limit(limit) = self.quota else {
             return None;
         };
-        let due = match step {
-            Step::Tick if self.refilling => now_ms + FUNDING_STEP_MS / 2 >= self.next_funding_ms,
-            Step::Tick => now_ms >= self.next_funding_ms,
-            Step::Report => self.sent.is_none() && now_ms >= self.next_funding_ms,
-        };
+        self.funding_due(now_ms, step)?;
         let want = match self.quiet_want() {
             Some(want) if self.quiet => want,
             _ => MAX_AMOUNT,
@@ -238,10 +234,25 @@ impl Bucket {
         } else {
             0
         };
-        (due && !self.silent(now_ms)).then(|| LeaseAsk {
+        Some(LeaseAsk {
             carry_per_k,
             ..self.ask(limit, want, self.demand_per_ks(&limit))
         })
+    }
+
+    /// Whether a refill is due at a `step` at `now_ms` (what [`Bucket::funding_ask`] would
+    /// fund): the span its funding would cover, if so. Cheaper than the ask, for a step
+    /// that orders what is due before it asks.
+    pub fn funding_due(&self, now_ms: u64, step: Step) -> Option<u64> {
+        if !matches!(self.quota, Quota::Limit(_)) || self.silent(now_ms) {
+            return None;
+        }
+        let due = match step {
+            Step::Tick if self.refilling => now_ms + FUNDING_STEP_MS / 2 >= self.next_funding_ms,
+            Step::Tick => now_ms >= self.next_funding_ms,
+            Step::Report => self.sent.is_none() && now_ms >= self.next_funding_ms,
+        };
+        due.then_some(self.funding_span_ms)
     }
 
     /// What a quiet funding asks for: twice what the Envoy was offered over the span, at least

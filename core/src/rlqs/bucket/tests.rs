@@ -168,7 +168,14 @@ fn fundings(first_ms: u64, jitter: impl Fn(u64) -> i64, until_ms: u64) -> Vec<u6
             // Offered its whole share: a busy bucket, funded every span.
             b.report(&usage(5, 100, 0), t);
         }
-        if b.funding_ask(t, step).is_some() {
+        let ask = b.funding_ask(t, step);
+        // The step orders what is due by this cheaper look, then asks: they must agree.
+        assert_eq!(
+            b.funding_due(t, step),
+            ask.as_ref().map(|a| a.share_span_ms),
+            "at {t} ms, {step:?}"
+        );
+        if ask.is_some() {
             let assignment = b.funded(&grant(20, 20.0), t).unwrap();
             b.sent(assignment, t);
             funded.push(t);
