@@ -582,6 +582,34 @@ async fn buckets_past_a_stream_or_server_cap_get_no_assignment_and_are_counted()
     );
 }
 
+#[tokio::test]
+async fn a_report_whose_fundings_time_out_is_funded_again_before_its_step_ends() {
+    let (_dir, redis, server) = start(SHOP, |_| {}).await;
+    let mut envoy = Envoy::connect(&server).await.unwrap();
+    // Eight lease calls, four in flight. Redis paused for 150 ms: the first four wait past the
+    // 100 ms timeout and fail; the next four, sent as those fail, are answered. Unless a
+    // failed call is asked again within the step, its buckets wait for the next tick and the
+    // step's one response assigns half of the report. (On a machine too slow to send the first
+    // calls within 50 ms of the pause, none fails, and all are assigned alike.)
+    let keys = per_key(8 * 64);
+    let ids = ids_of(&keys);
+    let first: Vec<(Id, u64, u64)> = ids.iter().map(|id| (&id[..], 1, 0)).collect();
+    redis.cli(&["CLIENT", "PAUSE", "150", "ALL"]).unwrap();
+    envoy.report("shop", 0, &first);
+    let response = tokio::time::timeout(Duration::from_secs(5), envoy.answers.message())
+        .await
+        .expect("no response within 5 s")
+        .unwrap()
+        .expect("the stream ended");
+    let failures = metric_line(&server, "sluice_rlqs_funding_failures_total").await;
+    eprintln!("lease calls failed: {failures:?}");
+    assert_eq!(
+        response.bucket_action.len(),
+        keys.len(),
+        "every bucket of the report assigned in the step's response ({failures:?} failed)"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_departed_envoys_share_goes_to_the_others_at_their_next_funding() {
     let (_dir, _redis, server) = start(SHOP, |_| {}).await;

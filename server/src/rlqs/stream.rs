@@ -301,25 +301,34 @@ impl EnvoyStream {
         // together than its span, and the second found the algorithm units short.)
         due.sort_by_key(|(span_ms, _)| *span_ms);
         let mut chunks = due.chunks(MAX_ASKS);
+        // Calls that failed (a Redis answer later than the timeout, or none), asked again once
+        // after the rest: else a report's buckets in them would wait for the first tick after
+        // the report's whole step, seconds on. (A failed call that did fund in Redis is
+        // funded again: the first grant goes unused, less admitted, never more.)
+        let mut failed: Vec<Vec<&BucketName>> = Vec::new();
         // Several calls in flight, so that Redis is not left waiting on the server between
-        // them; answered in order, each with its chunk of names. (Each call owns what it uses:
-        // a future that borrowed the step's locals would not be `Send` for every lifetime, as
-        // `tokio::spawn` needs.)
+        // them; answered in order, each with its names.
         let mut in_flight = FuturesOrdered::new();
         loop {
             while in_flight.len() < LEASE_CALLS_IN_FLIGHT {
-                let Some(chunk) = chunks.next() else { break };
-                let (names, asks): (Vec<&BucketName>, Vec<LeaseAsk>) = chunk
-                    .iter()
-                    .filter_map(|(_, name)| Some((name, self.funding_ask(name, now_ms, step)?)))
+                let (names, again): (Vec<&BucketName>, bool) = match chunks.next() {
+                    Some(chunk) => (chunk.iter().map(|(_, name)| name).collect(), false),
+                    None => match failed.pop() {
+                        Some(names) => (names, true),
+                        None => break,
+                    },
+                };
+                let (names, asks): (Vec<&BucketName>, Vec<LeaseAsk>) = names
+                    .into_iter()
+                    .filter_map(|name| Some((name, self.funding_ask(name, now_ms, step)?)))
                     .unzip();
                 let request = self.lease_request(asks);
                 let state = Arc::clone(&state);
                 in_flight.push_back(async move {
-                    (state.engine.lease(&request, replay_us).await, names)
+                    (state.engine.lease(&request, replay_us).await, names, again)
                 });
             }
-            let Some((answer, names)) = in_flight.next().await else {
+            let Some((answer, names, again)) = in_flight.next().await else {
                 break;
             };
             let grants = match answer {
@@ -332,6 +341,9 @@ impl EnvoyStream {
                         .due(crate::clock::monotonic())
                     {
                         tracing::warn!(error = %e, left_out, "quota funding failed: Envoys keep their assignments until they lapse");
+                    }
+                    if !again {
+                        failed.push(names);
                     }
                     continue;
                 }
