@@ -10,6 +10,7 @@ pub mod report;
 pub mod service;
 pub mod stats;
 pub mod stream;
+mod stream_clock;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -12,7 +12,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
@@ -32,6 +32,7 @@ use super::RlqsState;
 use super::action::{abandon, assign};
 use super::report::from_proto;
 use super::stats::RlqsStats;
+pub(super) use super::stream_clock::StreamClock;
 use crate::app_state::AppState;
 
 /// How often a stream funds its buckets' refills and renews their assignments.
@@ -63,37 +64,6 @@ pub(super) struct EnvoyStream {
     holder: String,
     buckets: HashMap<BucketName, Bucket>,
     clock: StreamClock,
-}
-
-/// The time a stream goes by.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum StreamClock {
-    /// This process' monotonic clock, from when the stream opened; Redis' time decides.
-    Wall(Instant),
-    /// A replay's: the stream is told the time at each report and step, and the scripts
-    /// decide in it.
-    Replay { opened_us: i64, now_us: i64 },
-}
-
-impl StreamClock {
-    fn now_ms(&self) -> u64 {
-        match *self {
-            StreamClock::Wall(opened) => {
-                u64::try_from(opened.elapsed().as_millis()).unwrap_or(u64::MAX)
-            }
-            StreamClock::Replay { opened_us, now_us } => {
-                u64::try_from(now_us.saturating_sub(opened_us) / 1000).unwrap_or(0)
-            }
-        }
-    }
-
-    /// The time the scripts decide in: Redis' own, or the replay's.
-    fn replay_us(&self) -> Option<i64> {
-        match *self {
-            StreamClock::Wall(_) => None,
-            StreamClock::Replay { now_us, .. } => Some(now_us),
-        }
-    }
 }
 
 /// Serves one stream until the Envoy closes it, it goes away, or sends what is refused.
