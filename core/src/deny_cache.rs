@@ -139,7 +139,7 @@ fn slot_of_parts(parts: &[&[u8]], slots: u32) -> u32 {
 /// A short, stable fingerprint of a configuration's bytes.
 pub fn fingerprint(configuration: &[u8]) -> String {
     let digest = Sha256::digest(configuration);
-    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::lower_hex(&digest[..6])
 }
 
 impl Entry {

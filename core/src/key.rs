@@ -210,9 +210,7 @@ impl KeyBuilder {
         let digest = Sha256::digest(key.as_bytes());
         let mut hashed = String::with_capacity(33);
         hashed.push('#');
-        for b in &digest[..16] {
-            hashed.push_str(&format!("{b:02x}"));
-        }
+        crate::hex::push_lower_hex(&mut hashed, &digest[..16]);
         LimitKey(hashed)
     }
 }

@@ -40,6 +40,7 @@ pub mod decision;
 pub mod deny_cache;
 pub mod duration;
 pub mod file_error;
+pub mod hex;
 pub mod key;
 pub mod lease;
 pub mod limit;

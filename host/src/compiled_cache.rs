@@ -17,6 +17,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+use sluice_core::hex::lower_hex;
 use wasmtime::{Engine, Module};
 
 /// Where compiled modules are kept: a directory, or `off` to compile in every process.
@@ -104,9 +105,7 @@ fn entry_name(engine: &Engine, wasm: &[u8]) -> String {
     let mut hasher = DigestHasher(Sha256::new());
     hasher.0.update(wasm);
     engine.precompile_compatibility_hash().hash(&mut hasher);
-    let digest = hasher.0.finalize();
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{hex}.cwasm")
+    format!("{}.cwasm", lower_hex(&hasher.0.finalize()))
 }
 
 /// Feeds what `Hash` writes into a SHA-256, for wasmtime's compatibility hash.

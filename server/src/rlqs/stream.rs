@@ -281,12 +281,12 @@ impl EnvoyStream {
         let mut in_flight = FuturesOrdered::new();
         loop {
             while in_flight.len() < LEASE_CALLS_IN_FLIGHT {
-                let (names, again): (Vec<&BucketName>, bool) = match chunks.next() {
-                    Some(chunk) => (chunk.iter().map(|(_, name)| name).collect(), false),
-                    None => match failed.pop() {
-                        Some(names) => (names, true),
-                        None => break,
-                    },
+                let Some((names, again)) = chunks
+                    .next()
+                    .map(|chunk| (chunk.iter().map(|(_, name)| name).collect(), false))
+                    .or_else(|| failed.pop().map(|names| (names, true)))
+                else {
+                    break;
                 };
                 let (names, asks): (Vec<&BucketName>, Vec<LeaseAsk>) = names
                     .into_iter()
@@ -468,8 +468,7 @@ fn holder_name() -> String {
     let mut random = [0u8; 12];
     match getrandom::fill(&mut random) {
         Ok(()) => {
-            let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
-            format!("rlqs:{hex}")
+            format!("rlqs:{}", sluice_core::hex::lower_hex(&random))
         }
         Err(e) => {
             tracing::warn!(error = %e, "no random bytes for a quota stream's holder name");
