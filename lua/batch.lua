@@ -76,4 +76,5 @@ for i = 1, n do
   end
 end
 
+flush()
 return reply(out)

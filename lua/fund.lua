@@ -20,14 +20,32 @@
 local now = clock(ARGV[1])
 local holder = ARGV[2]
 local n = tonumber(ARGV[3])
+local terms, at = read_terms(ARGV, 5, tonumber(ARGV[4]))
+local ask_terms = {}
 -- As lease.lua: every ledger read, and checked for a stranger, before anything is written.
-prefetch(KEYS)
+local reads = {}
+for i = 1, n do
+  local t = terms[tonumber(ARGV[at + 4 * (i - 1)])]
+  ask_terms[i] = t
+  reads[#reads + 1] = KEYS[2 * i - 1]
+  if not t.in_cell then
+    reads[#reads + 1] = KEYS[2 * i]
+  end
+end
+prefetch(reads)
 -- Per ask whose ledger names at most this holder, live: its entry's units, expiry and
 -- demand (0 when it has none); per other ask, the ledger's entries, for lease().
 local own_units, own_expires, own_demand, shared = {}, {}, {}, {}
 for i = 1, n do
+  local t = ask_terms[i]
   local ledger = KEYS[2 * i]
-  local stored = prefetched[ledger]
+  local stored
+  if t.in_cell then
+    -- false for none, as prefetch() keeps an absent key.
+    stored = read_ledger(KEYS[2 * i - 1], ledger, t) or false
+  else
+    stored = prefetched[ledger]
+  end
   local field, units, expires, demand, secret
   if stored then
     -- One entry: no space in the whole ledger.
@@ -45,14 +63,13 @@ for i = 1, n do
     end
   elseif stored ~= false then
     -- Another holder's entry, several, the pool, or not read yet: the whole ledger.
-    local live, pool, pool_expires = entries(ledger, now)
+    local live, pool, pool_expires = entries(KEYS[2 * i - 1], ledger, t, now)
     if stranger(live, holder, '') then
       return 'stranger ' .. (i - 1)
     end
     shared[i] = {live, pool, pool_expires}
   end
 end
-local terms, at = read_terms(ARGV, 5, tonumber(ARGV[4]))
 for _, t in ipairs(terms) do
   -- What alone() answers, with what is the same for every ask of the terms written in: each
   -- number string.format writes costs an ask about a thousand instructions.
@@ -95,11 +112,11 @@ local function alone(i, t, want, demand, carry)
     -- Written unless the entry would say the same and live at least half its ttl on.
     if not (live and own_units[i] == granted and own_demand[i] == demand
         and own_expires[i] >= now + t.ttl / 2) then
-      redis.call('SET', ledger,
-        string.format('%s=%d:%d:%d:', holder, granted, now + t.ttl, demand), 'PX', ttl_ms(t.ttl))
+      write_ledger(state, ledger, t,
+        string.format('%s=%d:%d:%d:', holder, granted, now + t.ttl, demand), ttl_ms(t.ttl))
     end
   elseif live then
-    redis.call('DEL', ledger)
+    write_ledger(state, ledger, t, nil)
   end
   return string.format(t.alone_reply, granted, limit, remaining, pace, share_milli)
 end
@@ -119,4 +136,5 @@ for i = 1, n do
   end
   at = at + 4
 end
+flush()
 return table.concat(out, ' ')

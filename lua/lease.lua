@@ -23,31 +23,44 @@ local now = clock(ARGV[1])
 local holder = ARGV[2]
 local secret = ARGV[3]
 local n = tonumber(ARGV[4])
--- Every ask's ledger and state are read at once (the states for the algorithms, by
--- read_fields), and every ledger before any is written, so that a call naming a stranger
--- writes nothing. (Asks are for distinct keys, so no ask's writes change another's ledger.)
-prefetch(KEYS)
-local ledgers = {}
-for i = 1, n do
-  local live, pool, pool_expires = entries(KEYS[2 * i], now)
-  if stranger(live, holder, secret) then
-    return 'stranger ' .. (i - 1)
-  end
-  ledgers[i] = {live, pool, pool_expires}
-end
 local terms, at = read_terms(ARGV, 6, tonumber(ARGV[5]))
-local out = {}
+local asks = {}
+-- Every ask's state, and its ledger where that is a key of its own, read at once (the states
+-- for the algorithms, by read_fields or cell()); every ledger before any is written, so
+-- that a call naming a stranger writes nothing. (Asks are for distinct keys, so no ask's
+-- writes change another's ledger.)
+local reads = {}
 for i = 1, n do
-  local ask = {
+  local t = terms[tonumber(ARGV[at])]
+  asks[i] = {
+    terms = t,
     want = tonumber(ARGV[at + 1]),
     held = tonumber(ARGV[at + 2]),
     returning = tonumber(ARGV[at + 3]),
     demand = tonumber(ARGV[at + 4]),
     carry = tonumber(ARGV[at + 5]),
   }
-  local live, pool, pool_expires = unpack(ledgers[i])
-  out[i] = lease(KEYS[2 * i - 1], KEYS[2 * i], live, pool, pool_expires, now, holder, secret,
-    terms[tonumber(ARGV[at])], ask)
+  reads[#reads + 1] = KEYS[2 * i - 1]
+  if not t.in_cell then
+    reads[#reads + 1] = KEYS[2 * i]
+  end
   at = at + 6
 end
+prefetch(reads)
+local ledgers = {}
+for i = 1, n do
+  local live, pool, pool_expires = entries(KEYS[2 * i - 1], KEYS[2 * i], asks[i].terms, now)
+  if stranger(live, holder, secret) then
+    return 'stranger ' .. (i - 1)
+  end
+  ledgers[i] = {live, pool, pool_expires}
+end
+local out = {}
+for i = 1, n do
+  local ask = asks[i]
+  local live, pool, pool_expires = unpack(ledgers[i])
+  out[i] = lease(KEYS[2 * i - 1], KEYS[2 * i], live, pool, pool_expires, now, holder, secret,
+    ask.terms, ask)
+end
+flush()
 return reply(out, LEASE_REPLY)

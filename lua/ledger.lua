@@ -6,7 +6,9 @@
 --   "<holder>=<units>:<expires us>:<demand per 1000 s>:<secret>"
 -- and "#pool=<units>:<expires us>" (no holder can be named so) for units given back. (A string,
 -- not a hash: one MGET reads every ask's ledger and state, and one SET with its expiry writes a
--- ledger, where a hash took HGETALL, HSET and PEXPIRE an ask.) A holder's entry binds its
+-- ledger, where a hash took HGETALL, HSET and PEXPIRE an ask.) A schedule's ledger is kept in
+-- its key, after its time (cell() in prelude.lua); any other algorithm's in a key of its own,
+-- the ledger key (core/src/key.rs). A holder's entry binds its
 -- secret while it lives: an ask naming the holder with another secret could give back or disown
 -- units the holder still spends, so a call with such an ask writes nothing and answers
 -- "stranger <ask index>". Units given back go to the pool; a grant takes from the pool first,
@@ -31,13 +33,37 @@ local LEASE_REPLY = '%d %d %d %d %d %d %d %d %d'
 -- The furthest ahead an ask with a span reaches (see lease()).
 local MAX_REACH_US = 1000000
 
--- A ledger's live entries at `now`, in order ({holder, units, expires, demand, secret, the
--- entry as written} each), and the pool's units and expiry. An entry of another shape is an
--- error: never guess.
-local function entries(ledger, now)
+-- The ledger of state key `key` (ledger key `ledger`) for terms `t`, as stored; nil for none.
+local function read_ledger(key, ledger, t)
+  if t.in_cell then
+    local stored = cell(key)[2]
+    if stored == '' then
+      return nil
+    end
+    return stored
+  end
+  return take(ledger)
+end
+
+-- Stores `value` as the ledger of state key `key` (ledger key `ledger`) for terms `t`, to
+-- live `ms` milliseconds; a nil `value` removes it.
+local function write_ledger(key, ledger, t, value, ms)
+  if t.in_cell then
+    set_cell(key, 2, value or '', value and ms or 0)
+  elseif value then
+    redis.call('SET', ledger, value, 'PX', ms)
+  else
+    redis.call('DEL', ledger)
+  end
+end
+
+-- The live entries at `now` of the ledger of `key` (ledger key `ledger`) for terms `t`, in
+-- order ({holder, units, expires, demand, secret, the entry as written} each), and the pool's
+-- units and expiry. An entry of another shape is an error: never guess.
+local function entries(key, ledger, t, now)
   local live = {}
   local pool, pool_expires = 0, 0
-  local stored = take(ledger)
+  local stored = read_ledger(key, ledger, t)
   if not stored then
     return live, pool, pool_expires
   end
@@ -45,7 +71,11 @@ local function entries(ledger, now)
     local field, units, expires, demand, secret =
       string.match(item, '^([^=]+)=(%d+):(%d+):?(%d*):?([%w_-]*)$')
     if not field then
-      error({err = 'ERR sluice: ledger ' .. ledger .. ' holds "' .. item .. '"'})
+      local where = ledger
+      if t.in_cell then
+        where = 'in ' .. key
+      end
+      error({err = 'ERR sluice: ledger ' .. where .. ' holds "' .. item .. '"'})
     end
     expires = tonumber(expires)
     if expires > now then
@@ -227,9 +257,9 @@ local function lease(key, ledger, live, pool, pool_expires, now, holder, secret,
       if pool > 0 then
         last = math.max(last, pool_expires)
       end
-      redis.call('SET', ledger, table.concat(kept, ' '), 'PX', ttl_ms(last - now))
+      write_ledger(key, ledger, terms, table.concat(kept, ' '), ttl_ms(last - now))
     elseif #live > 0 or pool_expires > 0 then
-      redis.call('DEL', ledger)
+      write_ledger(key, ledger, terms, nil)
     end
   end
   return {granted, ceil_ms(ttl), more_in, answer[2], answer[3], pace, held, share_milli, 0}
@@ -259,6 +289,8 @@ local function read_terms(args, at, count)
       run = ALGORITHMS[algorithm] or scheduled,
       -- Granted by grant() in schedule.lua, without the rest of a decision's answer.
       by_schedule = algorithm == 0,
+      -- A schedule: the ledger is kept in the state's key (read_ledger()).
+      in_cell = algorithm == 0 or SCHEDULES[algorithm] == true,
       max_units = tonumber(args[at + 1]),
       max_total = tonumber(args[at + 2]),
       ttl = tonumber(args[at + 3]),

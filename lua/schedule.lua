@@ -1,7 +1,8 @@
 -- sluice schedule: virtual scheduling, the one computation behind gcra, token_bucket and
 -- leaky_bucket (contract and explanation: core/src/algorithm/schedule.rs). The key holds one
 -- time, the theoretical arrival time, as "<us>:<ticks>", or "<us>" when no ticks are left
--- over (Redis then keeps it as an integer, 32 bytes smaller).
+-- over (Redis then keeps it as an integer, 32 bytes smaller), and after it the key's lease
+-- ledger when it has one (cell() in prelude.lua).
 --
 -- Times are counted in ticks of 1/R microsecond, so that an interval (per / rate) is a whole
 -- P ticks: P and R are the limit's parameters reduced by their gcd, computed by sluice-server.
@@ -50,8 +51,12 @@ end
 
 -- The excess a key holds at `now` (the time it stores past `now`, as a pair; 0 if none).
 local function excess(key, now, R)
-  local found, us, ticks = read_fields(key, '^(%d+):?(%d*)$', '<us>[:<ticks>]')
-  if found then
+  local time = cell(key)[1]
+  if time ~= '' then
+    local us, ticks = string.match(time, '^(%d+):?(%d*)$')
+    if not us then
+      error({err = 'ERR sluice: key ' .. key .. ' holds "' .. time .. '", not <us>[:<ticks>]'})
+    end
     us = tonumber(us)
     ticks = math.min(tonumber(ticks) or 0, R - 1)
     if pair_lt(now, 0, us, ticks) then
@@ -67,7 +72,7 @@ local function store(key, now, kept, keptf)
   if keptf > 0 then
     tat = string.format('%d:%d', now + kept, keptf)
   end
-  redis.call('SET', key, tat, 'PX', ttl_ms(kept, keptf))
+  set_cell(key, 1, tat, ttl_ms(kept, keptf))
 end
 
 -- A grant without a wait, as schedule(key, now, -want, false, true, P, R, burst, nil, reach)
@@ -83,7 +88,7 @@ local function grant(key, now, want, P, R, burst, reach)
     local take = math.max(0, math.min(want, math.floor(math.max(tol - ex, 0) / P), burst))
     local kept = ex + take * P
     if take > 0 then
-      redis.call('SET', key, string.format('%d', now + kept), 'PX', ttl_ms(kept))
+      set_cell(key, 1, string.format('%d', now + kept), ttl_ms(kept))
     end
     return take, math.floor(math.max(tol - kept, 0) / P)
   end

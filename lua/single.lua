@@ -12,4 +12,6 @@ local p = {}
 for i = 5, #ARGV do
   p[i - 4] = tonumber(ARGV[i])
 end
-return reply({run(KEYS[1], clock(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4] == '1', p)})
+local answer = run(KEYS[1], clock(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4] == '1', p)
+flush()
+return reply({answer})

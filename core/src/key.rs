@@ -303,7 +303,8 @@ pub fn redis_key(prefix: &str, rule: &RuleName, key: &LimitKey, limit: &Limit) -
 }
 
 /// The Redis key of the ledger of a key's leases, beside its state ([`redis_key`]), in the
-/// same hash tag.
+/// same hash tag. (A bucket algorithm's ledger is kept in its state's key instead: the lease
+/// scripts read and write that one, `cell()` in `lua/prelude.lua`.)
 pub fn ledger_key(state_key: &str) -> String {
     format!("{state_key}:ledger")
 }

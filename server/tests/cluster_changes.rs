@@ -108,10 +108,11 @@ async fn a_key_keeps_its_count_through_each_step_of_its_slot_moving() {
     }
 }
 
-/// A lease's two keys (its rule's state and its ledger) moved by two `MIGRATE`s, as a reshard
-/// may move them: in between, the old owner holds one and refuses the call (`TRYAGAIN`),
-/// and the client tries again within the call's time, so the ask in flight is answered once
-/// both have moved, out of the ledger as it was.
+/// A lease's two keys (its rule's state and its ledger: a sliding window's, since a bucket
+/// keeps its ledger in its one key) moved by two `MIGRATE`s, as a reshard may move them: in
+/// between, the old owner holds one and refuses the call (`TRYAGAIN`), and the client tries
+/// again within the call's time, so the ask in flight is answered once both have moved, out
+/// of the ledger as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_asked_while_its_two_keys_move_apart_is_answered_once_both_have() {
     let cluster = RedisCluster::start().unwrap();
@@ -124,7 +125,7 @@ async fn a_lease_asked_while_its_two_keys_move_apart_is_answered_once_both_have(
     let lease = format!("{}/v1/lease", running.url());
     let ask = |holder: &str| {
         format!(
-            r#"{{"holder":"{holder}","asks":[{{"rule":"leased","key":"k","limit":{{"algorithm":"gcra","rate":1,"per":"1m","burst":20}},"terms":{{"max_units":5,"max_outstanding":10,"ttl":"1m"}},"want":5,"held":0,"returning":0}}]}}"#
+            r#"{{"holder":"{holder}","asks":[{{"rule":"leased","key":"k","limit":{{"algorithm":"sliding_window","limit":20,"window":"1m"}},"terms":{{"max_units":5,"max_outstanding":10,"ttl":"1m"}},"want":5,"held":0,"returning":0}}]}}"#
         )
     };
     let http = Http::http1();
@@ -141,7 +142,7 @@ async fn a_lease_asked_while_its_two_keys_move_apart_is_answered_once_both_have(
     let slot = key_slot(&state_key(
         "leased",
         "k",
-        r#"{"algorithm":"gcra","rate":1,"per":"1m","burst":20}"#,
+        r#"{"algorithm":"sliding_window","limit":20,"window":"1m"}"#,
     ));
     let to = (cluster.owner_of_slot(slot).unwrap() + 1) % cluster.nodes().len();
     let from = cluster.owner_of_slot(slot).unwrap();

@@ -629,16 +629,27 @@ async fn a_changed_limits_leases_come_from_a_ledger_of_its_own() {
             "{limit}: a full grant"
         );
     }
-    let ledgers = redis.cli(&["--scan", "--pattern", "*:ledger"]).unwrap();
-    let mut ledgers: Vec<&str> = ledgers.lines().collect();
-    ledgers.sort_unstable();
+    // A gcra's ledger is kept in its key, after the time (lua/prelude.lua, cell()).
+    let keys = redis
+        .cli(&["--scan", "--pattern", "sluice:{leased:k}:*"])
+        .unwrap();
+    let mut keys: Vec<&str> = keys.lines().collect();
+    keys.sort_unstable();
     assert_eq!(
-        ledgers,
+        keys,
         [
-            "sluice:{leased:k}:gc:1/1000/20:ledger",
-            "sluice:{leased:k}:gc:1/60000/20:ledger"
+            "sluice:{leased:k}:gc:1/1000/20",
+            "sluice:{leased:k}:gc:1/60000/20"
         ]
     );
+    for key in keys {
+        let stored = redis.cli(&["GET", key]).unwrap();
+        let ledger = stored.trim().split_once(' ').map(|(_, ledger)| ledger);
+        assert!(
+            ledger.is_some_and(|ledger| ledger.starts_with("envoy-a=5:")),
+            "{key} holds {stored:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

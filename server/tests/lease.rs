@@ -64,6 +64,15 @@ impl Keys {
             .grants[0]
     }
 
+    /// The error `request` is refused with at [`NOW`].
+    async fn refusal(&self, request: &LeaseRequest) -> String {
+        self.engine
+            .lease(request, Some(NOW))
+            .await
+            .unwrap_err()
+            .to_string()
+    }
+
     /// What a per-request decision of `cost` says at `now` (cost 0: only asks).
     async fn decide(&self, now: i64, cost: u64) -> (bool, u64) {
         let body = format!(
@@ -452,15 +461,17 @@ async fn a_stranger_gets_409_naming_the_ask_and_is_counted() {
 /// A ledger of another shape (a hash, as sluice once kept it under another name, or a string
 /// it never wrote) fails the lease naming the ledger, and leaves the ledger and the state as
 /// they were: the script never guesses what a foreign value means.
+/// A ledger key of another shape than the lease script writes (a sliding window's ledger has
+/// a key of its own) is an error that names it, and the call writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ledger_of_another_shape_is_an_error_that_names_it() {
     let redis = RedisServer::start().unwrap();
-    let keys = Keys::new(Topology::Standalone(redis.url()), twenty(Algorithm::Gcra)).await;
-    let body = format!(
-        r#"{{"holder":"a","asks":[{{"rule":"r","key":"k","limit":{},"terms":{{"max_units":8,"max_outstanding":12,"ttl":"1s"}},"want":8,"held":0,"returning":0}}]}}"#,
-        keys.limit
-    );
-    let request = LeaseRequest::from_json(body.as_bytes()).unwrap();
+    let keys = Keys::new(
+        Topology::Standalone(redis.url()),
+        twenty(Algorithm::SlidingWindow),
+    )
+    .await;
+    let request = one_ask(&keys.limit);
     let ask = &request.asks[0];
     let state = sluice_core::key::redis_key("lease", &ask.rule, &ask.key, &ask.limit);
     let ledger = sluice_core::key::ledger_key(&state);
@@ -473,12 +484,7 @@ async fn a_ledger_of_another_shape_is_an_error_that_names_it() {
     ] {
         redis.cli(&["DEL", &ledger]).unwrap();
         redis.cli(&foreign).unwrap();
-        let error = keys
-            .engine
-            .lease(&request, Some(NOW))
-            .await
-            .unwrap_err()
-            .to_string();
+        let error = keys.refusal(&request).await;
         assert!(error.contains(&expected), "{foreign:?}: {error}");
         assert_eq!(
             redis.cli(&["EXISTS", &state]).unwrap().trim(),
@@ -493,6 +499,54 @@ async fn a_ledger_of_another_shape_is_an_error_that_names_it() {
     );
 }
 
+/// A schedule's key (here a gcra's) keeps its ledger after its time: a ledger there of another
+/// shape, or a key of another type, is an error that names the key, and the call writes
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedules_ledger_of_another_shape_is_an_error_that_names_its_key() {
+    let redis = RedisServer::start().unwrap();
+    let keys = Keys::new(Topology::Standalone(redis.url()), twenty(Algorithm::Gcra)).await;
+    let request = one_ask(&keys.limit);
+    let ask = &request.asks[0];
+    let state = sluice_core::key::redis_key("lease", &ask.rule, &ask.key, &ask.limit);
+    for (foreign, expected) in [
+        (
+            vec!["SET", &state, "17 a=8"],
+            format!(r#"ledger in {state} holds "a=8""#),
+        ),
+        (
+            vec!["SET", &state, "17:x a=8:1:0:"],
+            format!(r#"key {state} holds "17:x""#),
+        ),
+        (vec!["HSET", &state, "a", "8:1:0:"], "WRONGTYPE".to_owned()),
+    ] {
+        redis.cli(&["DEL", &state]).unwrap();
+        redis.cli(&foreign).unwrap();
+        let error = keys.refusal(&request).await;
+        assert!(error.contains(&expected), "{foreign:?}: {error}");
+        if foreign[0] == "SET" {
+            assert_eq!(
+                redis.cli(&["GET", &state]).unwrap().trim(),
+                foreign[2],
+                "{foreign:?}: left as it was"
+            );
+        }
+    }
+    assert_eq!(
+        redis.cli(&["HGET", &state, "a"]).unwrap().trim(),
+        "8:1:0:",
+        "left as it was"
+    );
+}
+
+/// One ask of holder `a` for 8 units of `limit`.
+fn one_ask(limit: &str) -> LeaseRequest {
+    let body = format!(
+        r#"{{"holder":"a","asks":[{{"rule":"r","key":"k","limit":{limit},"terms":{{"max_units":8,"max_outstanding":12,"ttl":"1s"}},"want":8,"held":0,"returning":0}}]}}"#
+    );
+    LeaseRequest::from_json(body.as_bytes()).unwrap()
+}
+
 /// A quota stream's funding (as sluice-server's own makes it): `holder` asks for its share of
 /// `limit` over a second, by `demand` units a second.
 fn share_ask(limit: &str, holder: &str, demand: u64) -> LeaseRequest {
@@ -504,7 +558,7 @@ fn share_ask(limit: &str, holder: &str, demand: u64) -> LeaseRequest {
 
 /// A quota stream's funding (an ask with a span) leaves its ledger entry as it is while the
 /// entry would say the same and lives half its ttl on: a busy bucket's funding then writes
-/// only the algorithm's state. Its claim still counts in every other holder's share, and a
+/// the algorithm's time in its key. Its claim still counts in every other holder's share, and a
 /// changed demand is written at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_funding_that_changes_nothing_in_the_ledger_does_not_rewrite_it() {
@@ -513,11 +567,14 @@ async fn a_funding_that_changes_nothing_in_the_ledger_does_not_rewrite_it() {
     let keys = Keys::new(Topology::Standalone(redis.url()), limit.to_owned()).await;
     let request = |holder: &str, demand: u64| share_ask(limit, holder, demand);
     let ask = &request("a", 10).asks[0];
-    let ledger = sluice_core::key::ledger_key(&sluice_core::key::redis_key(
-        "lease", &ask.rule, &ask.key, &ask.limit,
-    ));
+    let state = sluice_core::key::redis_key("lease", &ask.rule, &ask.key, &ask.limit);
     let fund = |holder: &str, demand: u64, at_s: f64| keys.fund(request(holder, demand), at_s);
-    let stored = || redis.cli(&["GET", &ledger]).unwrap().trim().to_owned();
+    // The ledger, after the gcra's time in its key.
+    let stored = || {
+        let value = redis.cli(&["GET", &state]).unwrap();
+        let (_, ledger) = value.trim().split_once(' ').expect("a ledger in the key");
+        ledger.to_owned()
+    };
     fund("a", 10, 0.0).await;
     let first = stored();
     assert!(first.starts_with("a="), "{first}");
@@ -614,13 +671,14 @@ async fn a_ledger_full_of_holders_crowds_out_a_new_one_until_one_leaves() {
         request
     };
     let ask = &capped("a").asks[0];
+    // The gcra's key: its time, then its ledger.
     let state = sluice_core::key::redis_key("lease", &ask.rule, &ask.key, &ask.limit);
-    let ledger = sluice_core::key::ledger_key(&state);
     let fund = |holder: &str, at_s: f64| keys.fund(capped(holder), at_s);
-    let stored = |key: &str| redis.cli(&["GET", key]).unwrap().trim().to_owned();
+    let stored = || redis.cli(&["GET", &state]).unwrap().trim().to_owned();
     assert_eq!(fund("a", 0.0).await.share_per_ks, 10_000);
     assert_eq!(fund("b", 0.5).await.share_per_ks, 5_000);
-    let (ledger_before, state_before) = (stored(&ledger), stored(&state));
+    let before = stored();
+    assert!(before.contains(" a=") && before.contains(" b="), "{before}");
     let c = fund("c", 1.0).await;
     assert!(c.crowded, "{c:?}");
     assert_eq!((c.granted, c.share_per_ks), (0, 0), "{c:?}");
@@ -628,8 +686,11 @@ async fn a_ledger_full_of_holders_crowds_out_a_new_one_until_one_leaves() {
         c.more_in_ms, 9_000,
         "a's entry, written at 0 s for 10 s, ends first"
     );
-    assert_eq!(stored(&ledger), ledger_before, "c is not written in");
-    assert_eq!(stored(&state), state_before, "nothing taken for c");
+    assert_eq!(
+        stored(),
+        before,
+        "c is not written in, and nothing is taken for it"
+    );
     let a = fund("a", 1.0).await;
     assert!(
         !a.crowded && a.granted > 0,

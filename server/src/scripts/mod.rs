@@ -59,6 +59,15 @@ const ALGORITHM_FILES: [(Algorithm, &str); 6] = [
     (Algorithm::Gcra, include_str!("../../../lua/gcra.lua")),
 ];
 
+/// Whether `algorithm`'s file is `lua/schedule.lua`'s virtual scheduling, whose key holds one
+/// time and keeps the key's lease ledger beside it (`cell()` in `lua/prelude.lua`).
+fn is_schedule(algorithm: Algorithm) -> bool {
+    match algorithm {
+        Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket => true,
+        Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingWindow => false,
+    }
+}
+
 /// An algorithm's file as a function of one check (see `lua/prelude.lua`).
 fn wrapped(body: &str) -> String {
     format!("function(key, now, cost, count_denied, commit, p, reach)\n{body}\nend")
@@ -154,12 +163,15 @@ pub struct Scripts {
 /// The scripts, composed once per process.
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     // Every algorithm as ALGORITHMS[n], for the scripts that decide several keys.
-    let mut all = format!("{PRELUDE}\n{SCHEDULE}\nlocal ALGORITHMS = {{}}\n");
+    // SCHEDULES[n]: whether ALGORITHMS[n] is a schedule's, whose key keeps its lease ledger.
+    let mut all =
+        format!("{PRELUDE}\n{SCHEDULE}\nlocal ALGORITHMS = {{}}\nlocal SCHEDULES = {{}}\n");
     for (algorithm, body) in ALGORITHM_FILES {
         all.push_str(&format!(
-            "-- {algorithm}\nALGORITHMS[{}] = {}\n",
-            algorithm.ordinal() + 1,
-            wrapped(body)
+            "-- {algorithm}\nALGORITHMS[{n}] = {}\nSCHEDULES[{n}] = {}\n",
+            wrapped(body),
+            is_schedule(algorithm),
+            n = algorithm.ordinal() + 1,
         ));
     }
     let single_texts: Vec<String> = ALGORITHM_FILES
