@@ -123,7 +123,7 @@ end
 
 local out = {}
 for i = 1, n do
-  local t = terms[tonumber(ARGV[at])]
+  local t = ask_terms[i]
   local want, demand, carry = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
     tonumber(ARGV[at + 3])
   local s = shared[i]

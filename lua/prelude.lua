@@ -166,19 +166,28 @@ local function take(key)
   return stored or nil
 end
 
+-- `stored`, read from `key`, split by `pattern` (up to three captures). A value of another
+-- shape than the algorithm writes is an error: never guess.
+local function fields(key, stored, pattern, shape)
+  local a, b, c = string.match(stored, pattern)
+  if not a then
+    error({err = 'ERR sluice: key ' .. key .. ' holds "' .. stored .. '", not ' .. shape})
+  end
+  return a, b, c
+end
+
 -- The string at `key` split by `pattern` (up to three captures), after `true`; `false` for an
--- absent key. A value of another shape than the algorithm writes is an error: never guess.
+-- absent key.
 local function read_fields(key, pattern, shape)
   local stored = take(key)
   if not stored then
     return false
   end
-  local a, b, c = string.match(stored, pattern)
-  if not a then
-    error({err = 'ERR sluice: key ' .. key .. ' holds "' .. stored .. '", not ' .. shape})
-  end
-  return true, a, b, c
+  return true, fields(key, stored, pattern, shape)
 end
+
+-- A schedule's time (schedule.lua): its microseconds, and ticks when there are any.
+local TIME_PATTERN = '^(%d+):?(%d*)$'
 
 -- A schedule's key holds its time and, when the key is leased, its lease ledger (ledger.lua)
 -- after a space: "<time>[ <ledger>]", either part possibly empty. One key, where a time and a
@@ -221,7 +230,7 @@ end
 
 -- How long a time this call did not write must live at `now`, in ms: while it lies ahead.
 local function time_ttl_ms(time, now)
-  local us, ticks = string.match(time, '^(%d+):?(%d*)$')
+  local us, ticks = string.match(time, TIME_PATTERN)
   if us then
     us, ticks = tonumber(us), tonumber(ticks) or 0
     if us > now or (us == now and ticks > 0) then

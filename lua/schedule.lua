@@ -53,10 +53,7 @@ end
 local function excess(key, now, R)
   local time = cell(key)[1]
   if time ~= '' then
-    local us, ticks = string.match(time, '^(%d+):?(%d*)$')
-    if not us then
-      error({err = 'ERR sluice: key ' .. key .. ' holds "' .. time .. '", not <us>[:<ticks>]'})
-    end
+    local us, ticks = fields(key, time, TIME_PATTERN, '<us>[:<ticks>]')
     us = tonumber(us)
     ticks = math.min(tonumber(ticks) or 0, R - 1)
     if pair_lt(now, 0, us, ticks) then

@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::RlqsState;
-use super::stream::{EnvoyStream, Outbound, StreamClock};
+use super::stream::{EnvoyStream, Outbound};
+use super::stream_clock::StreamClock;
 use crate::app_state::AppState;
 
 /// Responses one step may send before they are read: a step sends one per 10,000 actions, so

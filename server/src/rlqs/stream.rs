@@ -32,7 +32,7 @@ use super::RlqsState;
 use super::action::{abandon, assign};
 use super::report::from_proto;
 use super::stats::RlqsStats;
-pub(super) use super::stream_clock::StreamClock;
+use super::stream_clock::StreamClock;
 use crate::app_state::AppState;
 
 /// How often a stream funds its buckets' refills and renews their assignments.
