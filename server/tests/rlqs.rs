@@ -811,3 +811,71 @@ async fn a_replay_stream_goes_by_the_time_it_is_told_not_the_wall_clock() {
     }
     panic!("K2 was never abandoned in 30 virtual seconds");
 }
+
+/// The keys `{prefix}0` to `{prefix}{n - 1}`, whose per-key bucket ids [`ids_of`] makes.
+fn keys_named(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|k| format!("{prefix}{k}")).collect()
+}
+
+/// A first report of the buckets `ids`: a request each, over no time.
+fn new_buckets<'a>(ids: &'a [[(&'a str, &'a str); 2]]) -> Vec<(Id<'a>, u64, u64)> {
+    ids.iter().map(|id| (&id[..], 1, 0)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_reports_first_is_funded_first_whatever_reports_behind_it() {
+    // Redis paused long, but within the timeout: no call fails.
+    let (_dir, redis, server) = start(SHOP, |c| c.redis_timeout = Duration::from_secs(5)).await;
+    let mut first = Envoy::connect(&server).await.unwrap();
+    let mut second = Envoy::connect(&server).await.unwrap();
+    // Every command in the order Redis ran it, the scripts' own among them: a funding's name
+    // its buckets' keys.
+    redis
+        .cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"])
+        .unwrap();
+    redis
+        .cli(&["CONFIG", "SET", "slowlog-max-len", "100000"])
+        .unwrap();
+    let first_keys = keys_named("first-stream-", 16 * 64);
+    let second_keys = keys_named("second-stream-", 64);
+    let first_ids = ids_of(&first_keys);
+    let second_ids = ids_of(&second_keys);
+    redis.cli(&["SLOWLOG", "RESET"]).unwrap();
+    // The first stream's report (sixteen lease calls) is taken, and its first calls wait in
+    // paused Redis, the rest in the server; the second's one call comes while they do. Left
+    // to each stream, it would go to Redis behind the first stream's calls then in Redis,
+    // ahead of the rest of them.
+    redis.cli(&["CLIENT", "PAUSE", "800", "ALL"]).unwrap();
+    first.report("shop", 0, &new_buckets(&first_ids));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    second.report("shop", 0, &new_buckets(&second_ids));
+    for (envoy, n) in [(&mut first, first_keys.len()), (&mut second, 64)] {
+        let mut seen = 0;
+        while seen < n {
+            seen += tokio::time::timeout(Duration::from_secs(10), envoy.answers.message())
+                .await
+                .expect("every bucket assigned within 10 s")
+                .unwrap()
+                .expect("the stream ended")
+                .bucket_action
+                .len();
+        }
+    }
+    // Oldest last.
+    let log = redis.cli(&["SLOWLOG", "GET", "100000"]).unwrap();
+    let mut streams: Vec<&str> = log
+        .lines()
+        .filter_map(|line| {
+            ["first-stream-", "second-stream-"]
+                .into_iter()
+                .find(|name| line.contains(name))
+        })
+        .collect();
+    streams.reverse();
+    streams.dedup();
+    assert_eq!(
+        streams,
+        ["first-stream-", "second-stream-"],
+        "the streams' calls in Redis' order (each run of one stream's calls once)"
+    );
+}

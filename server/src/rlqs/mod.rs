@@ -5,6 +5,7 @@
 
 pub mod action;
 pub mod config;
+mod lane;
 pub mod replay;
 pub mod report;
 pub mod service;
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use self::config::WatchedConfig;
+use self::lane::FundingLane;
 
 /// The most buckets one stream may report, by default: an Envoy with a bucket per client
 /// reports its active clients.
@@ -28,6 +30,12 @@ pub const DEFAULT_MAX_BUCKETS: usize = 500_000;
 /// each funding of the bucket longer (measured: 0.05 ms of Redis with one entry, 0.6 ms with
 /// 128, 1.2 ms with 256).
 pub const DEFAULT_MAX_HOLDERS_PER_BUCKET: u64 = 128;
+
+/// The lease calls of all streams' fundings in Redis at once: enough that Redis never waits
+/// on the server between two, few enough that the earliest deadline goes next ([`lane`]).
+/// (Measured at 4 streams of 50,000 new buckets: 4 places left Redis waiting at 0.5 to 0.8 of
+/// a core.)
+pub(crate) const FUNDING_CALLS_IN_REDIS: usize = 8;
 
 /// What the quota service adds to the server's state.
 #[derive(Debug)]
@@ -45,6 +53,8 @@ pub struct RlqsState {
     pub max_holders_per_bucket: u64,
     /// The buckets all streams hold now.
     buckets: AtomicUsize,
+    /// The order of all streams' fundings into Redis.
+    lane: Arc<FundingLane>,
 }
 
 impl RlqsState {
@@ -57,6 +67,7 @@ impl RlqsState {
             max_buckets: DEFAULT_MAX_BUCKETS,
             max_holders_per_bucket: DEFAULT_MAX_HOLDERS_PER_BUCKET,
             buckets: AtomicUsize::new(0),
+            lane: Arc::new(FundingLane::new(FUNDING_CALLS_IN_REDIS)),
         }
     }
 

@@ -1,10 +1,11 @@
 //! One Envoy's quota stream: its reports in, its buckets' assignments out.
 //!
 //! The stream is one holder in each of its buckets' lease ledgers. Once a second it funds the
-//! refills that are due (lease calls of up to [`MAX_ASKS`] asks, several in flight) and sends
-//! the assignments that changed or are due for renewal, as the calls answer; a report is taken
-//! in at once, and a new bucket is funded and assigned at once, since the Envoy serves it by
-//! its `no_assignment_behavior` until then.
+//! refills that are due (lease calls of up to [`MAX_ASKS`] asks, several built ahead, let into
+//! Redis by the server's [`lane`](super::lane) in the order of their deadlines) and sends the
+//! assignments that changed or are due for renewal, as the calls answer; a report is taken in
+//! at once, and a new bucket is funded and assigned at once, since the Envoy serves it by its
+//! `no_assignment_behavior` until then.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -47,8 +48,11 @@ pub const ACTIONS_A_RESPONSE: usize = 10_000;
 /// The buckets of a report taken in before the stream lets its thread's other tasks run.
 const REPORT_PART: usize = 4096;
 
-/// The lease calls a step keeps in flight.
-const LEASE_CALLS_IN_FLIGHT: usize = 4;
+/// The lease calls a step keeps built: in Redis, or waiting in the lane for a place
+/// ([`super::lane`]). Twice the lane's places, so that as the step's calls answer, even all at
+/// once (after a stall), each place goes to the next of the step's own calls, built and
+/// waiting, not to a later stream's.
+const LEASE_CALLS_AHEAD: usize = 2 * super::FUNDING_CALLS_IN_REDIS;
 
 /// What the stream sends: assignments, or the status that ends it.
 pub type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
@@ -244,6 +248,11 @@ impl EnvoyStream {
         outbound: &Outbound,
     ) -> bool {
         let now_ms = self.now_ms();
+        // When its calls are due in Redis, against other streams' ([`super::lane`]).
+        let deadline = match step {
+            Step::Report => crate::clock::monotonic(),
+            Step::Tick => crate::clock::monotonic() + STEP_EVERY / 2,
+        };
         let mut actions = self.abandon_idle(config, now_ms);
         let state = Arc::clone(&self.state);
         let replay_us = self.clock.replay_us();
@@ -276,11 +285,11 @@ impl EnvoyStream {
         // the report's whole step, seconds on. (A failed call that did fund in Redis is
         // funded again: the first grant goes unused, less admitted, never more.)
         let mut failed: Vec<Vec<&BucketName>> = Vec::new();
-        // Several calls in flight, so that Redis is not left waiting on the server between
+        // Several calls built ahead, so that Redis is not left waiting on the server between
         // them; answered in order, each with its names.
         let mut in_flight = FuturesOrdered::new();
         loop {
-            while in_flight.len() < LEASE_CALLS_IN_FLIGHT {
+            while in_flight.len() < LEASE_CALLS_AHEAD {
                 let Some((names, again)) = chunks
                     .next()
                     .map(|chunk| (chunk.iter().map(|(_, name)| name).collect(), false))
@@ -294,7 +303,9 @@ impl EnvoyStream {
                     .unzip();
                 let request = self.lease_request(asks);
                 let state = Arc::clone(&state);
+                let lane = Arc::clone(&self.rlqs.lane);
                 in_flight.push_back(async move {
+                    let _place = lane.enter(deadline).await;
                     (state.engine.lease(&request, replay_us).await, names, again)
                 });
             }
