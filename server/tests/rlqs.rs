@@ -221,7 +221,17 @@ const K1: Id = &[("name", "per-key"), ("key", "k1")];
 
 /// The keys `k0` to `k{n - 1}`, whose per-key bucket ids [`ids_of`] makes.
 fn per_key(n: usize) -> Vec<String> {
-    (0..n).map(|k| format!("k{k}")).collect()
+    keys_named("k", n)
+}
+
+/// The keys `{prefix}0` to `{prefix}{n - 1}`, whose per-key bucket ids [`ids_of`] makes.
+fn keys_named(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|k| format!("{prefix}{k}")).collect()
+}
+
+/// A first report of the buckets `ids`: a request each, over no time.
+fn new_buckets<'a>(ids: &'a [[(&'a str, &'a str); 2]]) -> Vec<(Id<'a>, u64, u64)> {
+    ids.iter().map(|id| (&id[..], 1, 0)).collect()
 }
 
 fn ids_of(keys: &[String]) -> Vec<[(&str, &str); 2]> {
@@ -302,7 +312,7 @@ async fn on_a_redis_cluster_each_bucket_is_funded_on_its_own_node() {
     // Keys on several nodes, funded in one step: each ask is its own call there.
     let keys = per_key(6);
     let ids = ids_of(&keys);
-    let first: Vec<(Id, u64, u64)> = ids.iter().map(|id| (&id[..], 1, 0)).collect();
+    let first = new_buckets(&ids);
     a.report("shop", 0, &first);
     let seen = a.actions(Duration::from_millis(500)).await;
     assert_eq!(seen.len(), 6, "{seen:?}");
@@ -531,7 +541,7 @@ async fn buckets_past_a_stream_or_server_cap_get_no_assignment_and_are_counted()
     .await;
     let keys = per_key(5);
     let ids = ids_of(&keys);
-    let first: Vec<(Id, u64, u64)> = ids.iter().map(|id| (&id[..], 1, 0)).collect();
+    let first = new_buckets(&ids);
     // The buckets an Envoy is sent actions for within 1.5 s.
     let assigned = |seen: Vec<(BucketId, Action)>| {
         let keys: std::collections::BTreeSet<String> = seen
@@ -593,7 +603,7 @@ async fn a_report_whose_fundings_time_out_is_funded_again_before_its_step_ends()
     // calls within 50 ms of the pause, none fails, and all are assigned alike.)
     let keys = per_key(8 * 64);
     let ids = ids_of(&keys);
-    let first: Vec<(Id, u64, u64)> = ids.iter().map(|id| (&id[..], 1, 0)).collect();
+    let first = new_buckets(&ids);
     redis.cli(&["CLIENT", "PAUSE", "150", "ALL"]).unwrap();
     envoy.report("shop", 0, &first);
     let response = tokio::time::timeout(Duration::from_secs(5), envoy.answers.message())
@@ -638,7 +648,7 @@ async fn a_stream_that_stops_reporting_stops_costing_redis() {
     let envoy = Envoy::connect(&server).await.unwrap();
     let keys = per_key(20);
     let ids = ids_of(&keys);
-    let once: Vec<(Id, u64, u64)> = ids.iter().map(|id| (&id[..], 1, 0)).collect();
+    let once = new_buckets(&ids);
     // Reported once, then never again, with the stream left open: no Envoy does that.
     envoy.report("shop", 0, &once);
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -810,16 +820,6 @@ async fn a_replay_stream_goes_by_the_time_it_is_told_not_the_wall_clock() {
         }
     }
     panic!("K2 was never abandoned in 30 virtual seconds");
-}
-
-/// The keys `{prefix}0` to `{prefix}{n - 1}`, whose per-key bucket ids [`ids_of`] makes.
-fn keys_named(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|k| format!("{prefix}{k}")).collect()
-}
-
-/// A first report of the buckets `ids`: a request each, over no time.
-fn new_buckets<'a>(ids: &'a [[(&'a str, &'a str); 2]]) -> Vec<(Id<'a>, u64, u64)> {
-    ids.iter().map(|id| (&id[..], 1, 0)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

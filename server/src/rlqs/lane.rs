@@ -8,7 +8,7 @@
 //! funding that waits leaves its Envoy on its `no_assignment_behavior`; a refill that waits
 //! leaves it on the assignment it has. So the lane lets a few calls into Redis at a time and
 //! lets in the one whose deadline is earliest: a first funding's is its report, a refill's
-//! half a step after its tick (when it would have fallen due, had ticks no early side). A
+//! its tick and the early side ticks fund refills on (`REFILL_EARLY_MS`, when it falls due). A
 //! stream that reports after another is served after it, and a refill gives way to the first
 //! fundings of reports up to that slack after its tick, and to none later, however many
 //! streams open: neither kind starves the other.
@@ -148,7 +148,7 @@ mod tests {
     }
 
     /// Waiters for `deadlines` (seconds after `base`), asked for in that order, each sending
-    /// its deadline on `order` once it has a place, and holding the place until `hold` says.
+    /// its deadline on the receiver returned once it has a place, then giving the place back.
     fn waiters(
         lane: &Arc<FundingLane>,
         base: Instant,

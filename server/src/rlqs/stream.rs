@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
-use sluice_core::rlqs::bucket::{Assignment, Bucket, FUNDING_STEP_MS, Step};
+use sluice_core::rlqs::bucket::{Assignment, Bucket, FUNDING_STEP_MS, REFILL_EARLY_MS, Step};
 use sluice_core::rlqs::report::Report;
 use sluice_core::rlqs::{BucketId, RlqsConfig};
 use sluice_core::wire::{LeaseAsk, LeaseRequest, MAX_ASKS};
@@ -248,10 +248,12 @@ impl EnvoyStream {
         outbound: &Outbound,
     ) -> bool {
         let now_ms = self.now_ms();
-        // When its calls are due in Redis, against other streams' ([`super::lane`]).
+        // When its calls are due in Redis, against other streams' ([`super::lane`]): a
+        // refill's when it falls due, at the latest.
+        let started = crate::clock::monotonic();
         let deadline = match step {
-            Step::Report => crate::clock::monotonic(),
-            Step::Tick => crate::clock::monotonic() + STEP_EVERY / 2,
+            Step::Report => started,
+            Step::Tick => started + Duration::from_millis(REFILL_EARLY_MS),
         };
         let mut actions = self.abandon_idle(config, now_ms);
         let state = Arc::clone(&self.state);

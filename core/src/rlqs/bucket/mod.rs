@@ -15,7 +15,8 @@ use self::demand::steady_demand;
 pub use self::demand::{DEMAND_HEADROOM, LEAST_DEMAND_PER_S, STEADY_WITHIN};
 use self::span::staggered;
 pub use self::span::{
-    FUNDING_STEP_MS, IDLE_SPAN_MS, MAX_BUSY_SPAN_MS, MAX_QUIET_SPAN_MS, QUIET_SPAN_MS, busy_span_ms,
+    FUNDING_STEP_MS, IDLE_SPAN_MS, MAX_BUSY_SPAN_MS, MAX_QUIET_SPAN_MS, QUIET_SPAN_MS,
+    REFILL_EARLY_MS, busy_span_ms,
 };
 use super::envoy_bucket::{EnvoyTokenBucket, MAX_FILL_INTERVAL_S};
 use super::report::Usage;
@@ -248,7 +249,7 @@ impl Bucket {
             return None;
         }
         let due = match step {
-            Step::Tick if self.refilling => now_ms + FUNDING_STEP_MS / 2 >= self.next_funding_ms,
+            Step::Tick if self.refilling => now_ms + REFILL_EARLY_MS >= self.next_funding_ms,
             Step::Tick => now_ms >= self.next_funding_ms,
             Step::Report => self.sent.is_none() && now_ms >= self.next_funding_ms,
         };

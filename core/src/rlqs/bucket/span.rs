@@ -9,6 +9,10 @@ use crate::rlqs::envoy_bucket::MAX_FILL_INTERVAL_S;
 /// How often the server looks at a stream's buckets: fundings happen on these steps.
 pub const FUNDING_STEP_MS: u64 = 1000;
 
+/// How early a step funds a refill: one that falls due less than this after the step is
+/// funded at it, not a whole step late.
+pub const REFILL_EARLY_MS: u64 = FUNDING_STEP_MS / 2;
+
 /// A quiet bucket is funded at least this long at a time, with twice what it was offered over
 /// the span (at least two requests), rather than its whole share each second: most buckets of
 /// a per-client rule are quiet, and cost Redis one funding in 15 s or more instead of 15. A
