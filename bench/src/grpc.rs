@@ -13,12 +13,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use sluice_harness::{RedisServer, free_port};
+use sluice_server::envoy_api::ratelimit::{
+    Code, DescriptorEntry, RateLimitClient, RateLimitDescriptor, RateLimitRequest,
+};
 
 use crate::load::{self, CallerCounts, Measured};
 use crate::server::{LIMIT, ServerProcess, SluiceCpu, bodies, client_key, wait_ready};
@@ -66,7 +64,7 @@ fn request(key: u64) -> RateLimitRequest {
     RateLimitRequest {
         domain: "bench".to_owned(),
         descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
+            entries: vec![DescriptorEntry {
                 key: "remote_address".to_owned(),
                 value: format!("client-{key}"),
             }],
@@ -86,7 +84,7 @@ async fn grpc_load(
 ) -> anyhow::Result<Measured> {
     let mut clients = Vec::with_capacity(connections);
     for _ in 0..connections {
-        clients.push(RateLimitServiceClient::connect(format!("http://{addr}")).await?);
+        clients.push(RateLimitClient::connect(format!("http://{addr}")).await?);
     }
     let in_flight = connections * per_connection;
     let start = Instant::now();

@@ -7,7 +7,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::app_state::AppState;
-use crate::health::{self, HEALTH_SERVICE, QUOTA_SERVICE, RATE_LIMIT_SERVICE};
+use crate::envoy_api::{quota, ratelimit};
+use crate::health::{self, HEALTH_SERVICE};
 use crate::{rlqs, rls};
 
 /// How often the health status is taken anew.
@@ -21,8 +22,8 @@ pub(crate) fn grpc_router(state: &Arc<AppState>) -> (axum::Router, JoinHandle<()
     let quota = rlqs::service::rate_limit_quota_service(Arc::clone(state));
     let route = |name: &str| format!("/{name}/{{*method}}");
     let router = axum::Router::new()
-        .route_service(&route(RATE_LIMIT_SERVICE), rate_limit)
-        .route_service(&route(QUOTA_SERVICE), quota)
+        .route_service(&route(ratelimit::SERVICE), rate_limit)
+        .route_service(&route(quota::SERVICE), quota)
         .route_service(&route(HEALTH_SERVICE), health);
     (router, health_task)
 }

@@ -12,12 +12,8 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_health::server::{HealthReporter, HealthService, WatchStream};
 
 use crate::app_state::AppState;
-use crate::{rlqs, rls};
+use crate::envoy_api::{quota, ratelimit};
 
-/// The rate limit service's name, as gRPC health checking reports it.
-pub const RATE_LIMIT_SERVICE: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rls::service::RlsService> as tonic::server::NamedService>::NAME;
-/// The quota service's name, as gRPC health checking reports it.
-pub const QUOTA_SERVICE: &str = <envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer<rlqs::service::RlqsService> as tonic::server::NamedService>::NAME;
 /// gRPC health checking's own service name.
 pub(crate) const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
 
@@ -99,9 +95,9 @@ async fn report(reporter: &HealthReporter, state: &AppState, status: ServingStat
         }
     };
     reporter
-        .set_service_status(RATE_LIMIT_SERVICE, served(state.rls.is_some()))
+        .set_service_status(ratelimit::SERVICE, served(state.rls.is_some()))
         .await;
     reporter
-        .set_service_status(QUOTA_SERVICE, served(state.rlqs.is_some()))
+        .set_service_status(quota::SERVICE, served(state.rlqs.is_some()))
         .await;
 }

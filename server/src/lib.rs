@@ -14,6 +14,7 @@
 //! - [`health`]: readiness, for `/readyz` and gRPC health checking alike.
 //! - [`rls`]: Envoy's gRPC rate limit service API, with the reference service's configuration,
 //!   served beside `/v1/` when a configuration is given.
+//! - [`envoy_api`]: the messages of Envoy's rate limit and quota services, and their clients.
 //!
 //! [`spawn`] runs a server in-process on a TCP port, [`in_process`](fn@in_process) one reached by calling it
 //! (the simulator does); the `sluice-server` binary is a thin shell over [`serve`].
@@ -26,6 +27,7 @@ pub mod clock;
 pub mod config;
 pub mod config_files;
 pub mod engine;
+pub mod envoy_api;
 pub mod flag_error;
 mod grpc;
 pub mod health;
@@ -55,7 +57,6 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use config::ServerConfig;
-pub use health::{QUOTA_SERVICE, RATE_LIMIT_SERVICE};
 
 use crate::app_state::AppState;
 use crate::engine::Engine;

@@ -8,18 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::server;
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use futures::channel::mpsc;
+use sluice_core::rlqs::bucket::SILENT_AFTER_MS;
 use sluice_harness::{RedisCluster, RedisServer};
 use sluice_server::RunningServer;
-use sluice_core::rlqs::bucket::SILENT_AFTER_MS;
+use sluice_server::envoy_api::protobuf::Duration as ProtoDuration;
+use sluice_server::envoy_api::quota::{
+    Action, BlanketRule, BucketId, BucketQuotaUsage, RateLimitQuotaClient, RateLimitQuotaResponse,
+    RateLimitQuotaUsageReports, Strategy,
+};
 use sluice_server::rlqs::RlqsState;
 use sluice_server::rlqs::config::WatchedConfig;
 use sluice_server::store::Topology;
@@ -89,9 +86,7 @@ impl Envoy {
         server: &RunningServer,
         token: Option<&str>,
     ) -> Result<Envoy, tonic::Status> {
-        let mut client = RateLimitQuotaServiceClient::connect(server.url())
-            .await
-            .unwrap();
+        let mut client = RateLimitQuotaClient::connect(server.url()).await.unwrap();
         let (reports, inbound) = mpsc::unbounded();
         let mut request = tonic::Request::new(inbound);
         if let Some(token) = token {

@@ -11,16 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Http, calls, server};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::UInt64Value;
 use sluice_core::rls::answer::RlsHeaders;
 use sluice_core::wire::REPLAY_TIME_HEADER;
 use sluice_harness::RedisServer;
 use sluice_server::RunningServer;
+use sluice_server::envoy_api::protobuf::UInt64Value;
+use sluice_server::envoy_api::ratelimit::{
+    Code, DescriptorEntry, RateLimitClient, RateLimitDescriptor, RateLimitRequest,
+    RateLimitResponse,
+};
 use sluice_server::rls::RlsState;
 use sluice_server::rls::config::WatchedConfig;
 use sluice_server::store::Topology;
@@ -97,15 +96,15 @@ async fn start(
     (dir, redis, server)
 }
 
-async fn client(server: &RunningServer) -> RateLimitServiceClient<Channel> {
-    RateLimitServiceClient::connect(server.url()).await.unwrap()
+async fn client(server: &RunningServer) -> RateLimitClient {
+    RateLimitClient::connect(server.url()).await.unwrap()
 }
 
 fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
         entries: entries
             .iter()
-            .map(|(k, v)| Entry {
+            .map(|(k, v)| DescriptorEntry {
                 key: (*k).to_owned(),
                 value: (*v).to_owned(),
             })
@@ -123,7 +122,7 @@ fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequ
 }
 
 async fn ask(
-    client: &mut RateLimitServiceClient<Channel>,
+    client: &mut RateLimitClient,
     request: RateLimitRequest,
     at_us: Option<i64>,
 ) -> Result<RateLimitResponse, tonic::Status> {
@@ -222,7 +221,7 @@ async fn a_half_written_or_vanished_file_never_lifts_a_limit() {
     let (dir, _redis, server) = start(&[("shop.yaml", full)], 0, true).await;
     let mut grpc = client(&server).await;
     let at = Some(1_700_000_040_000_000); // 40 s into a minute, in replay time.
-    let code = |grpc: &mut RateLimitServiceClient<Channel>| {
+    let code = |grpc: &mut RateLimitClient| {
         let mut grpc = grpc.clone();
         async move {
             let request = request("shop", vec![descriptor(&[("user", "a")])]);
@@ -292,7 +291,7 @@ async fn a_changed_configuration_applies_to_the_next_request_and_a_broken_one_ke
     )
     .await;
     let mut grpc = client(&server).await;
-    let limit_now = |grpc: &mut RateLimitServiceClient<Channel>| {
+    let limit_now = |grpc: &mut RateLimitClient| {
         let mut grpc = grpc.clone();
         async move {
             let answer = ask(
@@ -358,12 +357,10 @@ async fn malformed_requests_are_refused_naming_the_field_and_never_reach_redis()
         value: 2_000_000_000,
     });
     let mut bad_unit = descriptor(&[("k", "v")]);
-    bad_unit.limit = Some(
-        envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride {
-            requests_per_unit: 3,
-            unit: 0,
-        },
-    );
+    bad_unit.limit = Some(sluice_server::envoy_api::ratelimit::RateLimitOverride {
+        requests_per_unit: 3,
+        unit: 0,
+    });
     let cases = [
         (
             request("", vec![descriptor(&[("k", "v")])]),

@@ -16,17 +16,15 @@ use bytes::Bytes;
 use common::certs::make_certificates;
 use common::one_check;
 use common::process::assert_refused;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use sluice_harness::RedisServer;
 use sluice_server::ServerConfig;
+use sluice_server::envoy_api::ratelimit::{
+    Code, DescriptorEntry, RateLimitClient, RateLimitDescriptor, RateLimitRequest,
+};
 use sluice_server::rls::RlsState;
 use sluice_server::rls::config::WatchedConfig;
 use sluice_server::tls::{ListenerTls, TlsFiles, TlsFor};
@@ -269,11 +267,11 @@ async fn should_rate_limit(connect: TlsConnect) -> Result<Code, String> {
         .connect_with_connector(connect)
         .await
         .map_err(|e| e.to_string())?;
-    let mut client = RateLimitServiceClient::new(channel);
+    let mut client = RateLimitClient::new(channel);
     let request = RateLimitRequest {
         domain: "edge".to_owned(),
         descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
+            entries: vec![DescriptorEntry {
                 key: "remote_address".to_owned(),
                 value: "10.0.0.1".to_owned(),
             }],

@@ -1,13 +1,10 @@
 //! Assignments as the protobuf bucket actions Envoy's filter takes.
 
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
-    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+use crate::envoy_api::protobuf::{Duration, UInt32Value};
+use crate::envoy_api::quota::{
+    AbandonAction, Action, BlanketRule, BucketAction, BucketId, QuotaAssignmentAction,
+    RateLimitStrategy, Strategy, TokenBucket,
 };
-use envoy_types::pb::google::protobuf::{Duration, UInt32Value};
 use sluice_core::rlqs::bucket::Assignment;
 
 /// The action assigning `assignment` to bucket `id` for `ttl_s` seconds

@@ -6,9 +6,7 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
+use crate::envoy_api::quota::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use sluice_core::rlqs::bucket::Step;
 use tokio::sync::mpsc;
 use tonic::Status;

@@ -2,7 +2,7 @@
 //! The checks are the filter's API's (`rlqs.proto`'s validation rules) but one: `time_elapsed`
 //! may be 0, as Envoy 1.40 sends it on a bucket's first report.
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
+use crate::envoy_api::quota::RateLimitQuotaUsageReports;
 use sluice_core::rlqs::report::{Report, Usage};
 use tonic::Status;
 
@@ -76,9 +76,8 @@ pub fn from_proto(message: RateLimitQuotaUsageReports) -> Result<Report, Status>
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
-    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-    use envoy_types::pb::google::protobuf::Duration;
+    use crate::envoy_api::protobuf::Duration;
+    use crate::envoy_api::quota::{BucketId, BucketQuotaUsage};
 
     use super::*;
 

@@ -3,11 +3,8 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
-    RateLimitQuotaService, RateLimitQuotaServiceServer,
-};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+use crate::envoy_api::quota::{
+    RateLimitQuotaResponse, RateLimitQuotaServer, RateLimitQuotaService, RateLimitQuotaUsageReports,
 };
 use futures::Stream;
 use tokio::sync::mpsc;
@@ -24,8 +21,8 @@ pub struct RlqsService {
 }
 
 /// The gRPC service, ready to route.
-pub fn rate_limit_quota_service(state: Arc<AppState>) -> RateLimitQuotaServiceServer<RlqsService> {
-    RateLimitQuotaServiceServer::new(RlqsService { state })
+pub fn rate_limit_quota_service(state: Arc<AppState>) -> RateLimitQuotaServer<RlqsService> {
+    RateLimitQuotaServer::new(RlqsService { state })
 }
 
 /// The assignments of one stream, as tonic sends them.
@@ -37,7 +34,7 @@ const OUTBOUND_BUFFER: usize = 8;
 
 #[tonic::async_trait]
 impl RateLimitQuotaService for RlqsService {
-    type StreamRateLimitQuotasStream = Assignments;
+    type Assignments = Assignments;
 
     async fn stream_rate_limit_quotas(
         &self,

@@ -15,10 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
+use crate::envoy_api::quota::{BucketAction, RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use sluice_core::rlqs::bucket::{Assignment, Bucket, FUNDING_STEP_MS, REFILL_EARLY_MS, Step};

@@ -3,16 +3,11 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code as ProtoCode, DescriptorStatus, RateLimit,
+use crate::envoy_api::protobuf::Duration as ProtoDuration;
+use crate::envoy_api::ratelimit::{
+    Code as ProtoCode, DescriptorStatus, HeaderValue, RateLimit, RateLimitDescriptor,
+    RateLimitRequest, RateLimitResponse, RateLimitServer, RateLimitService,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use http::HeaderMap;
 use sluice_core::rls::answer::{Answer, Code};
 use sluice_core::rls::request::{LimitOverride, RlsDescriptor, RlsRequest};
@@ -31,8 +26,8 @@ pub struct RlsService {
 }
 
 /// The gRPC service, ready to route.
-pub fn rate_limit_service(state: Arc<AppState>) -> RateLimitServiceServer<RlsService> {
-    RateLimitServiceServer::new(RlsService { state })
+pub fn rate_limit_service(state: Arc<AppState>) -> RateLimitServer<RlsService> {
+    RateLimitServer::new(RlsService { state })
 }
 
 #[tonic::async_trait]
@@ -137,18 +132,12 @@ fn to_proto(answer: Answer) -> RateLimitResponse {
                     // Below 1e9, so it fits.
                     nanos: i32::try_from(ms % 1000 * 1_000_000).unwrap_or(0),
                 }),
-                quota: None,
             })
             .collect(),
         response_headers_to_add: answer
             .headers
             .into_iter()
-            .map(|(key, value)| HeaderValue {
-                key,
-                value,
-                ..HeaderValue::default()
-            })
+            .map(|(key, value)| HeaderValue { key, value })
             .collect(),
-        ..RateLimitResponse::default()
     }
 }

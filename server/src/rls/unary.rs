@@ -11,19 +11,16 @@ use std::convert::Infallible;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::response::Response;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use http::{HeaderMap, HeaderValue, Method, header};
 use http_body_util::{BodyExt, Full};
 use prost::Message;
 use tonic::Status;
 
 use crate::app_state::AppState;
+use crate::envoy_api::ratelimit::{RateLimitRequest, SHOULD_RATE_LIMIT};
 use crate::inbound::whole_body;
 
 use super::service::should_rate_limit;
-
-/// The call's path.
-pub const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// The largest message taken, as tonic's default.
 const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
@@ -36,7 +33,7 @@ const PREFIX_BYTES: usize = 5;
 pub fn takes<B>(request: &http::Request<B>) -> bool {
     let headers = request.headers();
     request.method() == Method::POST
-        && request.uri().path() == PATH
+        && request.uri().path() == SHOULD_RATE_LIMIT
         && headers.get(header::CONTENT_TYPE).is_some_and(|t| {
             t.as_bytes() == b"application/grpc" || t.as_bytes() == b"application/grpc+proto"
         })
@@ -136,13 +133,6 @@ mod tests {
     }
 
     #[test]
-    fn the_path_is_the_generated_service_s() {
-        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-        let service = <RateLimitServiceServer<super::super::service::RlsService> as tonic::server::NamedService>::NAME;
-        assert_eq!(PATH, format!("/{service}/ShouldRateLimit"));
-    }
-
-    #[test]
     fn only_plain_should_rate_limit_calls_are_taken() {
         let call = |path: &str, content_type: &str, encoding: Option<&str>| {
             let mut request = http::Request::post(path).header(header::CONTENT_TYPE, content_type);
@@ -151,10 +141,14 @@ mod tests {
             }
             takes(&request.body(()).unwrap())
         };
-        assert!(call(PATH, "application/grpc", None));
-        assert!(call(PATH, "application/grpc+proto", Some("identity")));
-        assert!(!call(PATH, "application/grpc", Some("gzip")));
-        assert!(!call(PATH, "application/json", None));
+        assert!(call(SHOULD_RATE_LIMIT, "application/grpc", None));
+        assert!(call(
+            SHOULD_RATE_LIMIT,
+            "application/grpc+proto",
+            Some("identity")
+        ));
+        assert!(!call(SHOULD_RATE_LIMIT, "application/grpc", Some("gzip")));
+        assert!(!call(SHOULD_RATE_LIMIT, "application/json", None));
         assert!(!call(
             "/grpc.health.v1.Health/Check",
             "application/grpc",

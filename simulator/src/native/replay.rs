@@ -14,17 +14,15 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    RateLimitDescriptor, rate_limit_descriptor::Entry,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use http_body_util::BodyExt;
 use prost::Message;
 use sluice_core::key::RuleName;
 use sluice_core::record::{RuleOutcome, RuleRecord};
 use sluice_core::rls::RlsConfig;
 use sluice_core::wire::REPLAY_TIME_HEADER;
+use sluice_server::envoy_api::ratelimit::{
+    Code, DescriptorEntry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse,
+};
 
 use super::{Descriptor, FilterCall, NativeConfig};
 use crate::connect::{Endpoint, HttpClient};
@@ -335,7 +333,7 @@ impl Task {
                     entries: d
                         .entries
                         .iter()
-                        .map(|(key, value)| Entry {
+                        .map(|(key, value)| DescriptorEntry {
                             key: key.clone(),
                             value: value.clone(),
                         })

@@ -6,13 +6,11 @@
 
 use std::collections::HashMap;
 
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+use sluice_server::envoy_api::protobuf::Duration as ProtoDuration;
+use sluice_server::envoy_api::quota::{
+    Action, BlanketRule, BucketId, BucketQuotaUsage, RateLimitQuotaResponse,
+    RateLimitQuotaUsageReports, Strategy,
 };
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 
 use super::config::{Blanket, BucketSettings, Expired};
 

@@ -6,12 +6,10 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
 use sluice_core::key::RuleName;
 use sluice_core::record::{RuleOutcome, RuleRecord};
 use sluice_core::rlqs::{BucketId, RlqsConfig};
+use sluice_server::envoy_api::quota::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use sluice_server::in_process::InProcessServer;
 use sluice_server::rlqs::replay::ReplayStream;
 

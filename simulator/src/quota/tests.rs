@@ -1,14 +1,10 @@
 use std::net::IpAddr;
 
-use envoy_types::pb::envoy::r#type::v3::TokenBucket;
-use envoy_types::pb::envoy::r#type::v3::RateLimitStrategy;
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
-    BucketAction as Action, QuotaAssignmentAction,
+use sluice_server::envoy_api::protobuf::{Duration as ProtoDuration, UInt32Value};
+use sluice_server::envoy_api::quota::{
+    Action, BucketAction, BucketId, QuotaAssignmentAction, RateLimitQuotaResponse,
+    RateLimitStrategy, Strategy, TokenBucket,
 };
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaResponse};
-use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
 
 use super::config::{Blanket, QuotaConfig};
 use super::envoy::QuotaEnvoy;
