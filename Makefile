@@ -37,15 +37,21 @@ endif
 # rightly, that the filter, a cdylib, has no doc tests.)
 TESTED := --workspace --exclude sluice-probe --exclude sluice-noop-filter
 
-.PHONY: all setup wasm module build demo test bench schema lint fmt clean
+.PHONY: all setup filter wasm module build demo test bench schema lint fmt clean
 
 all: build
 
 setup:
 	@bash scripts/setup.sh
 
+# The filter alone: all the demo runs.
+filter: setup
+	$(CARGO) build -p sluice-filter --target wasm32-wasip1 --profile wasm
+	@bash scripts/optimize-wasm.sh $(WASM)
+
 # The filter, the probe filter the simulator's fidelity tests load, and the no-op filter
-# make bench measures the filter against.
+# make bench measures the filter against. (Cargo resolves the filter's dependencies alike
+# with and without the other two, so after `make filter` it builds only theirs.)
 wasm: setup
 	$(CARGO) build -p sluice-filter -p sluice-probe -p sluice-noop-filter --target wasm32-wasip1 --profile wasm
 	@bash scripts/optimize-wasm.sh $(WASM) target/wasm32-wasip1/wasm/sluice_noop_filter.wasm
@@ -64,7 +70,7 @@ build: wasm module
 # tests. Cargo unifies the dev-dependencies' features (hashbrown's, num-traits', sluice-core's
 # `schema`) only when it builds a target that has them: the bench's small example `floor` is
 # that target here (without it, `make test` built wasmtime and 90 other crates again).
-demo: wasm
+demo: filter
 	$(CARGO) build $(TESTED) --bin sluice-sim --example floor
 	@mkdir -p $(DEMO)
 	@trace='$(TRACE)'; \
@@ -82,7 +88,7 @@ demo: wasm
 test: wasm module
 	@bash scripts/setup.sh --test
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run $(TESTED) --no-fail-fast; \
+		$(CARGO) nextest run $(TESTED) --no-fail-fast --test-threads $$(( $$(nproc) + 1 )); \
 	else \
 		$(CARGO) test $(TESTED) --no-fail-fast; \
 	fi
