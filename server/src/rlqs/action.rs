@@ -1,11 +1,12 @@
 //! Assignments as the protobuf bucket actions Envoy's filter takes.
 
+use sluice_core::rlqs::bucket::Assignment;
+
 use crate::envoy_api::protobuf::{Duration, UInt32Value};
 use crate::envoy_api::quota::{
     AbandonAction, Action, BlanketRule, BucketAction, BucketId, QuotaAssignmentAction,
     RateLimitStrategy, Strategy, TokenBucket,
 };
-use sluice_core::rlqs::bucket::Assignment;
 
 /// The action assigning `assignment` to bucket `id` for `ttl_s` seconds
 /// ([`sluice_core::rlqs::bucket::Bucket::assignment_ttl_s`]): Envoy ignores an assignment

@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use crate::envoy_api::quota::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use sluice_core::rlqs::bucket::Step;
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -15,6 +14,7 @@ use super::RlqsState;
 use super::stream::{EnvoyStream, Outbound};
 use super::stream_clock::StreamClock;
 use crate::app_state::AppState;
+use crate::envoy_api::quota::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 
 /// Responses one step may send before they are read: a step sends one per 10,000 actions, so
 /// this holds the step of a stream of ten million buckets.

@@ -2,9 +2,10 @@
 //! The checks are the filter's API's (`rlqs.proto`'s validation rules) but one: `time_elapsed`
 //! may be 0, as Envoy 1.40 sends it on a bucket's first report.
 
-use crate::envoy_api::quota::RateLimitQuotaUsageReports;
 use sluice_core::rlqs::report::{Report, Usage};
 use tonic::Status;
+
+use crate::envoy_api::quota::RateLimitQuotaUsageReports;
 
 /// The most bytes of keys and values one bucket id may hold. Envoy's `bucket_id_builder` makes
 /// a few short entries; a client sending more would make the server keep them per bucket.

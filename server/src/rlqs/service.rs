@@ -3,15 +3,15 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::envoy_api::quota::{
-    RateLimitQuotaResponse, RateLimitQuotaServer, RateLimitQuotaService, RateLimitQuotaUsageReports,
-};
 use futures::Stream;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::stream;
 use crate::app_state::AppState;
+use crate::envoy_api::quota::{
+    RateLimitQuotaResponse, RateLimitQuotaServer, RateLimitQuotaService, RateLimitQuotaUsageReports,
+};
 use crate::inbound::authorize;
 
 /// `envoy.service.rate_limit_quota.v3.RateLimitQuotaService` over the server's state.

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::envoy_api::quota::{BucketAction, RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use sluice_core::rlqs::bucket::{Assignment, Bucket, FUNDING_STEP_MS, REFILL_EARLY_MS, Step};
@@ -32,6 +31,7 @@ use super::report::from_proto;
 use super::stats::RlqsStats;
 use super::stream_clock::StreamClock;
 use crate::app_state::AppState;
+use crate::envoy_api::quota::{BucketAction, RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 
 /// How often a stream funds its buckets' refills and renews their assignments.
 pub const STEP_EVERY: Duration = Duration::from_millis(FUNDING_STEP_MS);

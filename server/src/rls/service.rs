@@ -3,11 +3,6 @@
 
 use std::sync::Arc;
 
-use crate::envoy_api::protobuf::Duration as ProtoDuration;
-use crate::envoy_api::ratelimit::{
-    Code as ProtoCode, DescriptorStatus, HeaderValue, RateLimit, RateLimitDescriptor,
-    RateLimitRequest, RateLimitResponse, RateLimitServer, RateLimitService,
-};
 use http::HeaderMap;
 use sluice_core::rls::answer::{Answer, Code};
 use sluice_core::rls::request::{LimitOverride, RlsDescriptor, RlsRequest};
@@ -15,6 +10,11 @@ use tonic::{Request, Response, Status};
 
 use crate::app_state::AppState;
 use crate::clock;
+use crate::envoy_api::protobuf::Duration as ProtoDuration;
+use crate::envoy_api::ratelimit::{
+    Code as ProtoCode, DescriptorStatus, HeaderValue, RateLimit, RateLimitDescriptor,
+    RateLimitRequest, RateLimitResponse, RateLimitServer, RateLimitService,
+};
 use crate::inbound::{authorize, replay_time};
 
 use super::RlsError;
