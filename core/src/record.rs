@@ -111,10 +111,13 @@ impl RuleOutcome {
 
 /// Encodes a record as compact JSON: the bytes serde writes for it (the tests hold them
 /// equal), without serde's machinery, since the filter writes one per request.
-pub fn encode<R: Borrow<RuleName>, K: AsRef<str>>(record: &[RuleRecord<R, K>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(80 * record.len() + 2);
+pub fn encode<R: Borrow<RuleName>, K: AsRef<str>>(
+    record: impl IntoIterator<Item = RuleRecord<R, K>>,
+) -> Vec<u8> {
+    let record = record.into_iter();
+    let mut out = Vec::with_capacity(80 * record.size_hint().0 + 2);
     out.push(b'[');
-    for (i, line) in record.iter().enumerate() {
+    for (i, line) in record.enumerate() {
         if i > 0 {
             out.push(b',');
         }
@@ -186,7 +189,7 @@ mod tests {
                 local: true,
             },
         ];
-        let bytes = encode(&record);
+        let bytes = encode(record.iter().cloned());
         assert_eq!(bytes, serde_json::to_vec(&record).unwrap());
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),

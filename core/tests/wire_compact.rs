@@ -125,7 +125,7 @@ proptest! {
                 local: *local,
             })
             .collect();
-        prop_assert_eq!(record::encode(&lines), serde_json::to_vec(&lines).unwrap());
+        prop_assert_eq!(record::encode(lines.iter().cloned()), serde_json::to_vec(&lines).unwrap());
     }
 
     #[test]

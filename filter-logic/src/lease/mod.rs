@@ -39,10 +39,12 @@ const CAS_ATTEMPTS: usize = 8;
 const ASK_TICK: Duration = Duration::from_millis(5);
 
 /// Units taken from an allowance for one request, to give back if the request is denied.
+/// Taken from a purse (as nearly every request on a busy key is), its slot and id are the
+/// purse's own, shared: a take allocates nothing for them.
 #[derive(Debug)]
 pub struct Reservation {
-    slot: String,
-    id: String,
+    slot: Arc<str>,
+    id: Arc<str>,
     cost: u64,
     /// The lease of the purse the units came from; `None`: from the shared allowance.
     purse_lease_until_us: Option<u64>,
@@ -105,7 +107,7 @@ struct WorkerState {
     in_flight: HashMap<u64, Vec<Sent>>,
     orphans: Vec<Orphan>,
     /// By allowance id: this worker's purses.
-    purses: HashMap<String, Pursed>,
+    purses: HashMap<Arc<str>, Pursed>,
 }
 
 /// What one take's compare-and-swap did, whichever attempt won.
@@ -123,8 +125,10 @@ struct TakeStep {
 
 /// A worker's purse and where its units came from.
 struct Pursed {
+    /// The allowance's id, as the map holds it: a reservation shares it.
+    id: Arc<str>,
     /// The allowance's slot.
-    slot: String,
+    slot: Arc<str>,
     /// The rule's index.
     rule: usize,
     purse: Purse,
@@ -259,7 +263,12 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         if let Some(local) = self.take_from_purse(&id, rule.cost, now_us) {
             return local;
         }
-        let emptied = self.state.borrow_mut().purses.remove(&id).map(|p| p.purse);
+        let emptied = self
+            .state
+            .borrow_mut()
+            .purses
+            .remove(id.as_str())
+            .map(|p| p.purse);
         let slot = self.slot(&id);
         let ttl = config.terms.ttl.as_micros().unsigned_abs();
         let mut step = TakeStep::default();
@@ -285,8 +294,8 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                     step.filled = Some(a.fill(now_us));
                     Local::Taken {
                         reservation: Reservation {
-                            slot: slot.clone(),
-                            id: id.clone(),
+                            slot: Arc::from(slot.as_str()),
+                            id: Arc::from(id.as_str()),
                             cost: rule.cost,
                             purse_lease_until_us: None,
                         },
@@ -310,12 +319,14 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         // costs) are still this worker's to spend.
         let purse = if step.written { step.filled } else { emptied };
         if let Some(purse) = purse.filter(|p| p.units > 0) {
+            let id: Arc<str> = Arc::from(id.as_str());
             let pursed = Pursed {
-                slot: slot.clone(),
+                id: Arc::clone(&id),
+                slot: Arc::from(slot.as_str()),
                 rule: rule_index,
                 purse,
             };
-            self.state.borrow_mut().purses.insert(id.clone(), pursed);
+            self.state.borrow_mut().purses.insert(id, pursed);
         }
         let touched = local.is_some().then(|| Touched {
             rule: rule_index,
@@ -331,14 +342,16 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
     /// Takes `cost` units from the worker's purse for allowance `id`, if it holds them.
     fn take_from_purse(&self, id: &str, cost: u64, now_us: u64) -> Option<Local<Reservation>> {
         let mut state = self.state.borrow_mut();
-        let Pursed { slot, purse, .. } = state.purses.get_mut(id)?;
+        let Pursed {
+            id, slot, purse, ..
+        } = state.purses.get_mut(id)?;
         if !purse.take(cost, now_us) {
             return None;
         }
         Some(Local::Taken {
             reservation: Reservation {
-                slot: slot.clone(),
-                id: id.to_owned(),
+                slot: Arc::clone(slot),
+                id: Arc::clone(id),
                 cost,
                 purse_lease_until_us: Some(purse.lease_until_us),
             },
@@ -375,7 +388,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
     pub fn give_back(&self, reservation: &Reservation, now_us: u64) {
         if let Some(lease_until_us) = reservation.purse_lease_until_us {
             // Into the purse they came from, under the same lease, or they are lost.
-            if let Some(pursed) = self.state.borrow_mut().purses.get_mut(&reservation.id) {
+            if let Some(pursed) = self.state.borrow_mut().purses.get_mut(&*reservation.id) {
                 pursed
                     .purse
                     .give_back(reservation.cost, lease_until_us, now_us);
@@ -383,7 +396,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             return;
         }
         self.update(&reservation.slot, |current| match current {
-            Some(mut a) if a.id == reservation.id => {
+            Some(mut a) if *a.id == *reservation.id => {
                 // Only while the lease lives: after it, the units are no longer the holder's
                 // to spend, and the unit is lost, which only costs an admission.
                 let given = a.give_back(reservation.cost, now_us);

@@ -2,6 +2,8 @@
 //! end, units given back (idle allowances, orphans, purses), sent as one lease call; and the
 //! answers to those calls applied to the allowances.
 
+use std::sync::Arc;
+
 use sluice_core::deny_cache::entry_id;
 use sluice_core::lease::{Allowance, Ending, LeaseConfig};
 use sluice_core::policy::Rule;
@@ -314,11 +316,11 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         let idle_us = self.tick.map_or(0, |t| t.as_micros() as u64);
         let margin = self.margin_us();
         let mut state = self.state.borrow_mut();
-        let due: Vec<String> = state
+        let due: Vec<Arc<str>> = state
             .purses
             .iter()
             .filter(|(_, p)| p.purse.due_back(now_us, idle_us, margin))
-            .map(|(id, _)| id.clone())
+            .map(|(id, _)| Arc::clone(id))
             .collect();
         for id in due {
             let Some(pursed) = state.purses.remove(&id) else {
@@ -328,7 +330,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                 continue;
             };
             let returned = self.update(&pursed.slot, |current| match current {
-                Some(mut a) if a.id == id => {
+                Some(mut a) if *a.id == *id => {
                     a.absorb(&pursed.purse, now_us, config.horizon);
                     (Some(a), ())
                 }

@@ -114,8 +114,10 @@ impl<R> Request<R> {
             return Start::Decided(Act::Reply(denial));
         }
         if self.local.iter().all(Option::is_some) || self.denied_here(glue) {
-            let verdicts = self.local.clone();
-            return Start::Decided(self.conclude(glue, &verdicts));
+            let local = std::mem::take(&mut self.local);
+            let act = self.conclude(glue, &local, &local);
+            self.local = local;
+            return Start::Decided(act);
         }
         let remote = self
             .planned
@@ -172,12 +174,14 @@ impl<R> Request<R> {
     /// decided here.
     pub fn answered<G: Glue<Reservation = R>>(&mut self, glue: &G, remote: &[Verdict]) -> Act {
         let mut remote = remote.iter();
-        let verdicts: Vec<Option<Verdict>> = self
-            .local
+        let local = std::mem::take(&mut self.local);
+        let verdicts: Vec<Option<Verdict>> = local
             .iter()
             .map(|local| local.or_else(|| remote.next().copied()))
             .collect();
-        self.conclude(glue, &verdicts)
+        let act = self.conclude(glue, &verdicts, &local);
+        self.local = local;
+        act
     }
 
     /// The service gave no usable answer: count it, record it, apply the failure mode to the
@@ -207,22 +211,21 @@ impl<R> Request<R> {
         glue: &G,
         outcomes: impl IntoIterator<Item = (RuleOutcome, u64, bool)>,
     ) {
-        let records: Vec<RuleRecord<&RuleName, &str>> = self
+        let records = self
             .planned
             .iter()
             .zip(outcomes)
             .map(|(p, (outcome, delay_ms, local))| {
                 glue.count_outcome(p.rule, outcome, delay_ms > 0, local);
-                RuleRecord {
+                RuleRecord::<&RuleName, &str> {
                     rule: &rule(glue, p).name,
                     key: p.key.as_str(),
                     outcome,
                     delay_ms,
                     local,
                 }
-            })
-            .collect();
-        glue.record(&record::encode(&records));
+            });
+        glue.record(&record::encode(records));
     }
 
     /// Records a request answered from the deny cache: check `hit` found a cached denial, the
@@ -327,11 +330,13 @@ impl<R> Request<R> {
             .any(|(p, v)| !rule(glue, p).shadow && v.is_some_and(|v| !v.allowed))
     }
 
-    /// Decides from the verdicts and remembers what came of each rule.
+    /// Decides from the verdicts and remembers what came of each rule; `local` holds those
+    /// decided here (a caller takes it out of the request, so that neither is copied).
     fn conclude<G: Glue<Reservation = R>>(
         &mut self,
         glue: &G,
         verdicts: &[Option<Verdict>],
+        local: &[Option<Verdict>],
     ) -> Act {
         let asked_at = self.asked_at_ms;
         let rule_verdicts: Vec<RuleVerdict<'_>> = self
@@ -351,30 +356,33 @@ impl<R> Request<R> {
         let decision = decide(&glue.policy().response, &rule_verdicts);
         let denied =
             record::request_denied(rule_verdicts.iter().map(|v| (v.shadow, v.verdict.allowed)));
-        let outcomes = self.planned.iter().zip(verdicts).zip(&self.local).map(
-            |((planned, verdict), local)| {
-                let rule = rule(glue, planned);
-                let local = local.is_some();
-                let outcome = verdict.map_or(RuleOutcome::Skipped, |v| {
-                    record::outcome(rule.shadow, v.allowed, denied)
+        let outcomes =
+            self.planned
+                .iter()
+                .zip(verdicts)
+                .zip(local)
+                .map(|((planned, verdict), local)| {
+                    let rule = rule(glue, planned);
+                    let local = local.is_some();
+                    let outcome = verdict.map_or(RuleOutcome::Skipped, |v| {
+                        record::outcome(rule.shadow, v.allowed, denied)
+                    });
+                    let delay_ms = match verdict {
+                        Some(v) if outcome == RuleOutcome::Allowed => v.delay_ms,
+                        _ => 0,
+                    };
+                    if outcome == RuleOutcome::Denied
+                        && !local
+                        && let Some(entry) =
+                            verdict.and_then(|v| cache_entry(rule, &planned.key, &v, asked_at))
+                    {
+                        // Judged at the request's start, not at a fresh clock read (a host call)
+                        // on an answer: against it, the cache keeps another key's entry only if
+                        // that outlasts this one, which then outlasts the answer too.
+                        glue.cache_remember(&entry, asked_at);
+                    }
+                    (outcome, delay_ms, local)
                 });
-                let delay_ms = match verdict {
-                    Some(v) if outcome == RuleOutcome::Allowed => v.delay_ms,
-                    _ => 0,
-                };
-                if outcome == RuleOutcome::Denied
-                    && !local
-                    && let Some(entry) =
-                        verdict.and_then(|v| cache_entry(rule, &planned.key, &v, asked_at))
-                {
-                    // Judged at the request's start, not at a fresh clock read (a host call)
-                    // on an answer: against it, the cache keeps another key's entry only if
-                    // that outlasts this one, which then outlasts the answer too.
-                    glue.cache_remember(&entry, asked_at);
-                }
-                (outcome, delay_ms, local)
-            },
-        );
         self.record(glue, outcomes);
         match decision {
             Decision::Deny(denial) => {
