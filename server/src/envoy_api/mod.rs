@@ -14,7 +14,7 @@
 //! protobuf skips any field its reader does not know; the tests through Envoy 1.40 hold the
 //! rest.
 
-mod grpc;
+mod method;
 pub mod protobuf;
 pub mod quota;
 pub mod ratelimit;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use futures::Stream;
 use tonic::Streaming;
 
-use super::grpc;
+use super::method;
 use super::protobuf::{Duration, UInt32Value};
 
 /// The service's name, as gRPC routes it and health checking reports it.
@@ -161,24 +161,24 @@ pub trait RateLimitQuotaService: Send + Sync + 'static {
 /// `StreamRateLimitQuotas`.
 pub struct StreamRateLimitQuotas;
 
-impl grpc::Method for StreamRateLimitQuotas {
+impl method::Method for StreamRateLimitQuotas {
     const PATH: &'static str = STREAM_RATE_LIMIT_QUOTAS;
 }
 
-impl<S: RateLimitQuotaService> grpc::Serve<S> for StreamRateLimitQuotas {
-    fn serve<B: grpc::RequestBody>(
+impl<S: RateLimitQuotaService> method::Serve<S> for StreamRateLimitQuotas {
+    fn serve<B: method::RequestBody>(
         service: Arc<S>,
         request: http::Request<B>,
-    ) -> grpc::BoxFuture<grpc::Answer, Infallible> {
-        Box::pin(async move { Ok(grpc::server().streaming(Streams(service), request).await) })
+    ) -> method::BoxFuture<method::Answer, Infallible> {
+        Box::pin(async move { Ok(method::server().streaming(Streams(service), request).await) })
     }
 }
 
 /// A [`RateLimitQuotaService`] as a gRPC service, ready to route.
-pub type RateLimitQuotaServer<S> = grpc::Server<StreamRateLimitQuotas, S>;
+pub type RateLimitQuotaServer<S> = method::Server<StreamRateLimitQuotas, S>;
 
 /// A client of the quota service.
-pub type RateLimitQuotaClient = grpc::Client<StreamRateLimitQuotas>;
+pub type RateLimitQuotaClient = method::Client<StreamRateLimitQuotas>;
 
 impl RateLimitQuotaClient {
     /// Opens a stream: `reports` go out as they come, and the assignments come back.
@@ -202,7 +202,7 @@ impl<S: RateLimitQuotaService> tonic::server::StreamingService<RateLimitQuotaUsa
 {
     type Response = RateLimitQuotaResponse;
     type ResponseStream = S::Assignments;
-    type Future = grpc::BoxFuture<tonic::Response<S::Assignments>, tonic::Status>;
+    type Future = method::BoxFuture<tonic::Response<S::Assignments>, tonic::Status>;
 
     fn call(
         &mut self,

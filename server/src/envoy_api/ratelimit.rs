@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use super::grpc;
+use super::method;
 use super::protobuf::{Duration, UInt64Value};
 
 /// The service's name, as gRPC routes it and health checking reports it.
@@ -148,24 +148,24 @@ pub trait RateLimitService: Send + Sync + 'static {
 /// `ShouldRateLimit`.
 pub struct ShouldRateLimit;
 
-impl grpc::Method for ShouldRateLimit {
+impl method::Method for ShouldRateLimit {
     const PATH: &'static str = SHOULD_RATE_LIMIT;
 }
 
-impl<S: RateLimitService> grpc::Serve<S> for ShouldRateLimit {
-    fn serve<B: grpc::RequestBody>(
+impl<S: RateLimitService> method::Serve<S> for ShouldRateLimit {
+    fn serve<B: method::RequestBody>(
         service: Arc<S>,
         request: http::Request<B>,
-    ) -> grpc::BoxFuture<grpc::Answer, Infallible> {
-        Box::pin(async move { Ok(grpc::server().unary(Unary(service), request).await) })
+    ) -> method::BoxFuture<method::Answer, Infallible> {
+        Box::pin(async move { Ok(method::server().unary(Unary(service), request).await) })
     }
 }
 
 /// A [`RateLimitService`] as a gRPC service, ready to route.
-pub type RateLimitServer<S> = grpc::Server<ShouldRateLimit, S>;
+pub type RateLimitServer<S> = method::Server<ShouldRateLimit, S>;
 
 /// A client of the rate limit service.
-pub type RateLimitClient = grpc::Client<ShouldRateLimit>;
+pub type RateLimitClient = method::Client<ShouldRateLimit>;
 
 impl RateLimitClient {
     /// One `ShouldRateLimit` call.
@@ -184,7 +184,7 @@ struct Unary<S>(Arc<S>);
 
 impl<S: RateLimitService> tonic::server::UnaryService<RateLimitRequest> for Unary<S> {
     type Response = RateLimitResponse;
-    type Future = grpc::BoxFuture<tonic::Response<RateLimitResponse>, tonic::Status>;
+    type Future = method::BoxFuture<tonic::Response<RateLimitResponse>, tonic::Status>;
 
     fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
         let service = Arc::clone(&self.0);

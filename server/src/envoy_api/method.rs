@@ -1,5 +1,5 @@
 //! What both services share: a method's server side over the service that answers it, a
-//! client of it, tonic's codec for prost messages, and the answer to a path neither has.
+//! client of it, and tonic's codec for prost messages.
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
@@ -73,7 +73,8 @@ impl<M: Serve<S>, S, B: RequestBody> tower_service::Service<http::Request<B>> fo
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         if request.uri().path() != M::PATH {
-            return Box::pin(async { Ok(unimplemented()) });
+            // gRPC's `UNIMPLEMENTED`, as tonic's generated services answer a path they lack.
+            return Box::pin(async { Ok(tonic::Status::unimplemented("").into_http()) });
         }
         M::serve(Arc::clone(&self.service), request)
     }
@@ -86,22 +87,6 @@ where
     Response: prost::Message + Send + 'static,
 {
     tonic::server::Grpc::new(ProstCodec::default())
-}
-
-/// The answer to a path the service has no method at: gRPC's `UNIMPLEMENTED`, as tonic's
-/// generated services give it.
-fn unimplemented() -> Answer {
-    let mut answer = http::Response::new(tonic::body::Body::default());
-    let headers = answer.headers_mut();
-    headers.insert(
-        tonic::Status::GRPC_STATUS,
-        (tonic::Code::Unimplemented as i32).into(),
-    );
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        tonic::metadata::GRPC_CONTENT_TYPE,
-    );
-    answer
 }
 
 /// A client of the method `M`'s service.
