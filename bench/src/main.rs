@@ -96,12 +96,17 @@ enum Command {
         #[arg(long, default_value_t = ENVOY_SECONDS)]
         seconds: u64,
         /// Only these setups (none, noop, noop-module, local, sluice, module, module-lease,
-        /// threads, lease, grpc, denying), comma-separated, e.g. to profile one.
+        /// threads, lease, grpc, denying; over a limit: lease-limited, module-lease-limited,
+        /// grpc-limited, rlqs-limited), comma-separated, e.g. to profile one.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Print the filter's and sluice clusters' stats after each run.
         #[arg(long)]
         stats: bool,
+        /// Also count Envoy's instructions a request under callgrind (valgrind, h2load, curl)
+        /// for the module's setups and their baselines; with `--rounds 0`, only that.
+        #[arg(long)]
+        instructions: bool,
     },
     /// The quota service at scale: quota streams of many buckets (scripts/rlqs-scale.sh).
     Scale {
@@ -248,6 +253,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             seconds,
             only,
             stats,
+            instructions,
         } => print!(
             "{}",
             sections::envoy_section(&envoy::Options {
@@ -255,6 +261,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 seconds,
                 only,
                 show_stats: stats,
+                instructions,
             })?
         ),
         Command::All { out, seconds } => {
@@ -276,6 +283,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     seconds: ENVOY_SECONDS,
                     only: Vec::new(),
                     show_stats: false,
+                    instructions: true,
                 })?
             )?;
             eprintln!("bench: sluice-server beside redis-benchmark ...");

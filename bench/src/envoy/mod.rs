@@ -8,6 +8,7 @@
 //! turns in a rotating order.
 
 mod config;
+mod instructions;
 mod plan;
 mod report;
 mod setup;
@@ -188,6 +189,9 @@ pub struct Options {
     pub only: Vec<String>,
     /// Print the filter's and the clusters' stats after each run, to see what it did.
     pub show_stats: bool,
+    /// Also count Envoy's instructions a request under callgrind, for the setups of the
+    /// module's bars (those `only` names, where it names any).
+    pub instructions: bool,
 }
 
 /// `rounds` rounds of every setup on both key spreads (those `only` names, where it names
@@ -199,6 +203,7 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
         seconds,
         ref only,
         show_stats,
+        instructions,
     } = *options;
     let stack = Stack::start()?;
     let absolute = |path: &std::path::Path| {
@@ -239,17 +244,32 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
         }
     }
     let mut over_limit = Vec::new();
-    for setup in OVER_LIMIT {
+    // `--rounds 0` (instructions alone) measures none of them either.
+    let over_limit_setups = OVER_LIMIT
+        .into_iter()
+        .filter(|setup| rounds > 0 && (only.is_empty() || only.iter().any(|o| o == setup.id())));
+    for setup in over_limit_setups {
         eprintln!("envoy: {} over its limit", setup.name());
         // Each way meets the limit afresh: the .wasm's and the module's rules are the same
         // Redis keys, and a run before would have spent the burst the next one's exact counts.
         stack.redis.cli(&["FLUSHALL"])?;
         over_limit.push(measure_over_limit(&stack, &wasm, setup, seconds)?);
     }
+    let mut counts = Vec::new();
+    if instructions {
+        let counted = instructions::COUNTED
+            .into_iter()
+            .filter(|setup| only.is_empty() || only.iter().any(|o| o == setup.id()));
+        for setup in counted {
+            eprintln!("envoy: {} under callgrind", setup.name());
+            counts.push(instructions::count(&stack.addresses, &wasm, setup)?);
+        }
+    }
     Ok(Results {
         seconds,
         runs,
         over_limit,
+        counts,
     })
 }
 

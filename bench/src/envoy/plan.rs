@@ -64,6 +64,8 @@ pub struct Results {
     pub runs: Vec<(Keys, Setup, Vec<Run>)>,
     /// Each way in over [`limit`], on the same traffic.
     pub over_limit: Vec<OverLimit>,
+    /// Envoy's instructions a request, where they were counted.
+    pub counts: Vec<Count>,
 }
 
 /// One way in on the hot keys, each offered far more than [`limit`] allows, from Envoy's
@@ -116,4 +118,17 @@ pub const LIMIT_BURST: u32 = 200;
 /// That limit, as a rule's `limit`.
 pub fn limit() -> String {
     format!(r#"{{"algorithm": "gcra", "rate": {LIMIT_RATE}, "per": "1s", "burst": {LIMIT_BURST}}}"#)
+}
+
+/// One setup's count under callgrind: Envoy's instructions a request, on its worker thread
+/// (what a request costs) and on its main thread (work by the second: stats, the module's lease
+/// tick and calls).
+#[derive(Debug, Clone, Copy)]
+pub struct Count {
+    /// The setup counted.
+    pub setup: Setup,
+    /// On the worker.
+    pub worker: u64,
+    /// On the main thread.
+    pub main: u64,
 }

@@ -78,6 +78,11 @@ impl Results {
 pub fn section(results: &Results, wasm: &Path, envoy_version: &str) -> anyhow::Result<String> {
     let mut out = String::new();
     let rounds = results.runs.first().map_or(0, |(_, _, r)| r.len());
+    if rounds == 0 {
+        // `--rounds 0 --instructions`: the counts alone.
+        instructions(&mut out, results)?;
+        return Ok(out);
+    }
     writeln!(
         out,
         "Envoy {envoy_version} (V8) with {WORKERS} worker, started afresh for every run; its route's upstream is a second listener of the same Envoy answering 200 itself. The load generator holds {CONNECTIONS} keep-alive HTTP/1.1 connections (closed loop, one thread), each request carrying `x-api-key` from 10 hot keys or 1,000 keys in turn. sluice-server is the release binary with one thread (sleeping when idle, its default), gRPC on the same port; Redis beside it; all on this machine's cores. Each limit is high enough that everything passes, except the denying row's. {rounds} rounds of every setup, {} s each after 1 s of warm-up, in an order rotated every round; each cell is the median over the rounds, ranges in brackets. CPU from `/proc` (Envoy's whole process, sluice-server's) and Redis' `INFO`, over the measured span, divided by the requests answered; *added* is Envoy's CPU a request over the same round's no-filter run. *Calls*: requests Envoy sent sluice-server (its clusters' `upstream_rq_total`).\n",
@@ -91,6 +96,7 @@ pub fn section(results: &Results, wasm: &Path, envoy_version: &str) -> anyhow::R
     start_up(&mut out, results)?;
     over_limit(&mut out, results)?;
     bars(&mut out, results, wasm)?;
+    instructions(&mut out, results)?;
     out.push_str(WHERE_THE_TIME_GOES);
     Ok(out)
 }
@@ -409,5 +415,68 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         module / none,
         plain(module <= 1.2 * none)
     )?;
+    Ok(())
+}
+
+/// Envoy's instructions a request under callgrind, and the module's two cost bars judged on
+/// them, where they were counted.
+fn instructions(out: &mut String, results: &Results) -> anyhow::Result<()> {
+    if results.counts.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "**In instructions.** Envoy under callgrind (`scripts/envoy-instructions.sh`), one worker, {} requests on one hot key after 500 to warm up; a count repeats to within a few hundred instructions. *Worker*: the worker thread's instructions a request, what a request costs; *main*: the main thread's over the same span (stats, the module's lease tick and lease calls), work by the second that callgrind's slow pace spreads over some 40 times fewer requests than Envoy serves at full speed.\n\n| setup | worker | over no filter | main |\n|---|---|---|---|",
+        super::instructions::REQUESTS
+    )?;
+    let worker = |setup: Setup| {
+        results
+            .counts
+            .iter()
+            .find(|c| c.setup == setup)
+            .map(|c| c.worker as f64)
+    };
+    let none = worker(Setup::NoFilter);
+    for count in &results.counts {
+        let added = none.map_or(String::new(), |n| {
+            format!("{:+.0}", count.worker as f64 - n)
+        });
+        writeln!(
+            out,
+            "| {} | {} | {added} | {} |",
+            count.setup.name(),
+            count.worker,
+            count.main
+        )?;
+    }
+    writeln!(out)?;
+    let added = |setup| Some(worker(setup)? - none?);
+    let judged = |out: &mut String, bar: &str, setup, base, max: f64| -> anyhow::Result<()> {
+        match (added(setup), added(base)) {
+            (Some(a), Some(b)) => writeln!(
+                out,
+                "- {bar}: {a:.0} against {b:.0}, {:.2} times — {}.",
+                a / b,
+                plain(a <= max * b)
+            )?,
+            _ => writeln!(out, "- {bar}: not counted.")?,
+        }
+        Ok(())
+    };
+    judged(
+        out,
+        "In instructions, sluice's module per request adds at most 0.8 times the native `ratelimit` filter's",
+        Setup::SluiceModule,
+        Setup::NativeGrpc,
+        0.8,
+    )?;
+    judged(
+        out,
+        "In instructions, sluice's module in lease mode on a hot key adds at most twice the no-op module's",
+        Setup::SluiceModuleLease,
+        Setup::NoopModule,
+        2.0,
+    )?;
+    writeln!(out)?;
     Ok(())
 }

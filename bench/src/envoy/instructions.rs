@@ -1,0 +1,103 @@
+//! Envoy's instructions a request under callgrind, setup by setup: a count that repeats to a
+//! few hundred instructions from run to run, where CPU time on this machine swings by 20 %, so
+//! the module's two cost bars can be judged on it (`scripts/envoy-instructions.sh` counts).
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use sluice_harness::module_dir;
+
+use super::config::{self, Addresses, Wasm};
+use super::plan::Count;
+use super::setup::Setup;
+
+/// The setups counted: the module's two bars' setups and their baselines.
+pub const COUNTED: [Setup; 6] = [
+    Setup::NoFilter,
+    Setup::NoopModule,
+    Setup::LocalRatelimit,
+    Setup::SluiceModule,
+    Setup::SluiceModuleLease,
+    Setup::NativeGrpc,
+];
+
+/// Requests counted in each setup, after the script's warm-up of 500.
+pub const REQUESTS: u64 = 2000;
+
+/// Counts `setup` in an Envoy under callgrind, one worker, one hot key, its listeners and
+/// sluice-server at `addresses`.
+pub fn count(addresses: &Addresses, wasm: &Wasm<'_>, setup: Setup) -> anyhow::Result<Count> {
+    let dir = tempfile::tempdir()?;
+    let yaml = dir.path().join("envoy.yaml");
+    std::fs::write(&yaml, config::envoy_yaml(setup, addresses, wasm))?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/envoy-instructions.sh");
+    let venv_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = std::env::join_paths(std::iter::once(venv_bin).chain(std::env::split_paths(&path)))?;
+    let url = format!("http://{}/", addresses.ingress);
+    let mut command = Command::new("bash");
+    // `KEEP=DIR`: each setup's callgrind files in DIR/<setup>, for `callgrind_annotate`.
+    if let Some(keep) = std::env::var_os("KEEP") {
+        command.env("KEEP", Path::new(&keep).join(setup.id()));
+    }
+    let output = command
+        .arg(&script)
+        .arg(&yaml)
+        .arg(&url)
+        .arg(REQUESTS.to_string())
+        .arg("x-api-key: key-0")
+        .env("PATH", path)
+        .env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", module_dir())
+        .output()
+        .context("running scripts/envoy-instructions.sh")?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        bail!(
+            "scripts/envoy-instructions.sh failed for {} ({}): {}{}",
+            setup.name(),
+            output.status,
+            stdout,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let per_request = |thread: &str| {
+        read_count(&stdout, thread).with_context(|| {
+            format!(
+                "scripts/envoy-instructions.sh printed no `{thread}:` count for {}: {stdout}",
+                setup.name()
+            )
+        })
+    };
+    Ok(Count {
+        setup,
+        worker: per_request("worker")?,
+        main: per_request("main")?,
+    })
+}
+
+/// The count on the script's line `THREAD: N instructions a request`.
+fn read_count(output: &str, thread: &str) -> Option<u64> {
+    output.lines().find_map(|line| {
+        let rest = line.strip_prefix(thread)?.strip_prefix(": ")?;
+        rest.strip_suffix(" instructions a request")?.parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_count;
+
+    #[test]
+    fn each_threads_count_is_read_from_its_own_line() {
+        let output = "worker: 255177 instructions a request\nmain: 1358 instructions a request\nprocess: 256600 instructions a request\n";
+        assert_eq!(read_count(output, "worker"), Some(255_177));
+        assert_eq!(read_count(output, "main"), Some(1_358));
+        assert_eq!(read_count(output, "process"), Some(256_600));
+        assert_eq!(
+            read_count("worker: many instructions a request", "worker"),
+            None
+        );
+        assert_eq!(read_count(output, "other"), None);
+    }
+}
