@@ -53,9 +53,15 @@ pub struct RuleVerdict<'a> {
     pub verdict: &'a Verdict,
 }
 
-/// Decides the request from the verdicts of the checks it needed.
-pub fn decide(response: &ResponseConfig, verdicts: &[RuleVerdict<'_>]) -> Decision {
-    let enforced = || verdicts.iter().filter(|v| !v.shadow);
+/// Decides the request from the verdicts of the checks it needed, read as often as needed
+/// from `verdicts` (the filter hands them over without gathering them in a list).
+pub fn decide<'a, I>(response: &ResponseConfig, verdicts: I) -> Decision
+where
+    I: IntoIterator<Item = RuleVerdict<'a>>,
+    I::IntoIter: Clone,
+{
+    let verdicts = verdicts.into_iter();
+    let enforced = || verdicts.clone().filter(|v| !v.shadow);
     let binding_denial = enforced()
         .filter(|v| !v.verdict.allowed)
         .max_by_key(|v| v.verdict.retry_after_ms.unwrap_or(u64::MAX));
@@ -65,7 +71,7 @@ pub fn decide(response: &ResponseConfig, verdicts: &[RuleVerdict<'_>]) -> Decisi
             let retry_ms = retry_ms.min(denial.limit.longest_wait_ms());
             headers.push(("retry-after".to_owned(), seconds(retry_ms).to_string()));
         }
-        headers.extend(rate_limit_headers(response.headers, denial));
+        headers.extend(rate_limit_headers(response.headers, &denial));
         return Decision::Deny(Denial {
             status: response.status,
             body: response.body.clone(),
@@ -76,7 +82,7 @@ pub fn decide(response: &ResponseConfig, verdicts: &[RuleVerdict<'_>]) -> Decisi
     let headers = if response.on_allowed {
         enforced()
             .min_by_key(|v| (v.verdict.remaining, v.verdict.limit))
-            .map(|v| rate_limit_headers(response.headers, v))
+            .map(|v| rate_limit_headers(response.headers, &v))
             .unwrap_or_default()
     } else {
         Vec::new()
@@ -176,7 +182,8 @@ mod tests {
         let short = verdict(false, 0, Some(1_200));
         let long = verdict(false, 0, Some(7_001));
         let vs = [enforced("a", &l, &short), enforced("b", &l, &long)];
-        let Decision::Deny(d) = decide(&config(HeaderStyle::XRateLimit, false), &vs) else {
+        let Decision::Deny(d) = decide(&config(HeaderStyle::XRateLimit, false), vs.iter().copied())
+        else {
             panic!()
         };
         assert_eq!(d.status, 429);
@@ -199,7 +206,8 @@ mod tests {
             ..verdict(false, 0, Some(1_000_000_000))
         };
         let vs = [enforced("a", &l, &absurd)];
-        let Decision::Deny(d) = decide(&config(HeaderStyle::XRateLimit, false), &vs) else {
+        let Decision::Deny(d) = decide(&config(HeaderStyle::XRateLimit, false), vs.iter().copied())
+        else {
             panic!()
         };
         let header = |name: &str| {
@@ -221,7 +229,7 @@ mod tests {
             ..enforced("s", &l, &denied)
         }];
         assert_eq!(
-            decide(&config(HeaderStyle::XRateLimit, true), &vs),
+            decide(&config(HeaderStyle::XRateLimit, true), vs.iter().copied()),
             Decision::Allow {
                 delay_ms: 0,
                 headers: vec![]
@@ -235,7 +243,9 @@ mod tests {
         let a = verdict(true, 3, Some(0));
         let b = verdict(true, 7, Some(0));
         let vs = [enforced("tight", &l, &a), enforced("loose", &l, &b)];
-        let Decision::Allow { headers, .. } = decide(&config(HeaderStyle::Ietf, true), &vs) else {
+        let Decision::Allow { headers, .. } =
+            decide(&config(HeaderStyle::Ietf, true), vs.iter().copied())
+        else {
             panic!()
         };
         assert_eq!(
@@ -255,7 +265,8 @@ mod tests {
         let l = limit();
         let never = verdict(false, 10, None);
         let vs = [enforced("a", &l, &never)];
-        let Decision::Deny(d) = decide(&config(HeaderStyle::None, false), &vs) else {
+        let Decision::Deny(d) = decide(&config(HeaderStyle::None, false), vs.iter().copied())
+        else {
             panic!()
         };
         assert!(d.headers.is_empty());

@@ -96,6 +96,18 @@ pub fn outcome(shadow: bool, allowed: bool, request_denied: bool) -> RuleOutcome
 }
 
 impl RuleOutcome {
+    /// The record's `outcome` field, its comma before it: [`RuleOutcome::name`] in JSON.
+    fn field(self) -> &'static [u8] {
+        match self {
+            RuleOutcome::Allowed => br#","outcome":"allowed""#,
+            RuleOutcome::Denied => br#","outcome":"denied""#,
+            RuleOutcome::ShadowDenied => br#","outcome":"shadow_denied""#,
+            RuleOutcome::CachedDeny => br#","outcome":"cached_deny""#,
+            RuleOutcome::Skipped => br#","outcome":"skipped""#,
+            RuleOutcome::Failed => br#","outcome":"failed""#,
+        }
+    }
+
     /// The outcome's name, as in the record and in metrics labels.
     pub fn name(self) -> &'static str {
         match self {
@@ -114,8 +126,20 @@ impl RuleOutcome {
 pub fn encode<R: Borrow<RuleName>, K: AsRef<str>>(
     record: impl IntoIterator<Item = RuleRecord<R, K>>,
 ) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(&mut out, record);
+    out
+}
+
+/// [`encode`] into `out`, emptied first: a filter keeps one buffer for every request it
+/// records, so that a record costs no allocation.
+pub fn encode_into<R: Borrow<RuleName>, K: AsRef<str>>(
+    out: &mut Vec<u8>,
+    record: impl IntoIterator<Item = RuleRecord<R, K>>,
+) {
     let record = record.into_iter();
-    let mut out = Vec::with_capacity(80 * record.size_hint().0 + 2);
+    out.clear();
+    out.reserve(80 * record.size_hint().0 + 2);
     out.push(b'[');
     for (i, line) in record.enumerate() {
         if i > 0 {
@@ -126,21 +150,20 @@ pub fn encode<R: Borrow<RuleName>, K: AsRef<str>>(
         // scanned for what would (two scans of the three strings a line writes).
         out.extend_from_slice(line.rule.borrow().as_str().as_bytes());
         out.extend_from_slice(br#"","key":"#);
-        write_json_string(&mut out, line.key.as_ref());
-        out.extend_from_slice(br#","outcome":""#);
-        out.extend_from_slice(line.outcome.name().as_bytes());
-        out.push(b'"');
+        write_json_string(out, line.key.as_ref());
+        out.extend_from_slice(line.outcome.field());
         if line.delay_ms != 0 {
             out.extend_from_slice(br#","delay_ms":"#);
-            decimal::write(&mut out, line.delay_ms);
+            decimal::write(out, line.delay_ms);
         }
-        if line.local {
-            out.extend_from_slice(br#","local":true"#);
-        }
-        out.push(b'}');
+        // Each line's end written whole: a record is written for every request.
+        out.extend_from_slice(if line.local {
+            br#","local":true}"#.as_slice()
+        } else {
+            b"}"
+        });
     }
     out.push(b']');
-    out
 }
 
 /// Decodes a record.

@@ -159,7 +159,7 @@ proptest! {
     fn the_configuration_parser_never_panics(data in any_input(), path in prop::collection::vec(any::<u8>(), 0..40)) {
         if let Ok(policy) = Policy::from_json(&data) {
             let request = HttpRequest {
-                headers: vec![(":path".into(), path.clone()), (":method".into(), b"GET".to_vec()), ("x-forwarded-for".into(), path)],
+                headers: [(":path".into(), path.clone().into()), (":method".into(), b"GET".as_slice().into()), ("x-forwarded-for".into(), path.into())].into_iter().collect(),
                 source_address: Some("203.0.113.9:80".into()),
             };
             let _ = policy.checks_for(&request);

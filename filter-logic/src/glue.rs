@@ -69,6 +69,13 @@ pub trait Glue {
         key: &LimitKey,
         now_us: u64,
     ) -> Local<Self::Reservation>;
-    /// Gives back the units of a request that was denied.
-    fn give_back(&self, reservation: &Self::Reservation, now_us: u64);
+    /// Gives back the units of a request that was denied, taken for rule `rule_index`'s
+    /// `key`.
+    fn give_back(
+        &self,
+        reservation: &Self::Reservation,
+        rule_index: usize,
+        key: &LimitKey,
+        now_us: u64,
+    );
 }

@@ -5,15 +5,16 @@ use std::borrow::Cow;
 use sluice_core::policy::{HttpRequest, Policy, Service};
 
 /// The parts of the request `policy` reads: only the headers its rules name, when it can say
-/// which (`header` reads one, the first of its values); else every header (`all_headers`; a
-/// header map read whole costs an allocation per header); and the peer's address
-/// (`source_address`, `ip:port`) only when a key uses the client's address.
-pub fn read_request<'p>(
-    policy: &'p Policy,
-    header: impl Fn(&str) -> Option<Vec<u8>>,
+/// which (`header` reads one, the first of its values, borrowed from the host where it lends
+/// it); else every header (`all_headers`; a header map read whole costs an allocation per
+/// header); and the peer's address (`source_address`, `ip:port`) only when a key uses the
+/// client's address.
+pub fn read_request<'a>(
+    policy: &'a Policy,
+    header: impl Fn(&str) -> Option<Cow<'a, [u8]>>,
     all_headers: impl FnOnce() -> Vec<(String, Vec<u8>)>,
     source_address: impl FnOnce() -> Option<String>,
-) -> HttpRequest<'p> {
+) -> HttpRequest<'a> {
     let source_address = if policy.reads_source_address {
         source_address()
     } else {
@@ -26,7 +27,7 @@ pub fn read_request<'p>(
             .collect(),
         None => all_headers()
             .into_iter()
-            .map(|(name, value)| (Cow::Owned(name), value))
+            .map(|(name, value)| (Cow::Owned(name), Cow::Owned(value)))
             .collect(),
     };
     HttpRequest {
@@ -37,15 +38,21 @@ pub fn read_request<'p>(
 
 /// The headers of a `POST` of JSON to `path` of sluice-server: the same for decisions and
 /// leases, from every host.
-pub fn callout_headers<'a>(service: &'a Service, path: &'a str) -> Vec<(&'a str, &'a str)> {
-    let mut headers = vec![
+pub fn callout_headers<'a>(
+    service: &'a Service,
+    path: &'a str,
+) -> impl Iterator<Item = (&'a str, &'a str)> + Clone {
+    [
         (":method", "POST"),
         (":path", path),
         (":authority", service.authority.as_str()),
         ("content-type", "application/json"),
-    ];
-    if let Some(authorization) = &service.authorization {
-        headers.push(("authorization", authorization.as_str()));
-    }
-    headers
+    ]
+    .into_iter()
+    .chain(
+        service
+            .authorization
+            .as_deref()
+            .map(|authorization| ("authorization", authorization)),
+    )
 }

@@ -14,7 +14,7 @@ pub fn post(
     path: &str,
     body: &[u8],
 ) -> Result<u32, String> {
-    let headers = callout_headers(service, path);
+    let headers = callout_headers(service, path).collect();
     let timeout = Duration::from_millis(service.timeout.as_millis());
     context
         .dispatch_http_call(&service.cluster, headers, Some(body), vec![], timeout)

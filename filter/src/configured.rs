@@ -108,7 +108,7 @@ impl Glue for Configured {
         self.leases.take(rule_index, rule, config, key, now_us)
     }
 
-    fn give_back(&self, reservation: &Reservation, now_us: u64) {
-        self.leases.give_back(reservation, now_us);
+    fn give_back(&self, reservation: &Reservation, rule_index: usize, key: &LimitKey, now_us: u64) {
+        self.leases.give_back(reservation, rule_index, key, now_us);
     }
 }

@@ -8,7 +8,7 @@ use sluice_core::policy::{HttpRequest, Policy};
 fuzz_target!(|data: &[u8]| {
     if let Ok(policy) = Policy::from_json(data) {
         let request = HttpRequest {
-            headers: vec![(":path".into(), data.to_vec()), (":method".into(), b"GET".to_vec()), ("x-forwarded-for".into(), data.to_vec())],
+            headers: [(":path".into(), data.into()), (":method".into(), b"GET".as_slice().into()), ("x-forwarded-for".into(), data.into())].into_iter().collect(),
             source_address: Some(String::from_utf8_lossy(data).into_owned()),
         };
         let _ = policy.checks_for(&request);

@@ -60,6 +60,7 @@ impl ModuleBuffer {
 
 /// A header the module hands Envoy.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ModuleHttpHeader {
     pub key_ptr: *const u8,
     pub key_length: usize,

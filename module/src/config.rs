@@ -105,7 +105,7 @@ impl Configured {
         let headers = callout_headers(service, LEASE_PATH);
         match config.post(
             &service.cluster,
-            &headers,
+            headers,
             &body,
             service.timeout.as_millis(),
         ) {
@@ -282,9 +282,11 @@ impl Glue for StreamGlue<'_> {
         }
     }
 
-    fn give_back(&self, reservation: &Reservation, now_us: u64) {
+    fn give_back(&self, reservation: &Reservation, rule_index: usize, key: &LimitKey, now_us: u64) {
         if let Some(leases) = &self.configured.leases {
-            leases.lock().give_back(reservation, now_us);
+            leases
+                .lock()
+                .give_back(reservation, rule_index, key, now_us);
         }
     }
 }

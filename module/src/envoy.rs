@@ -7,6 +7,8 @@
 
 #![allow(unsafe_code)]
 
+use std::mem::MaybeUninit;
+
 use crate::abi::{
     self, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHttpHeader, FilterEnvoyPtr, ModuleBuffer,
     ModuleHttpHeader,
@@ -26,10 +28,10 @@ impl Config {
     /// Posts `body` through `cluster` from the configuration, on the main thread; its answer
     /// comes to `on_http_filter_config_http_callout_done`. The callout's id, or Envoy's init
     /// result when it would not send it.
-    pub fn post(
+    pub fn post<'a>(
         &self,
         cluster: &str,
-        headers: &[(&str, &str)],
+        headers: impl IntoIterator<Item = (&'a str, &'a str)>,
         body: &[u8],
         timeout_ms: u64,
     ) -> Result<u64, u32> {
@@ -83,23 +85,28 @@ impl Config {
 pub struct Filter(pub FilterEnvoyPtr);
 
 impl Filter {
-    /// The first value of request header `name` (lower case, as Envoy keeps names), copied.
+    /// The first value of request header `name` (lower case, as Envoy keeps names), in
+    /// Envoy's header map.
     ///
     /// Found among every header Envoy lists in place, not asked for by name: Envoy's lookup by
     /// name makes its own lower-case copy of the name and a list of the values, about 3,000
     /// of its instructions a request under callgrind, where listing a request's few headers
     /// costs a few hundred.
-    pub fn request_header(&self, name: &str) -> Option<Vec<u8>> {
+    ///
+    /// # Safety
+    /// The value is Envoy's, valid only while the hook that made this handle runs and the
+    /// request's headers are not changed: it must not be used after either.
+    pub unsafe fn request_header<'h>(&self, name: &str) -> Option<&'h [u8]> {
         // SAFETY: the filter pointer is live (see the module's docs).
         let size = unsafe {
             abi::envoy_dynamic_module_callback_http_get_headers_size(self.0, abi::REQUEST_HEADER)
         };
-        let mut headers = [EnvoyHttpHeader::EMPTY; 32];
+        let mut on_stack = [MaybeUninit::<EnvoyHttpHeader>::uninit(); 32];
         let mut more = Vec::new();
-        let listed: &mut [EnvoyHttpHeader] = if size <= headers.len() {
-            &mut headers[..size]
+        let listed: &mut [MaybeUninit<EnvoyHttpHeader>] = if size <= on_stack.len() {
+            &mut on_stack[..size]
         } else {
-            more.resize(size, EnvoyHttpHeader::EMPTY);
+            more.resize(size, MaybeUninit::uninit());
             &mut more
         };
         // SAFETY: `listed` has room for the `size` headers Envoy just counted, and Envoy
@@ -108,16 +115,24 @@ impl Filter {
             abi::envoy_dynamic_module_callback_http_get_headers(
                 self.0,
                 abi::REQUEST_HEADER,
-                listed.as_mut_ptr(),
+                listed.as_mut_ptr().cast(),
             )
         };
         if !ok {
             return None;
         }
         listed.iter().find_map(|h| {
-            // SAFETY: Envoy's buffers, valid until this hook ends; the value is copied at once.
+            // SAFETY: Envoy wrote every one of the `size` headers it counted in this same
+            // hook (its header map is the stream's, changed by no other thread); their
+            // buffers are valid for as long as the caller promised.
+            let h = unsafe { h.assume_init_ref() };
+            // Most names differ in length: those are passed over without reading them.
+            if h.key_length != name.len() {
+                return None;
+            }
+            // SAFETY: as above.
             let (key, value) = unsafe { h.bytes() };
-            (key == name.as_bytes()).then(|| value.to_vec())
+            (key == name.as_bytes()).then_some(value)
         })
     }
 
@@ -219,10 +234,10 @@ impl Filter {
     /// Posts `body` through `cluster` for this stream; its answer comes to
     /// `on_http_filter_http_callout_done`. The callout's id, or Envoy's init result when it
     /// would not send it.
-    pub fn post(
+    pub fn post<'a>(
         &self,
         cluster: &str,
-        headers: &[(&str, &str)],
+        headers: impl IntoIterator<Item = (&'a str, &'a str)>,
         body: &[u8],
         timeout_ms: u64,
     ) -> Result<u64, u32> {
@@ -277,20 +292,46 @@ type Callout = unsafe extern "C" fn(
     u64,
 ) -> u32;
 
+/// How many callout headers are handed to Envoy from the stack: a callout has four, five
+/// with a bearer token.
+const CALLOUT_HEADERS_ON_STACK: usize = 8;
+
 /// Posts `body` to `cluster` with `headers` and a timeout, through `callout` on `envoy`: the
 /// callout's id, or Envoy's init result when it would not send it.
 ///
 /// # Safety
 /// `envoy` must be the live object `callout` takes (a filter's or a configuration's).
-unsafe fn post_with(
+unsafe fn post_with<'a>(
     callout: Callout,
     envoy: *mut std::ffi::c_void,
-    (cluster, headers, body, timeout_ms): (&str, &[(&str, &str)], &[u8], u64),
+    (cluster, headers, body, timeout_ms): (
+        &str,
+        impl IntoIterator<Item = (&'a str, &'a str)>,
+        &[u8],
+        u64,
+    ),
 ) -> Result<u64, u32> {
-    let mut headers: Vec<ModuleHttpHeader> = headers
-        .iter()
-        .map(|(n, v)| ModuleHttpHeader::of(n, v))
-        .collect();
+    let mut on_stack = [MaybeUninit::<ModuleHttpHeader>::uninit(); CALLOUT_HEADERS_ON_STACK];
+    let mut spilled = Vec::new();
+    let mut count = 0;
+    for (name, value) in headers {
+        let header = ModuleHttpHeader::of(name, value);
+        if count < on_stack.len() {
+            on_stack[count].write(header);
+        } else {
+            if spilled.is_empty() {
+                // SAFETY: all of `on_stack` was written, one header each in the turns before.
+                spilled.extend(on_stack.iter().map(|h| unsafe { h.assume_init() }));
+            }
+            spilled.push(header);
+        }
+        count += 1;
+    }
+    let headers: *mut ModuleHttpHeader = if spilled.is_empty() {
+        on_stack.as_mut_ptr().cast()
+    } else {
+        spilled.as_mut_ptr()
+    };
     let mut id = 0u64;
     // SAFETY: the caller's promise for `envoy`; every buffer is live for the call and Envoy
     // copies what it keeps; `id` is a live local Envoy writes.
@@ -299,8 +340,9 @@ unsafe fn post_with(
             envoy,
             &mut id,
             ModuleBuffer::of(cluster.as_bytes()),
-            headers.as_mut_ptr(),
-            headers.len(),
+            // The first `count` of `on_stack`, each written above, or all of `spilled`.
+            headers,
+            count,
             ModuleBuffer::of(body),
             timeout_ms,
         )

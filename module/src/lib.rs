@@ -17,4 +17,5 @@ mod envoy;
 mod hold;
 pub mod hooks;
 mod lease;
+mod spares;
 mod stream;

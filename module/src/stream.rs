@@ -1,9 +1,13 @@
 //! One request in Envoy's native filter chain: [`sluice_filter_logic::Request`] decides it;
 //! this reads the request in place, sends the callout, pauses and resumes, and replies.
 
+#![allow(unsafe_code)]
+
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use sluice_core::policy::{FailureMode, HttpRequest, Policy};
+use sluice_core::verdict::Verdict;
 use sluice_core::wire::DECIDE_PATH;
 use sluice_filter_logic::answer::refused;
 use sluice_filter_logic::{Act, Request, Start, callout_headers, read_request};
@@ -24,6 +28,8 @@ pub struct Stream {
     replied_locally: bool,
     /// The decision's callout, while it is out.
     callout: Option<u64>,
+    /// The verdicts of the callout's answer, kept for the next stream's.
+    remote: Vec<Verdict>,
 }
 
 /// What the request-headers hook answers Envoy.
@@ -39,7 +45,16 @@ impl Stream {
             request: Request::default(),
             replied_locally: false,
             callout: None,
+            remote: Vec::new(),
         }
+    }
+
+    /// This finished stream, readied for a new one of `configured`: its request's lists and
+    /// buffers are kept (see [`crate::spares`]).
+    pub fn reuse(&mut self, configured: Arc<Configured>) {
+        self.configured = configured;
+        self.replied_locally = false;
+        self.callout = None;
     }
 
     /// Decides the request by the failure mode alone (after a panic, when its state cannot be
@@ -64,20 +79,23 @@ impl Stream {
 
     pub fn on_request_headers(&mut self, filter: Filter) -> Headers {
         let policy = &self.configured.policy;
-        let http_request = read(filter, policy);
+        // SAFETY: the request read is dropped before this hook returns, and nothing changes
+        // the request's headers meanwhile.
+        let http_request = unsafe { read(filter, policy) };
         let glue = StreamGlue {
             configured: &self.configured,
             filter,
         };
-        let act = match self.request.start(&glue, &http_request) {
+        let start = self.request.start(&glue, &http_request);
+        drop(http_request);
+        let act = match start {
             Start::Decided(act) => act,
-            Start::Callout(body) => {
+            Start::Callout => {
                 let service = &policy.service;
-                let headers = callout_headers(service, DECIDE_PATH);
                 match filter.post(
                     &service.cluster,
-                    &headers,
-                    &body,
+                    callout_headers(service, DECIDE_PATH),
+                    self.request.callout_body(),
                     service.timeout.as_millis(),
                 ) {
                     Ok(id) => {
@@ -108,15 +126,15 @@ impl Stream {
             configured: &self.configured,
             filter,
         };
-        let verdicts = match answer {
+        let read = match answer {
             None => Err("the callout was reset".to_owned()),
             Some((status, body)) => self
                 .request
-                .read_answer(&glue, body)
+                .read_answer_into(&glue, body, &mut self.remote)
                 .map_err(|reason| refused(status, body, reason)),
         };
-        let act = match verdicts {
-            Ok(remote) => self.request.answered(&glue, &remote),
+        let act = match read {
+            Ok(()) => self.request.answered(&glue, &self.remote),
             Err(reason) => self.request.fail(&glue, &reason),
         };
         self.act(filter, act, true);
@@ -164,18 +182,23 @@ impl Stream {
     pub fn on_response_headers(&mut self, filter: Filter) {
         // A local reply already carries its headers; it passes through here too.
         if !self.replied_locally {
-            for (name, value) in self.request.take_response_headers() {
-                filter.add_response_header(&name, &value);
+            for (name, value) in self.request.response_headers() {
+                filter.add_response_header(name, value);
             }
         }
     }
 }
 
 /// The parts of the request the policy reads, read in place.
-fn read(filter: Filter, policy: &Policy) -> HttpRequest<'_> {
+///
+/// # Safety
+/// The request's header values are Envoy's: it must be dropped before the hook that made
+/// `filter` returns, and before anything changes the request's headers.
+unsafe fn read(filter: Filter, policy: &Policy) -> HttpRequest<'_> {
     read_request(
         policy,
-        |name| filter.request_header(name),
+        // SAFETY: the caller's promise.
+        |name| unsafe { filter.request_header(name) }.map(Cow::Borrowed),
         || filter.request_headers(),
         || filter.source_address(),
     )

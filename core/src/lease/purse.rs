@@ -88,11 +88,11 @@ impl Allowance {
     }
 
     /// Moves units for a purse out of the allowance at `now_us`, after a request took its
-    /// own: a quarter of what is left, at most [`PURSE_UNITS`]; none while the key is paced
-    /// or the lease is not live.
-    pub fn fill(&mut self, now_us: u64) -> Purse {
+    /// own: a quarter of what is left, at most `most` (a worker's purse [`PURSE_UNITS`]);
+    /// none while the key is paced or the lease is not live.
+    pub fn fill(&mut self, now_us: u64, most: u64) -> Purse {
         let units = if self.pace_us == 0 && self.leased(now_us) {
-            (self.units / 4).min(PURSE_UNITS)
+            (self.units / 4).min(most)
         } else {
             0
         };
@@ -136,37 +136,37 @@ mod tests {
     #[test]
     fn a_purse_takes_a_quarter_of_what_is_left_and_at_most_its_size() {
         let mut a = leased(100, 0);
-        let p = a.fill(10 * MS);
+        let p = a.fill(10 * MS, PURSE_UNITS);
         assert_eq!((p.units, a.units), (PURSE_UNITS, 100 - PURSE_UNITS));
         assert_eq!(
             (p.lease_until_us, p.limit, p.remaining),
             (500 * MS, 1000, 900)
         );
         let mut a = leased(20, 0);
-        assert_eq!(a.fill(10 * MS).units, 5);
+        assert_eq!(a.fill(10 * MS, PURSE_UNITS).units, 5);
         let mut a = leased(3, 0);
-        assert_eq!(a.fill(10 * MS).units, 0, "too few to share");
+        assert_eq!(a.fill(10 * MS, PURSE_UNITS).units, 0, "too few to share");
         assert_eq!(a.units, 3);
     }
 
     #[test]
     fn a_paced_key_or_an_ended_lease_fills_no_purse() {
         let mut a = leased(100, 2 * MS);
-        assert_eq!(a.fill(10 * MS).units, 0);
+        assert_eq!(a.fill(10 * MS, PURSE_UNITS).units, 0);
         let mut a = leased(100, 0);
-        assert_eq!(a.fill(500 * MS).units, 0);
+        assert_eq!(a.fill(500 * MS, PURSE_UNITS).units, 0);
         assert_eq!(a.units, 100, "nothing left the allowance");
     }
 
     #[test]
     fn a_purse_is_spent_only_under_its_lease() {
         let mut a = leased(100, 0);
-        let mut p = a.fill(10 * MS);
+        let mut p = a.fill(10 * MS, PURSE_UNITS);
         for t in 0..PURSE_UNITS {
             assert!(p.take(1, (20 + t) * MS));
         }
         assert!(!p.take(1, 40 * MS), "empty");
-        let mut p = a.fill(50 * MS);
+        let mut p = a.fill(50 * MS, PURSE_UNITS);
         assert!(!p.take(1, 500 * MS), "the lease ended");
         assert!(!p.take(p.units + 1, 60 * MS), "more than it holds");
         assert!(p.take(2, 60 * MS));
@@ -176,7 +176,7 @@ mod tests {
     #[test]
     fn units_given_back_return_only_under_the_lease_they_came_from() {
         let mut a = leased(100, 0);
-        let mut p = a.fill(10 * MS);
+        let mut p = a.fill(10 * MS, PURSE_UNITS);
         assert!(p.take(1, 20 * MS));
         assert!(p.give_back(1, 500 * MS, 30 * MS));
         assert_eq!(p.units, PURSE_UNITS);
@@ -190,7 +190,7 @@ mod tests {
         let h = Millis::new(200).unwrap();
         let mut a = leased(100, 0);
         a.observe(1, 10 * MS, h);
-        let mut p = a.fill(10 * MS);
+        let mut p = a.fill(10 * MS, PURSE_UNITS);
         for t in 0..5 {
             assert!(p.take(1, (20 + t) * MS));
         }
@@ -210,7 +210,7 @@ mod tests {
     fn a_purse_of_an_older_or_ended_lease_gives_back_no_units() {
         let h = Millis::new(200).unwrap();
         let mut a = leased(100, 0);
-        let p = a.fill(10 * MS);
+        let p = a.fill(10 * MS, PURSE_UNITS);
         let mut renewed = a.clone();
         renewed.lease_until_us = 900 * MS;
         renewed.absorb(&p, 100 * MS, h);
@@ -223,7 +223,7 @@ mod tests {
     #[test]
     fn a_purse_goes_back_when_idle_for_a_tick_or_its_lease_nears_its_end() {
         let mut a = leased(100, 0);
-        let p = a.fill(10 * MS);
+        let p = a.fill(10 * MS, PURSE_UNITS);
         assert!(!p.due_back(50 * MS, 100 * MS, 20 * MS));
         assert!(p.due_back(110 * MS, 100 * MS, 20 * MS), "idle a tick");
         assert!(p.due_back(485 * MS, 1000 * MS, 20 * MS), "lease ending");

@@ -6,7 +6,7 @@ use std::cell::OnceCell;
 use super::error::{PolicyError, field};
 use super::raw::{RawKeyPart, RawKeySource};
 use super::request::{ClientIp, HttpRequest};
-use crate::key::LimitKey;
+use crate::key::{KeyBuilder, LimitKey};
 
 /// Where one part of a key comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub enum KeyPart {
 
 impl KeyPart {
     /// This part's value for the request, or `None` when the request lacks it.
-    fn value<'a>(&'a self, source: &'a KeySource<'_>) -> Option<Cow<'a, [u8]>> {
+    fn value<'a>(&'a self, source: &'a KeySource<'_, '_>) -> Option<Cow<'a, [u8]>> {
         let request = source.request;
         let or_default = |found: Option<&'a [u8]>, default: &'a Option<String>| {
             found
@@ -107,15 +107,15 @@ impl KeyPart {
 
 /// One request, as the keys of every rule read it: its client address is worked out (parsed
 /// and put in canonical form) once, however many rules key on it.
-pub struct KeySource<'a> {
-    request: &'a HttpRequest<'a>,
+pub struct KeySource<'a, 'h> {
+    request: &'a HttpRequest<'h>,
     trusted_hops: u32,
     client_ip: OnceCell<Option<ClientIp<'a>>>,
 }
 
-impl<'a> KeySource<'a> {
+impl<'a, 'h> KeySource<'a, 'h> {
     /// `request`, behind `trusted_hops` proxies that append to `x-forwarded-for`.
-    pub fn new(request: &'a HttpRequest<'a>, trusted_hops: u32) -> KeySource<'a> {
+    pub fn new(request: &'a HttpRequest<'h>, trusted_hops: u32) -> KeySource<'a, 'h> {
         KeySource {
             request,
             trusted_hops,
@@ -144,8 +144,16 @@ impl<'a> KeySource<'a> {
 
 /// The key for the request from `parts`, or `None` when a part is missing (the rule then does not
 /// apply).
-pub fn build_key(parts: &[KeyPart], source: &KeySource<'_>) -> Option<LimitKey> {
-    let mut key = LimitKey::builder();
+pub fn build_key(parts: &[KeyPart], source: &KeySource<'_, '_>) -> Option<LimitKey> {
+    build_key_in(parts, source, KeyBuilder::default())
+}
+
+/// [`build_key`], written in `key`.
+pub(super) fn build_key_in(
+    parts: &[KeyPart],
+    source: &KeySource<'_, '_>,
+    mut key: KeyBuilder,
+) -> Option<LimitKey> {
     for part in parts {
         key.part(&part.value(source)?);
     }

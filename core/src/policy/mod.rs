@@ -14,7 +14,9 @@
 //! }"#).unwrap();
 //!
 //! let request = HttpRequest {
-//!     headers: vec![(":path".into(), b"/api/items?page=2".to_vec()), (":method".into(), b"GET".to_vec())],
+//!     headers: [(":path".into(), b"/api/items?page=2".as_slice().into()), (":method".into(), b"GET".as_slice().into())]
+//!         .into_iter()
+//!         .collect(),
 //!     source_address: Some("203.0.113.7:51000".into()),
 //! };
 //! let checks = policy.checks_for(&request);
@@ -35,13 +37,14 @@ mod validate;
 
 pub use error::PolicyError;
 pub(crate) use error::field;
+use key_parts::build_key_in;
 pub use key_parts::{KeyPart, KeySource, build_key};
 pub use matcher::{HeaderMatch, RequestMatch, StringMatch};
-pub use request::{ClientIp, HttpRequest};
+pub use request::{ClientIp, Header, Headers, HttpRequest};
 
 use crate::duration::Millis;
-use crate::key::LimitKey;
 use crate::key::RuleName;
+use crate::key::{KeyBuilder, LimitKey};
 use crate::lease::LeaseConfig;
 use crate::limit::Limit;
 use crate::wire::{Check, CheckTemplate};
@@ -193,23 +196,41 @@ impl Policy {
     /// unreadable `x-forwarded-for` entry (see [`ClientIp::fallback`]), which the filter
     /// counts.
     pub fn plan(&self, request: &HttpRequest<'_>) -> Plan {
-        let source = KeySource::new(request, self.trusted_hops);
-        let checks = self
-            .rules
-            .iter()
-            .enumerate()
-            .filter(|(_, rule)| rule.matcher.matches(request))
-            .filter_map(|(i, rule)| {
-                Some(PlannedCheck {
-                    rule: i,
-                    key: build_key(&rule.key, &source)?,
-                })
-            })
-            .collect();
+        let mut checks = Vec::new();
+        let client_ip_fell_back = self.plan_into(request, &mut checks);
         Plan {
             checks,
-            client_ip_fell_back: source.client_ip_fell_back(),
+            client_ip_fell_back,
         }
+    }
+
+    /// [`Policy::plan`] into `checks`, in place of what it held: each key is built in the
+    /// string of the check it replaces, so that a filter planning request after request in
+    /// one list allocates nothing once the list has grown. Returns
+    /// [`Plan::client_ip_fell_back`].
+    pub fn plan_into(&self, request: &HttpRequest<'_>, checks: &mut Vec<PlannedCheck>) -> bool {
+        let source = KeySource::new(request, self.trusted_hops);
+        let mut planned = 0;
+        for (i, rule) in self.rules.iter().enumerate() {
+            if !rule.matcher.matches(request) {
+                continue;
+            }
+            let buffer = checks
+                .get_mut(planned)
+                .map(|check| String::from(std::mem::take(&mut check.key)))
+                .unwrap_or_default();
+            let Some(key) = build_key_in(&rule.key, &source, KeyBuilder::in_buffer(buffer)) else {
+                continue;
+            };
+            let check = PlannedCheck { rule: i, key };
+            match checks.get_mut(planned) {
+                Some(slot) => *slot = check,
+                None => checks.push(check),
+            }
+            planned += 1;
+        }
+        checks.truncate(planned);
+        source.client_ip_fell_back()
     }
 }
 

@@ -3,13 +3,27 @@
 use std::borrow::Cow;
 use std::net::IpAddr;
 
+/// One header: its lower-case name and its raw value.
+pub type Header<'a> = (Cow<'a, str>, Cow<'a, [u8]>);
+
+/// A request's header list. Natively, the few headers a policy names are held inline: the
+/// native module reads them in place, per request, and allocates nothing for them. In the
+/// .wasm a `Vec`: there an allocation is a small part of a host call, and the inline list's
+/// code would cost the module's size more.
+#[cfg(not(target_arch = "wasm32"))]
+pub type Headers<'a> = smallvec::SmallVec<[Header<'a>; 4]>;
+/// See the native definition.
+#[cfg(target_arch = "wasm32")]
+pub type Headers<'a> = Vec<Header<'a>>;
+
 /// A request's headers (lower-case names, raw byte values, pseudo-headers included) and the
 /// address of the peer that sent it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HttpRequest<'a> {
     /// Header pairs in arrival order; a name may repeat. A name can borrow the policy's own
-    /// copy when the filter reads only the headers the policy names.
-    pub headers: Vec<(Cow<'a, str>, Vec<u8>)>,
+    /// copy when the filter reads only the headers the policy names, and a value the host's
+    /// header map, where the host lends it for as long as the request is read.
+    pub headers: Headers<'a>,
     /// Envoy's `source.address` property: `ip:port`, or `[v6]:port`.
     pub source_address: Option<String>,
 }
@@ -20,7 +34,7 @@ impl HttpRequest<'_> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_slice())
+            .map(|(_, v)| v.as_ref())
     }
 
     /// Every value of header `name`, in order.
@@ -28,7 +42,7 @@ impl HttpRequest<'_> {
         self.headers
             .iter()
             .filter(move |(n, _)| n == name)
-            .map(|(_, v)| v.as_slice())
+            .map(|(_, v)| v.as_ref())
     }
 
     /// `:method`.
@@ -235,7 +249,7 @@ mod tests {
         HttpRequest {
             headers: headers
                 .iter()
-                .map(|(n, v)| (n.to_string().into(), v.as_bytes().to_vec()))
+                .map(|(n, v)| (n.to_string().into(), v.as_bytes().to_vec().into()))
                 .collect(),
             source_address: Some(source.to_owned()),
         }
@@ -349,7 +363,9 @@ mod forwarded_tests {
 
     fn behind_one_proxy(xff: &str) -> Option<ClientIp<'static>> {
         let request = HttpRequest {
-            headers: vec![("x-forwarded-for".into(), xff.as_bytes().to_vec())],
+            headers: [("x-forwarded-for".into(), xff.as_bytes().to_vec().into())]
+                .into_iter()
+                .collect(),
             source_address: Some("10.0.0.1:5000".to_owned()),
         };
         request.client_ip_text(1).map(|ip| ClientIp {

@@ -15,7 +15,7 @@ fn request(pairs: &[(&str, &str)]) -> HttpRequest<'static> {
     HttpRequest {
         headers: pairs
             .iter()
-            .map(|(n, v)| (n.to_string().into(), v.as_bytes().to_vec()))
+            .map(|(n, v)| (n.to_string().into(), v.as_bytes().to_vec().into()))
             .collect(),
         source_address: Some("192.0.2.10:40000".into()),
     }
@@ -164,7 +164,7 @@ fn regexes_read_as_re2_reads_them() {
         ))
         .unwrap();
         let mut r = request(&[(":path", "/")]);
-        r.headers.push(("x-v".into(), value.to_vec()));
+        r.headers.push(("x-v".into(), value.to_vec().into()));
         !p.checks_for(&r).is_empty()
     };
     // As in RE2, Perl classes are ASCII: an Arabic-Indic digit is no `\d`.

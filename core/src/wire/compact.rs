@@ -134,27 +134,43 @@ fn needs_escape(bytes: &[u8]) -> bool {
 
 /// Reads a `/v1/decide` answer that should hold `checks` verdicts.
 pub fn read_decide_response(body: &[u8], checks: usize) -> Result<Vec<Verdict>, WireError> {
-    let results = match read_canonical(body) {
-        Some(results) => results,
-        None => {
-            serde_json::from_slice::<DecideResponse>(body)
-                .map_err(|e| WireError::at("response body", e.to_string()))?
-                .results
-        }
-    };
+    let mut results = Vec::new();
+    read_decide_response_into(body, checks, &mut results)?;
+    Ok(results)
+}
+
+/// [`read_decide_response`] into `results`, in place of what it held: a filter keeps one list
+/// for every answer it reads.
+pub fn read_decide_response_into(
+    body: &[u8],
+    checks: usize,
+    results: &mut Vec<Verdict>,
+) -> Result<(), WireError> {
+    if read_canonical_into(body, results).is_none() {
+        *results = serde_json::from_slice::<DecideResponse>(body)
+            .map_err(|e| WireError::at("response body", e.to_string()))?
+            .results;
+    }
     if results.len() != checks {
         return Err(WireError::at(
             "response body",
             format!("{} results for {checks} checks", results.len()),
         ));
     }
-    Ok(results)
+    Ok(())
 }
 
 /// The verdicts of an answer in serde's compact form with the fields in declaration order;
 /// `None` for any other text, valid or not.
 pub fn read_canonical(body: &[u8]) -> Option<Vec<Verdict>> {
-    Reader::whole(body, br#"{"results":"#, Reader::verdict)
+    let mut results = Vec::new();
+    read_canonical_into(body, &mut results)?;
+    Some(results)
+}
+
+/// [`read_canonical`] into `results`, in place of what it held.
+fn read_canonical_into(body: &[u8], results: &mut Vec<Verdict>) -> Option<()> {
+    Reader::whole_into(body, br#"{"results":"#, Reader::verdict, results)
 }
 
 /// A `/v1/decide` body in serde's compact form with the fields in declaration order (what the
@@ -177,17 +193,33 @@ impl<'a> Reader<'a> {
         head: &[u8],
         item: impl FnMut(&mut Self) -> Option<T>,
     ) -> Option<Vec<T>> {
-        let mut r = Reader { bytes: body, at: 0 };
-        r.literal(head)?;
-        let items = r.list(item)?;
-        r.literal(b"}")?;
-        (r.at == body.len()).then_some(items)
+        let mut items = Vec::with_capacity(4);
+        Reader::whole_into(body, head, item, &mut items)?;
+        Some(items)
     }
 
-    /// `[item,item,...]`.
-    fn list<T>(&mut self, mut item: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
+    /// [`Reader::whole`], the items in `items`, in place of what it held.
+    fn whole_into<T>(
+        body: &'a [u8],
+        head: &[u8],
+        item: impl FnMut(&mut Self) -> Option<T>,
+        items: &mut Vec<T>,
+    ) -> Option<()> {
+        let mut r = Reader { bytes: body, at: 0 };
+        r.literal(head)?;
+        r.list(item, items)?;
+        r.literal(b"}")?;
+        (r.at == body.len()).then_some(())
+    }
+
+    /// `[item,item,...]`, into `items`, emptied first.
+    fn list<T>(
+        &mut self,
+        mut item: impl FnMut(&mut Self) -> Option<T>,
+        items: &mut Vec<T>,
+    ) -> Option<()> {
+        items.clear();
         self.literal(b"[")?;
-        let mut items = Vec::with_capacity(4);
         if !self.eat(b']') {
             loop {
                 items.push(item(self)?);
@@ -197,7 +229,7 @@ impl<'a> Reader<'a> {
                 self.literal(b",")?;
             }
         }
-        Some(items)
+        Some(())
     }
 
     fn literal(&mut self, expected: &[u8]) -> Option<()> {

@@ -50,7 +50,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::compact::{
     CheckTemplate, read_canonical, read_canonical_request, read_decide_response,
-    write_decide_request, write_decide_response, write_json_string,
+    read_decide_response_into, write_decide_request, write_decide_response, write_json_string,
 };
 pub use self::decide::{Check, DecideRequest, DecideResponse};
 pub use self::lease::{

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use sluice_core::deny_cache::{SlotKeys, entry_id};
 use sluice_core::key::{LimitKey, RuleName};
-use sluice_core::lease::{Allowance, LEASE_SLOTS, LeaseConfig, Purse, Take};
+use sluice_core::lease::{Allowance, LEASE_SLOTS, LeaseConfig, PURSE_UNITS, Purse, Take};
 use sluice_core::policy::Rule;
 
 use crate::Local;
@@ -39,16 +39,35 @@ const CAS_ATTEMPTS: usize = 8;
 const ASK_TICK: Duration = Duration::from_millis(5);
 
 /// Units taken from an allowance for one request, to give back if the request is denied.
-/// Taken from a purse (as nearly every request on a busy key is), its slot and id are the
-/// purse's own, shared: a take allocates nothing for them.
 #[derive(Debug)]
 pub struct Reservation {
-    slot: Arc<str>,
-    id: Arc<str>,
     cost: u64,
-    /// The lease of the purse the units came from; `None`: from the shared allowance.
-    purse_lease_until_us: Option<u64>,
+    taken_from: TakenFrom,
 }
+
+/// Where a reservation's units came from.
+#[derive(Debug)]
+enum TakenFrom {
+    /// The shared allowance in `slot`, the key's while its id is `id`.
+    Allowance { slot: String, id: String },
+    /// The purse of the rule and key they were taken for (as nearly every request on a busy
+    /// key is: a take from it allocates nothing), under the lease that ends at
+    /// `lease_until_us`.
+    Purse { lease_until_us: u64 },
+}
+
+/// The hasher of the purses' maps, looked up on every leased request. Natively foldhash,
+/// seeded per process (a key is a client's value, so the seed keeps collisions out of its
+/// reach), where std's SipHash took about 250 instructions a take; in the .wasm std's, whose
+/// code the .wasm carries already.
+#[cfg(not(target_arch = "wasm32"))]
+type PurseHasher = foldhash::fast::RandomState;
+/// See the native definition.
+#[cfg(target_arch = "wasm32")]
+type PurseHasher = std::collections::hash_map::RandomState;
+
+/// One rule's purses, by key.
+type Purses = HashMap<String, Pursed, PurseHasher>;
 
 /// An ask on its way, to apply its answer.
 struct Sent {
@@ -106,8 +125,18 @@ struct WorkerState {
     /// By callout token.
     in_flight: HashMap<u64, Vec<Sent>>,
     orphans: Vec<Orphan>,
-    /// By allowance id: this worker's purses.
-    purses: HashMap<Arc<str>, Pursed>,
+    /// By rule index, then by key: this worker's purses.
+    purses: Vec<Purses>,
+}
+
+impl WorkerState {
+    /// Rule `rule`'s purses.
+    fn purses_of(&mut self, rule: usize) -> &mut Purses {
+        if self.purses.len() <= rule {
+            self.purses.resize_with(rule + 1, Purses::default);
+        }
+        &mut self.purses[rule]
+    }
 }
 
 /// What one take's compare-and-swap did, whichever attempt won.
@@ -125,12 +154,10 @@ struct TakeStep {
 
 /// A worker's purse and where its units came from.
 struct Pursed {
-    /// The allowance's id, as the map holds it: a reservation shares it.
-    id: Arc<str>,
+    /// The allowance's id.
+    id: String,
     /// The allowance's slot.
-    slot: Arc<str>,
-    /// The rule's index.
-    rule: usize,
+    slot: String,
     purse: Purse,
 }
 
@@ -174,6 +201,8 @@ pub struct Leases<D, T> {
     tick: Option<Duration>,
     /// How soon the tick sends an ask a request marked.
     ask_tick: Duration,
+    /// The most units a purse takes from its allowance at once.
+    purse_units: u64,
     ticker: T,
     state: RefCell<WorkerState>,
 }
@@ -199,6 +228,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             holder,
             tick,
             ask_tick: ASK_TICK,
+            purse_units: PURSE_UNITS,
             ticker,
             state: RefCell::default(),
         }
@@ -208,6 +238,16 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
     /// longer gathers more keys' asks in each call.
     pub fn asking_after(self, ask_tick: Duration) -> Leases<D, T> {
         Leases { ask_tick, ..self }
+    }
+
+    /// Purses take up to `units` from their allowance at once, not [`PURSE_UNITS`]: where
+    /// one purse serves every worker of a process (the native module), fewer takes from the
+    /// allowance, each a decode and an encode of its record.
+    pub fn purses_of(self, units: u64) -> Leases<D, T> {
+        Leases {
+            purse_units: units,
+            ..self
+        }
     }
 
     /// Reads allowance slot `key` and writes what `f` makes of it (see [`cas::update`]).
@@ -259,15 +299,16 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         key: &LimitKey,
         now_us: u64,
     ) -> Local<Reservation> {
-        let id = entry_id(&rule.name, key);
-        if let Some(local) = self.take_from_purse(&id, rule.cost, now_us) {
+        if let Some(local) = self.take_from_purse(rule_index, key, rule.cost, now_us) {
             return local;
         }
+        let id = entry_id(&rule.name, key);
         let emptied = self
             .state
             .borrow_mut()
             .purses
-            .remove(id.as_str())
+            .get_mut(rule_index)
+            .and_then(|purses| purses.remove(key.as_str()))
             .map(|p| p.purse);
         let slot = self.slot(&id);
         let ttl = config.terms.ttl.as_micros().unsigned_abs();
@@ -291,13 +332,14 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             // Units held are spent first: an empty answer only says there are no more.
             let local = match a.take(rule.cost, now_us) {
                 Take::Taken => {
-                    step.filled = Some(a.fill(now_us));
+                    step.filled = Some(a.fill(now_us, self.purse_units));
                     Local::Taken {
                         reservation: Reservation {
-                            slot: Arc::from(slot.as_str()),
-                            id: Arc::from(id.as_str()),
                             cost: rule.cost,
-                            purse_lease_until_us: None,
+                            taken_from: TakenFrom::Allowance {
+                                slot: slot.clone(),
+                                id: id.clone(),
+                            },
                         },
                         limit,
                         remaining: a.remaining,
@@ -319,14 +361,15 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         // costs) are still this worker's to spend.
         let purse = if step.written { step.filled } else { emptied };
         if let Some(purse) = purse.filter(|p| p.units > 0) {
-            let id: Arc<str> = Arc::from(id.as_str());
             let pursed = Pursed {
-                id: Arc::clone(&id),
-                slot: Arc::from(slot.as_str()),
-                rule: rule_index,
+                id: id.clone(),
+                slot: slot.clone(),
                 purse,
             };
-            self.state.borrow_mut().purses.insert(id, pursed);
+            self.state
+                .borrow_mut()
+                .purses_of(rule_index)
+                .insert(key.as_str().to_owned(), pursed);
         }
         let touched = local.is_some().then(|| Touched {
             rule: rule_index,
@@ -339,21 +382,25 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         local.unwrap_or(Local::NotHeld)
     }
 
-    /// Takes `cost` units from the worker's purse for allowance `id`, if it holds them.
-    fn take_from_purse(&self, id: &str, cost: u64, now_us: u64) -> Option<Local<Reservation>> {
+    /// Takes `cost` units from the worker's purse for rule `rule`'s `key`, if it holds them.
+    fn take_from_purse(
+        &self,
+        rule: usize,
+        key: &LimitKey,
+        cost: u64,
+        now_us: u64,
+    ) -> Option<Local<Reservation>> {
         let mut state = self.state.borrow_mut();
-        let Pursed {
-            id, slot, purse, ..
-        } = state.purses.get_mut(id)?;
+        let Pursed { purse, .. } = state.purses.get_mut(rule)?.get_mut(key.as_str())?;
         if !purse.take(cost, now_us) {
             return None;
         }
         Some(Local::Taken {
             reservation: Reservation {
-                slot: Arc::clone(slot),
-                id: Arc::clone(id),
                 cost,
-                purse_lease_until_us: Some(purse.lease_until_us),
+                taken_from: TakenFrom::Purse {
+                    lease_until_us: purse.lease_until_us,
+                },
             },
             limit: purse.limit,
             remaining: purse.remaining,
@@ -384,19 +431,28 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         self.ticker.set_leasing(period);
     }
 
-    /// Puts back units taken for a request that another rule denied.
-    pub fn give_back(&self, reservation: &Reservation, now_us: u64) {
-        if let Some(lease_until_us) = reservation.purse_lease_until_us {
-            // Into the purse they came from, under the same lease, or they are lost.
-            if let Some(pursed) = self.state.borrow_mut().purses.get_mut(&*reservation.id) {
-                pursed
-                    .purse
-                    .give_back(reservation.cost, lease_until_us, now_us);
+    /// Puts back units taken for a request that another rule denied: for rule `rule`'s
+    /// `key`.
+    pub fn give_back(&self, reservation: &Reservation, rule: usize, key: &LimitKey, now_us: u64) {
+        let (slot, id) = match &reservation.taken_from {
+            TakenFrom::Purse { lease_until_us } => {
+                // Into the purse they came from, under the same lease, or they are lost.
+                let mut state = self.state.borrow_mut();
+                if let Some(pursed) = state
+                    .purses
+                    .get_mut(rule)
+                    .and_then(|purses| purses.get_mut(key.as_str()))
+                {
+                    pursed
+                        .purse
+                        .give_back(reservation.cost, *lease_until_us, now_us);
+                }
+                return;
             }
-            return;
-        }
-        self.update(&reservation.slot, |current| match current {
-            Some(mut a) if *a.id == *reservation.id => {
+            TakenFrom::Allowance { slot, id } => (slot, id),
+        };
+        self.update(slot, |current| match current {
+            Some(mut a) if a.id == *id => {
                 // Only while the lease lives: after it, the units are no longer the holder's
                 // to spend, and the unit is lost, which only costs an admission.
                 let given = a.give_back(reservation.cost, now_us);

@@ -42,7 +42,9 @@ impl Envoy {
         )
         .unwrap();
         let request = HttpRequest {
-            headers: vec![(Cow::Borrowed("x-tenant"), b"acme".to_vec())],
+            headers: [(Cow::Borrowed("x-tenant"), Cow::Borrowed(b"acme".as_slice()))]
+                .into_iter()
+                .collect(),
             source_address: None,
         };
         let key = policy.plan(&request).checks.remove(0).key;
@@ -121,7 +123,8 @@ fn purse_units(worker: &Worker) -> u64 {
         .state
         .borrow()
         .purses
-        .values()
+        .iter()
+        .flat_map(|purses| purses.values())
         .map(|p| p.purse.units)
         .sum()
 }
@@ -147,6 +150,22 @@ fn a_busy_key_is_asked_for_then_decided_from_its_allowance_and_the_purse() {
     }
     assert_eq!(envoy.data.writes.get(), writes);
     assert_eq!(purse_units(&worker), 0);
+}
+
+#[test]
+fn a_purse_set_larger_takes_more_at_once_and_never_more_than_a_quarter() {
+    let envoy = Envoy::new();
+    let worker = envoy.worker().purses_of(64);
+    let now = envoy.lease(&worker, 1000, MS);
+    assert!(taken(&envoy.take(&worker, now)));
+    assert_eq!(purse_units(&worker), 64);
+    assert_eq!(envoy.allowance(&worker).units, 999 - 64);
+
+    let small = Envoy::new();
+    let worker = small.worker().purses_of(64);
+    let now = small.lease(&worker, 100, MS);
+    assert!(taken(&small.take(&worker, now)));
+    assert_eq!(purse_units(&worker), 99 / 4);
 }
 
 #[test]
@@ -209,16 +228,19 @@ fn units_of_a_request_denied_by_another_rule_go_back_where_they_came_from() {
     let Local::Taken { reservation, .. } = envoy.take(&worker, now) else {
         panic!("taken from the allowance");
     };
-    assert_eq!(reservation.purse_lease_until_us, None);
+    assert!(matches!(
+        reservation.taken_from,
+        TakenFrom::Allowance { .. }
+    ));
     let held = envoy.allowance(&worker).units;
-    worker.give_back(&reservation, now + MS);
+    worker.give_back(&reservation, 0, &envoy.key, now + MS);
     assert_eq!(envoy.allowance(&worker).units, held + 1);
     let Local::Taken { reservation, .. } = envoy.take(&worker, now + 2 * MS) else {
         panic!("taken from the purse");
     };
-    assert!(reservation.purse_lease_until_us.is_some());
+    assert!(matches!(reservation.taken_from, TakenFrom::Purse { .. }));
     let in_purse = purse_units(&worker);
-    worker.give_back(&reservation, now + 3 * MS);
+    worker.give_back(&reservation, 0, &envoy.key, now + 3 * MS);
     assert_eq!(purse_units(&worker), in_purse + 1);
 }
 

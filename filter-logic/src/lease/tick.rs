@@ -2,8 +2,6 @@
 //! end, units given back (idle allowances, orphans, purses), sent as one lease call; and the
 //! answers to those calls applied to the allowances.
 
-use std::sync::Arc;
-
 use sluice_core::deny_cache::entry_id;
 use sluice_core::lease::{Allowance, Ending, LeaseConfig};
 use sluice_core::policy::Rule;
@@ -160,7 +158,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         let idle = state.touched.is_empty()
             && state.in_flight.is_empty()
             && state.orphans.is_empty()
-            && state.purses.is_empty();
+            && state.purses.iter().all(|purses| purses.is_empty());
         let period = if !state.wanted.is_empty() {
             Some(self.ask_tick)
         } else if idle && call.asks.is_empty() {
@@ -316,21 +314,26 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         let idle_us = self.tick.map_or(0, |t| t.as_micros() as u64);
         let margin = self.margin_us();
         let mut state = self.state.borrow_mut();
-        let due: Vec<Arc<str>> = state
+        let due: Vec<(usize, String)> = state
             .purses
             .iter()
-            .filter(|(_, p)| p.purse.due_back(now_us, idle_us, margin))
-            .map(|(id, _)| Arc::clone(id))
+            .enumerate()
+            .flat_map(|(rule, purses)| {
+                purses
+                    .iter()
+                    .filter(|(_, p)| p.purse.due_back(now_us, idle_us, margin))
+                    .map(move |(key, _)| (rule, key.clone()))
+            })
             .collect();
-        for id in due {
-            let Some(pursed) = state.purses.remove(&id) else {
+        for (rule, key) in due {
+            let Some(pursed) = state.purses_of(rule).remove(&key) else {
                 continue;
             };
-            let Some(config) = rules.get(pursed.rule).and_then(|r| r.lease.as_ref()) else {
+            let Some(config) = rules.get(rule).and_then(|r| r.lease.as_ref()) else {
                 continue;
             };
             let returned = self.update(&pursed.slot, |current| match current {
-                Some(mut a) if *a.id == *id => {
+                Some(mut a) if a.id == pursed.id => {
                     a.absorb(&pursed.purse, now_us, config.horizon);
                     (Some(a), ())
                 }
@@ -339,7 +342,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             });
             // Every attempt lost the race: the next tick tries again.
             if returned.is_none() && pursed.purse.lease_until_us > now_us {
-                state.purses.insert(id, pursed);
+                state.purses_of(rule).insert(key, pursed);
             }
         }
     }

@@ -12,7 +12,7 @@ use sluice_core::key::{LimitKey, RuleName};
 use sluice_core::policy::{FailureMode, HttpRequest, PlannedCheck, Rule};
 use sluice_core::record::{self, RuleOutcome, RuleRecord};
 use sluice_core::verdict::Verdict;
-use sluice_core::wire::{read_decide_response, write_decide_request};
+use sluice_core::wire::{read_decide_response_into, write_decide_request};
 
 use crate::glue::{Glue, Local};
 
@@ -38,24 +38,34 @@ pub enum Act {
 pub enum Start {
     /// Decided without the server.
     Decided(Act),
-    /// Send this body to sluice-server's decide path, then [`Request::sent`] or
-    /// [`Request::fail`].
-    Callout(Vec<u8>),
+    /// Send [`Request::callout_body`] to sluice-server's decide path, then [`Request::sent`]
+    /// or [`Request::fail`].
+    Callout,
 }
 
 /// One request's checks and what has been decided of them.
+///
+/// Its lists and buffers outlive the request: a host that keeps a `Request` for the next one
+/// ([`Request::start`] readies it) decides a request without allocating once they have grown.
 pub struct Request<R> {
     planned: Vec<PlannedCheck>,
     /// Per planned check, its verdict when decided here from a lease.
     local: Vec<Option<Verdict>>,
-    /// Units taken from allowances, given back if the request is denied.
-    reservations: Vec<R>,
+    /// Units taken from allowances, each with the planned check it was taken for; given back
+    /// if the request is denied.
+    reservations: Vec<(usize, R)>,
     /// How many checks the callout carries (those not decided here), once it is sent.
     asked: Option<usize>,
     /// When the request started: the server decides at this time or a little later, so
     /// waits it reports count from here and a cached denial never outlives the real one.
     asked_at_ms: u64,
     response_headers: Vec<(String, String)>,
+    /// The callout's body.
+    body: Vec<u8>,
+    /// Per planned check, its verdict, from here or the server, as the request concludes.
+    verdicts: Vec<Option<Verdict>>,
+    /// The encoded record of what came of each check.
+    record: Vec<u8>,
 }
 
 impl<R> Default for Request<R> {
@@ -67,6 +77,9 @@ impl<R> Default for Request<R> {
             asked: None,
             asked_at_ms: 0,
             response_headers: Vec::new(),
+            body: Vec::new(),
+            verdicts: Vec::new(),
+            record: Vec::new(),
         }
     }
 }
@@ -75,6 +88,32 @@ impl<R> Default for Request<R> {
 /// index is always in range.
 fn rule<'a, G: Glue>(glue: &'a G, planned: &PlannedCheck) -> &'a Rule {
     &glue.policy().rules[planned.rule]
+}
+
+/// Counts what came of each of the `planned` checks and records it for access logs, encoded
+/// in `buffer`: `outcomes` gives, check by check, its outcome, the delay it was held for and
+/// whether it was decided here.
+fn record<G: Glue>(
+    glue: &G,
+    planned: &[PlannedCheck],
+    outcomes: impl IntoIterator<Item = (RuleOutcome, u64, bool)>,
+    buffer: &mut Vec<u8>,
+) {
+    let records = planned
+        .iter()
+        .zip(outcomes)
+        .map(|(p, (outcome, delay_ms, local))| {
+            glue.count_outcome(p.rule, outcome, delay_ms > 0, local);
+            RuleRecord::<&RuleName, &str> {
+                rule: &rule(glue, p).name,
+                key: p.key.as_str(),
+                outcome,
+                delay_ms,
+                local,
+            }
+        });
+    record::encode_into(buffer, records);
+    glue.record(buffer);
 }
 
 /// The deny-cache entry for the server's denial `verdict` of `rule`'s `key`, answered to a
@@ -93,14 +132,19 @@ impl<R> Request<R> {
     /// Plans `request`'s checks and decides what can be decided here: with no checks, or
     /// from a cached denial, or from leases alone, the request is decided; else the callout
     /// to send.
+    ///
+    /// Whatever the request held before is forgotten: a host may start request after request
+    /// in one `Request`.
     pub fn start<G: Glue<Reservation = R>>(&mut self, glue: &G, request: &HttpRequest) -> Start {
         let policy = glue.policy();
-        let plan = policy.plan(request);
-        if plan.client_ip_fell_back {
+        self.asked = None;
+        self.reservations.clear();
+        self.response_headers.clear();
+        if policy.plan_into(request, &mut self.planned) {
             glue.count_client_ip_fallback();
         }
-        self.planned = plan.checks;
         if self.planned.is_empty() {
+            self.local.clear();
             return Start::Decided(Act::Continue);
         }
         // One clock read for the whole request start: each is a host call.
@@ -114,10 +158,8 @@ impl<R> Request<R> {
             return Start::Decided(Act::Reply(denial));
         }
         if self.local.iter().all(Option::is_some) || self.denied_here(glue) {
-            let local = std::mem::take(&mut self.local);
-            let act = self.conclude(glue, &local, &local);
-            self.local = local;
-            return Start::Decided(act);
+            self.verdicts.clone_from(&self.local);
+            return Start::Decided(self.conclude(glue));
         }
         let remote = self
             .planned
@@ -125,9 +167,14 @@ impl<R> Request<R> {
             .zip(&self.local)
             .filter(|(_, local)| local.is_none())
             .map(|(p, _)| (&policy.rules[p.rule].template, &p.key));
-        let mut body = Vec::with_capacity(128 * self.planned.len() + 16);
-        write_decide_request(&mut body, remote);
-        Start::Callout(body)
+        self.body.clear();
+        write_decide_request(&mut self.body, remote);
+        Start::Callout
+    }
+
+    /// The body of the callout [`Request::start`] asked for.
+    pub fn callout_body(&self) -> &[u8] {
+        &self.body
     }
 
     /// The callout [`Request::start`] asked for is on its way.
@@ -143,8 +190,8 @@ impl<R> Request<R> {
     }
 
     /// The rate-limit headers an admitted request's response carries.
-    pub fn take_response_headers(&mut self) -> Vec<(String, String)> {
-        std::mem::take(&mut self.response_headers)
+    pub fn response_headers(&self) -> &[(String, String)] {
+        &self.response_headers
     }
 
     /// The verdicts in the callout's answer `body`, or why there are none: an answer that is
@@ -154,8 +201,21 @@ impl<R> Request<R> {
         glue: &G,
         body: &[u8],
     ) -> Result<Vec<Verdict>, String> {
+        let mut remote = Vec::new();
+        self.read_answer_into(glue, body, &mut remote)?;
+        Ok(remote)
+    }
+
+    /// [`Request::read_answer`] into `remote`, in place of what it held: a host that keeps
+    /// one list for every answer reads them without allocating.
+    pub fn read_answer_into<G: Glue<Reservation = R>>(
+        &self,
+        glue: &G,
+        body: &[u8],
+        remote: &mut Vec<Verdict>,
+    ) -> Result<(), String> {
         let asked = self.asked.ok_or("an answer to no callout")?;
-        let remote = read_decide_response(body, asked).map_err(|e| e.to_string())?;
+        read_decide_response_into(body, asked, remote).map_err(|e| e.to_string())?;
         let asked_limits = self
             .planned
             .iter()
@@ -167,21 +227,20 @@ impl<R> Request<R> {
                 .check_against(limit)
                 .map_err(|e| format!("response body: results[{i}].{e}"))?;
         }
-        Ok(remote)
+        Ok(())
     }
 
     /// Decides from the server's verdicts `remote` (from [`Request::read_answer`]) and those
     /// decided here.
     pub fn answered<G: Glue<Reservation = R>>(&mut self, glue: &G, remote: &[Verdict]) -> Act {
         let mut remote = remote.iter();
-        let local = std::mem::take(&mut self.local);
-        let verdicts: Vec<Option<Verdict>> = local
-            .iter()
-            .map(|local| local.or_else(|| remote.next().copied()))
-            .collect();
-        let act = self.conclude(glue, &verdicts, &local);
-        self.local = local;
-        act
+        self.verdicts.clear();
+        self.verdicts.extend(
+            self.local
+                .iter()
+                .map(|local| local.or_else(|| remote.next().copied())),
+        );
+        self.conclude(glue)
     }
 
     /// The service gave no usable answer: count it, record it, apply the failure mode to the
@@ -194,7 +253,7 @@ impl<R> Request<R> {
             Some(_) => (RuleOutcome::Skipped, 0, true),
             None => (RuleOutcome::Failed, 0, false),
         });
-        self.record(glue, outcomes);
+        record(glue, &self.planned, outcomes, &mut self.record);
         if admit {
             Act::Continue
         } else {
@@ -203,37 +262,14 @@ impl<R> Request<R> {
         }
     }
 
-    /// Counts what came of each planned check and records it for access logs: `outcomes`
-    /// gives, check by check, its outcome, the delay it was held for and whether it was
-    /// decided here.
-    fn record<G: Glue<Reservation = R>>(
-        &self,
-        glue: &G,
-        outcomes: impl IntoIterator<Item = (RuleOutcome, u64, bool)>,
-    ) {
-        let records = self
-            .planned
-            .iter()
-            .zip(outcomes)
-            .map(|(p, (outcome, delay_ms, local))| {
-                glue.count_outcome(p.rule, outcome, delay_ms > 0, local);
-                RuleRecord::<&RuleName, &str> {
-                    rule: &rule(glue, p).name,
-                    key: p.key.as_str(),
-                    outcome,
-                    delay_ms,
-                    local,
-                }
-            });
-        glue.record(&record::encode(records));
-    }
-
     /// Records a request answered from the deny cache: check `hit` found a cached denial, the
     /// others were skipped.
-    fn record_cache_hit<G: Glue<Reservation = R>>(&self, glue: &G, hit: usize) {
-        self.record(
+    fn record_cache_hit<G: Glue<Reservation = R>>(&mut self, glue: &G, hit: usize) {
+        let checks = self.planned.len();
+        record(
             glue,
-            (0..self.planned.len()).map(|i| {
+            &self.planned,
+            (0..checks).map(|i| {
                 let outcome = if i == hit {
                     RuleOutcome::CachedDeny
                 } else {
@@ -241,6 +277,7 @@ impl<R> Request<R> {
                 };
                 (outcome, 0, false)
             }),
+            &mut self.record,
         );
     }
 
@@ -270,7 +307,7 @@ impl<R> Request<R> {
                     shadow: false,
                     verdict: &verdict,
                 };
-                match decide(&glue.policy().response, &[rule_verdict]) {
+                match decide(&glue.policy().response, [rule_verdict]) {
                     Decision::Deny(denial) => Some((i, denial)),
                     Decision::Allow { .. } => None,
                 }
@@ -281,11 +318,10 @@ impl<R> Request<R> {
     /// allowance the server said is empty denies.
     fn decide_from_leases<G: Glue<Reservation = R>>(&mut self, glue: &G, now_us: u64) {
         let rules = &glue.policy().rules;
-        let mut reservations = Vec::new();
-        self.local = self
-            .planned
-            .iter()
-            .map(|p| {
+        let reservations = &mut self.reservations;
+        self.local.clear();
+        self.local
+            .extend(self.planned.iter().enumerate().map(|(check, p)| {
                 let rule = rules.get(p.rule)?;
                 let config = rule.lease.as_ref()?;
                 match glue.take_lease(p.rule, rule, config, &p.key, now_us) {
@@ -294,7 +330,7 @@ impl<R> Request<R> {
                         limit,
                         remaining,
                     } => {
-                        reservations.push(reservation);
+                        reservations.push((check, reservation));
                         Some(Verdict {
                             allowed: true,
                             limit,
@@ -317,9 +353,7 @@ impl<R> Request<R> {
                     }),
                     Local::NotHeld => None,
                 }
-            })
-            .collect();
-        self.reservations = reservations;
+            }));
     }
 
     /// Whether a check decided here denies the request (an enforced one denied).
@@ -330,19 +364,14 @@ impl<R> Request<R> {
             .any(|(p, v)| !rule(glue, p).shadow && v.is_some_and(|v| !v.allowed))
     }
 
-    /// Decides from the verdicts and remembers what came of each rule; `local` holds those
-    /// decided here (a caller takes it out of the request, so that neither is copied).
-    fn conclude<G: Glue<Reservation = R>>(
-        &mut self,
-        glue: &G,
-        verdicts: &[Option<Verdict>],
-        local: &[Option<Verdict>],
-    ) -> Act {
+    /// Decides from the checks' verdicts (`verdicts`, those decided here in `local`) and
+    /// remembers what came of each rule.
+    fn conclude<G: Glue<Reservation = R>>(&mut self, glue: &G) -> Act {
         let asked_at = self.asked_at_ms;
-        let rule_verdicts: Vec<RuleVerdict<'_>> = self
+        let rule_verdicts = self
             .planned
             .iter()
-            .zip(verdicts)
+            .zip(&self.verdicts)
             .filter_map(|(p, v)| {
                 let rule = rule(glue, p);
                 Some(RuleVerdict {
@@ -351,39 +380,37 @@ impl<R> Request<R> {
                     shadow: rule.shadow,
                     verdict: v.as_ref()?,
                 })
-            })
-            .collect();
-        let decision = decide(&glue.policy().response, &rule_verdicts);
-        let denied =
-            record::request_denied(rule_verdicts.iter().map(|v| (v.shadow, v.verdict.allowed)));
-        let outcomes =
-            self.planned
-                .iter()
-                .zip(verdicts)
-                .zip(local)
-                .map(|((planned, verdict), local)| {
-                    let rule = rule(glue, planned);
-                    let local = local.is_some();
-                    let outcome = verdict.map_or(RuleOutcome::Skipped, |v| {
-                        record::outcome(rule.shadow, v.allowed, denied)
-                    });
-                    let delay_ms = match verdict {
-                        Some(v) if outcome == RuleOutcome::Allowed => v.delay_ms,
-                        _ => 0,
-                    };
-                    if outcome == RuleOutcome::Denied
-                        && !local
-                        && let Some(entry) =
-                            verdict.and_then(|v| cache_entry(rule, &planned.key, &v, asked_at))
-                    {
-                        // Judged at the request's start, not at a fresh clock read (a host call)
-                        // on an answer: against it, the cache keeps another key's entry only if
-                        // that outlasts this one, which then outlasts the answer too.
-                        glue.cache_remember(&entry, asked_at);
-                    }
-                    (outcome, delay_ms, local)
+            });
+        let decision = decide(&glue.policy().response, rule_verdicts.clone());
+        let denied = record::request_denied(rule_verdicts.map(|v| (v.shadow, v.verdict.allowed)));
+        let outcomes = self
+            .planned
+            .iter()
+            .zip(&self.verdicts)
+            .zip(&self.local)
+            .map(|((planned, verdict), local)| {
+                let rule = rule(glue, planned);
+                let local = local.is_some();
+                let outcome = verdict.map_or(RuleOutcome::Skipped, |v| {
+                    record::outcome(rule.shadow, v.allowed, denied)
                 });
-        self.record(glue, outcomes);
+                let delay_ms = match verdict {
+                    Some(v) if outcome == RuleOutcome::Allowed => v.delay_ms,
+                    _ => 0,
+                };
+                if outcome == RuleOutcome::Denied
+                    && !local
+                    && let Some(entry) =
+                        verdict.and_then(|v| cache_entry(rule, &planned.key, &v, asked_at))
+                {
+                    // Judged at the request's start, not at a fresh clock read (a host call)
+                    // on an answer: against it, the cache keeps another key's entry only if
+                    // that outlasts this one, which then outlasts the answer too.
+                    glue.cache_remember(&entry, asked_at);
+                }
+                (outcome, delay_ms, local)
+            });
+        record(glue, &self.planned, outcomes, &mut self.record);
         match decision {
             Decision::Deny(denial) => {
                 self.give_back(glue);
@@ -406,8 +433,10 @@ impl<R> Request<R> {
             return;
         }
         let now = glue.now_us();
-        for reservation in self.reservations.drain(..) {
-            glue.give_back(&reservation, now);
+        for (check, reservation) in self.reservations.drain(..) {
+            if let Some(planned) = self.planned.get(check) {
+                glue.give_back(&reservation, planned.rule, &planned.key, now);
+            }
         }
     }
 }

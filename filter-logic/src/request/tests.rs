@@ -24,6 +24,7 @@ struct Memory {
     units: Cell<u64>,
     given_back: Cell<u64>,
     outcomes: RefCell<Vec<(usize, RuleOutcome)>>,
+    records: RefCell<Vec<Vec<u8>>>,
     failures: Cell<u32>,
 }
 
@@ -35,6 +36,7 @@ fn memory(policy: &str) -> Memory {
         units: Cell::new(0),
         given_back: Cell::new(0),
         outcomes: RefCell::new(Vec::new()),
+        records: RefCell::new(Vec::new()),
         failures: Cell::new(0),
     }
 }
@@ -48,7 +50,9 @@ impl Glue for Memory {
     fn now_us(&self) -> u64 {
         self.now_us.get()
     }
-    fn record(&self, _decision: &[u8]) {}
+    fn record(&self, decision: &[u8]) {
+        self.records.borrow_mut().push(decision.to_vec());
+    }
     fn count_outcome(&self, rule: usize, outcome: RuleOutcome, _delayed: bool, _local: bool) {
         self.outcomes.borrow_mut().push((rule, outcome));
     }
@@ -90,7 +94,7 @@ impl Glue for Memory {
             }
         }
     }
-    fn give_back(&self, reservation: &u64, _now_us: u64) {
+    fn give_back(&self, reservation: &u64, _rule: usize, _key: &LimitKey, _now_us: u64) {
         self.given_back.set(self.given_back.get() + reservation);
     }
 }
@@ -107,7 +111,9 @@ const LEASED_AND_PER_CLIENT: &str = r#"{"cluster": "sluice", "rules": [
 
 fn client(name: &str) -> HttpRequest<'static> {
     HttpRequest {
-        headers: vec![("x-client".into(), name.as_bytes().to_vec())],
+        headers: [("x-client".into(), name.as_bytes().to_vec().into())]
+            .into_iter()
+            .collect(),
         source_address: None,
     }
 }
@@ -133,7 +139,7 @@ fn denied(retry_after_ms: u64) -> Verdict {
 /// Starts a request for `name` that must go to the server, and answers it with `verdicts`.
 fn ask(glue: &Memory, name: &str, verdicts: &[Verdict]) -> Act {
     let mut request = Request::default();
-    let Start::Callout(_) = request.start(glue, &client(name)) else {
+    let Start::Callout = request.start(glue, &client(name)) else {
         panic!("a request for {name} was decided without the server");
     };
     request.sent(glue);
@@ -163,10 +169,10 @@ fn a_denial_is_remembered_and_answers_the_next_request_without_a_callout() {
         Some(&(0, RuleOutcome::CachedDeny))
     );
     // Another client is not denied by it.
-    assert!(matches!(request_for(&glue, "b"), Start::Callout(_)));
+    assert!(matches!(request_for(&glue, "b"), Start::Callout));
     // Once it lapses, the key goes to the server again.
     glue.now_us.set(glue.now_us.get() + 200_000);
-    assert!(matches!(request_for(&glue, "a"), Start::Callout(_)));
+    assert!(matches!(request_for(&glue, "a"), Start::Callout));
 }
 
 fn request_for(glue: &Memory, name: &str) -> Start {
@@ -188,7 +194,7 @@ fn a_cached_denial_lasts_no_longer_than_the_limits_longest_wait() {
 fn the_failure_mode_decides_when_the_server_gives_no_answer() {
     let deny = memory(PER_CLIENT);
     let mut request: Request<u64> = Request::default();
-    let Start::Callout(_) = request.start(&deny, &client("a")) else {
+    let Start::Callout = request.start(&deny, &client("a")) else {
         panic!("decided without the server");
     };
     let Act::Reply(denial) = request.fail(&deny, "the callout was reset") else {
@@ -246,4 +252,83 @@ fn an_answer_of_the_wrong_length_or_impossible_for_the_limit_is_refused() {
         .read_answer(&glue, &answer(&[impossible]))
         .unwrap_err();
     assert!(error.contains("results[0]"), "{error}");
+}
+
+/// What one request did: its start's callout body or act, and the act its answer led to.
+fn decided(glue: &Memory, request: &mut Request<u64>, name: &str) -> Vec<String> {
+    match request.start(glue, &client(name)) {
+        Start::Decided(act) => vec![format!("{act:?}")],
+        Start::Callout => {
+            let body = String::from_utf8_lossy(request.callout_body()).into_owned();
+            request.sent(glue);
+            // The server denies the clients named `deny*` and admits the others.
+            let verdicts: Vec<Verdict> = request
+                .planned
+                .iter()
+                .zip(&request.local)
+                .filter(|(_, local)| local.is_none())
+                .map(|(p, _)| {
+                    let limit = glue.policy.rules[p.rule].limit.capacity();
+                    match name.starts_with("deny") {
+                        true => Verdict {
+                            limit,
+                            ..denied(900)
+                        },
+                        false => Verdict {
+                            allowed: true,
+                            limit,
+                            remaining: 0,
+                            retry_after_ms: None,
+                            ..denied(0)
+                        },
+                    }
+                })
+                .collect();
+            let remote = request.read_answer(glue, &answer(&verdicts)).unwrap();
+            vec![body, format!("{:?}", request.answered(glue, &remote))]
+        }
+    }
+}
+
+#[test]
+fn a_request_started_again_decides_as_a_new_one_would() {
+    // Leases that run out midway, a denial and the cached denial it leaves, a key longer
+    // than any before it, and a request with no check: each from a new `Request`, then all
+    // carried in one.
+    let long = "a-client-name-longer-than-any-key-this-request-built-before";
+    let names = [
+        "a", "b", "deny-1", long, "deny-1", "c", "", "a", "deny-2", "b",
+    ];
+    let run = |carried: bool| {
+        // Allowed responses carry headers too: a request's must never reach the next's.
+        let glue = memory(
+            &LEASED_AND_PER_CLIENT
+                .replace(r#""rules""#, r#""response": {"on_allowed": true}, "rules""#),
+        );
+        glue.units.set(4);
+        let mut kept = Request::default();
+        let mut acts = Vec::new();
+        for name in names {
+            let mut new = Request::default();
+            let request = if carried { &mut kept } else { &mut new };
+            let mut done = decided(&glue, request, name);
+            done.push(format!("{:?}", request.response_headers()));
+            acts.push(done);
+            glue.now_us.set(glue.now_us.get() + 100_000);
+        }
+        (
+            acts,
+            glue.records.take(),
+            glue.outcomes.take(),
+            glue.units.get(),
+            glue.given_back.get(),
+        )
+    };
+    let (new, carried) = (run(false), run(true));
+    assert!(
+        new.0.iter().any(|acts| acts[0].contains("Reply")),
+        "a cached denial answered"
+    );
+    assert!(new.4 > 0, "a denied request gave units back");
+    assert_eq!(carried, new);
 }

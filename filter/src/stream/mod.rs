@@ -1,6 +1,7 @@
 //! One request in the proxy-wasm host: [`sluice_filter_logic::Request`] decides it; this
 //! reads the request, sends the callout, pauses and resumes, holds and replies.
 
+use std::borrow::Cow;
 use std::rc::Rc;
 
 use proxy_wasm::traits::{Context, HttpContext};
@@ -42,7 +43,7 @@ impl Stream {
     fn read_request<'p>(&self, policy: &'p Policy) -> HttpRequest<'p> {
         read_request(
             policy,
-            |name| self.get_http_request_header_bytes(name),
+            |name| self.get_http_request_header_bytes(name).map(Cow::Owned),
             || self.get_http_request_headers_bytes(),
             || {
                 ffi::get_property(ffi::SOURCE_ADDRESS).map(|bytes| {
@@ -140,8 +141,9 @@ impl HttpContext for Stream {
         let http_request = self.read_request(&shared.policy);
         let act = match self.request.start(shared.as_ref(), &http_request) {
             Start::Decided(act) => act,
-            Start::Callout(body) => {
-                match callout::post(self, &shared.policy.service, DECIDE_PATH, &body) {
+            Start::Callout => {
+                let body = self.request.callout_body();
+                match callout::post(self, &shared.policy.service, DECIDE_PATH, body) {
                     Ok(_) => {
                         self.request.sent(shared.as_ref());
                         return Action::Pause;
@@ -156,8 +158,8 @@ impl HttpContext for Stream {
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         // A local reply already carries its headers; it passes through here too.
         if !self.replied_locally {
-            for (name, value) in self.request.take_response_headers() {
-                self.add_http_response_header(&name, &value);
+            for (name, value) in self.request.response_headers() {
+                self.add_http_response_header(name, value);
             }
         }
         Action::Continue

@@ -15,6 +15,7 @@ use crate::abi::{
 };
 use crate::config::Configured;
 use crate::envoy::{self, Config, Filter};
+use crate::spares;
 use crate::stream::{Headers, Stream};
 
 mod unused;
@@ -103,7 +104,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
         let Some(configured) = (unsafe { configured(config) }) else {
             return std::ptr::null();
         };
-        Box::into_raw(Box::new(Stream::new(Arc::clone(configured)))) as FilterModulePtr
+        Box::into_raw(spares::stream(Arc::clone(configured))) as FilterModulePtr
     })
 }
 
@@ -271,8 +272,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
 pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(filter: FilterModulePtr) {
     guarded("on_http_filter_destroy", (), || {
         if !filter.is_null() {
-            // SAFETY: the pointer `filter_new` leaked, destroyed once by Envoy.
-            drop(unsafe { Box::from_raw(filter as *mut Stream) });
+            // SAFETY: the pointer `filter_new` leaked, destroyed once by Envoy; Envoy calls
+            // none of the stream's hooks after this one.
+            spares::keep(unsafe { Box::from_raw(filter as *mut Stream) });
         }
     });
 }
