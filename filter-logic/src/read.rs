@@ -38,6 +38,12 @@ pub fn read_request<'a>(
 
 /// The headers of a `POST` of JSON to `path` of sluice-server: the same for decisions and
 /// leases, from every host.
+///
+/// No `content-type`: a `/v1` body is JSON whatever the header says, and the server reads it
+/// without one (`core::wire`). Each header of a callout is Envoy's work on every request: a
+/// copy into the callout's header map, its HTTP/2 encoding, the server's decoding. Without
+/// this one, a per-request decision cost Envoy 2,500 instructions fewer (callgrind, one
+/// worker: 112,495 over no filter, then 109,954).
 pub fn callout_headers<'a>(
     service: &'a Service,
     path: &'a str,
@@ -46,7 +52,6 @@ pub fn callout_headers<'a>(
         (":method", "POST"),
         (":path", path),
         (":authority", service.authority.as_str()),
-        ("content-type", "application/json"),
     ]
     .into_iter()
     .chain(

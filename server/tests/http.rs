@@ -254,6 +254,25 @@ async fn cleartext_http2_is_served_like_http1() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_without_a_content_type_is_read_as_json() {
+    // The filters send none (filter-logic's `callout_headers`).
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    for http in [Http::http1(), Http::h2c()] {
+        let answer = http
+            .send(
+                "POST",
+                &format!("{}/v1/decide", server.url()),
+                &[],
+                one_check("r", "k", LIMIT),
+            )
+            .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert!(answer.json()["results"][0]["allowed"].as_bool().unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_readiness_and_metrics() {
     let mut redis = RedisServer::start().unwrap();
     let server = server(Topology::Standalone(redis.url()), |c| {

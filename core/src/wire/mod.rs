@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! POST /v1/decide
-//! content-type: application/json
+//! content-type: application/json          (optional: the body is JSON either way, and the
+//!                                          filters leave it out, to spare Envoy the header)
 //! authorization: Bearer <token>           (when the server is started with a token)
 //!
 //! {"checks": [{"rule": "per-ip", "key": "203.0.113.7",
