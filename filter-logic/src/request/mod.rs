@@ -33,6 +33,15 @@ pub enum Act {
     Reply(Denial),
 }
 
+/// Where [`Request::conclude`] finds the checks' verdicts.
+#[derive(Clone, Copy)]
+enum Verdicts {
+    /// Those decided here alone (the others, undecided, skipped).
+    Local,
+    /// Those decided here and the server's, merged in `verdicts`.
+    All,
+}
+
 /// How a request starts.
 #[derive(Debug)]
 pub enum Start {
@@ -62,7 +71,7 @@ pub struct Request<R> {
     response_headers: Vec<(String, String)>,
     /// The callout's body.
     body: Vec<u8>,
-    /// Per planned check, its verdict, from here or the server, as the request concludes.
+    /// Per planned check, its verdict, from here or the server, once the server answered.
     verdicts: Vec<Option<Verdict>>,
     /// The encoded record of what came of each check.
     record: Vec<u8>,
@@ -158,8 +167,7 @@ impl<R> Request<R> {
             return Start::Decided(Act::Reply(denial));
         }
         if self.local.iter().all(Option::is_some) || self.denied_here(glue) {
-            self.verdicts.clone_from(&self.local);
-            return Start::Decided(self.conclude(glue));
+            return Start::Decided(self.conclude(glue, Verdicts::Local));
         }
         let remote = self
             .planned
@@ -240,7 +248,7 @@ impl<R> Request<R> {
                 .iter()
                 .map(|local| local.or_else(|| remote.next().copied())),
         );
-        self.conclude(glue)
+        self.conclude(glue, Verdicts::All)
     }
 
     /// The service gave no usable answer: count it, record it, apply the failure mode to the
@@ -364,31 +372,28 @@ impl<R> Request<R> {
             .any(|(p, v)| !rule(glue, p).shadow && v.is_some_and(|v| !v.allowed))
     }
 
-    /// Decides from the checks' verdicts (`verdicts`, those decided here in `local`) and
-    /// remembers what came of each rule.
-    fn conclude<G: Glue<Reservation = R>>(&mut self, glue: &G) -> Act {
+    /// Decides from the checks' verdicts and remembers what came of each rule (those decided
+    /// here are in `local`).
+    fn conclude<G: Glue<Reservation = R>>(&mut self, glue: &G, from: Verdicts) -> Act {
         let asked_at = self.asked_at_ms;
-        let rule_verdicts = self
-            .planned
-            .iter()
-            .zip(&self.verdicts)
-            .filter_map(|(p, v)| {
-                let rule = rule(glue, p);
-                Some(RuleVerdict {
-                    rule: rule.name.as_str(),
-                    limit: &rule.limit,
-                    shadow: rule.shadow,
-                    verdict: v.as_ref()?,
-                })
-            });
+        // Lent, not copied: a copy was an allocation for every request a new `Request` decides.
+        let verdicts = match from {
+            Verdicts::Local => &self.local,
+            Verdicts::All => &self.verdicts,
+        };
+        let rule_verdicts = self.planned.iter().zip(verdicts).filter_map(|(p, v)| {
+            let rule = rule(glue, p);
+            Some(RuleVerdict {
+                rule: rule.name.as_str(),
+                limit: &rule.limit,
+                shadow: rule.shadow,
+                verdict: v.as_ref()?,
+            })
+        });
         let decision = decide(&glue.policy().response, rule_verdicts.clone());
         let denied = record::request_denied(rule_verdicts.map(|v| (v.shadow, v.verdict.allowed)));
-        let outcomes = self
-            .planned
-            .iter()
-            .zip(&self.verdicts)
-            .zip(&self.local)
-            .map(|((planned, verdict), local)| {
+        let outcomes = self.planned.iter().zip(verdicts).zip(&self.local).map(
+            |((planned, verdict), local)| {
                 let rule = rule(glue, planned);
                 let local = local.is_some();
                 let outcome = verdict.map_or(RuleOutcome::Skipped, |v| {
@@ -409,7 +414,8 @@ impl<R> Request<R> {
                     glue.cache_remember(&entry, asked_at);
                 }
                 (outcome, delay_ms, local)
-            });
+            },
+        );
         record(glue, &self.planned, outcomes, &mut self.record);
         match decision {
             Decision::Deny(denial) => {
