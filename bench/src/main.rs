@@ -104,7 +104,8 @@ enum Command {
         #[arg(long)]
         stats: bool,
         /// Also count Envoy's instructions a request under callgrind (valgrind, h2load, curl)
-        /// for the module's setups and their baselines; with `--rounds 0`, only that.
+        /// for the module's and the .wasm's setups and their baselines; with `--rounds 0`,
+        /// only that.
         #[arg(long)]
         instructions: bool,
     },

@@ -12,14 +12,18 @@ use super::config::{self, Addresses, Wasm};
 use super::plan::Count;
 use super::setup::Setup;
 
-/// The setups counted: the module's two bars' setups and their baselines.
-pub const COUNTED: [Setup; 6] = [
+/// The setups counted: the module's two bars' setups and their baselines, and the .wasm's
+/// beside its own no-op filter.
+pub const COUNTED: [Setup; 9] = [
     Setup::NoFilter,
     Setup::NoopModule,
     Setup::LocalRatelimit,
     Setup::SluiceModule,
     Setup::SluiceModuleLease,
     Setup::NativeGrpc,
+    Setup::Noop,
+    Setup::Sluice,
+    Setup::SluiceLease,
 ];
 
 /// Requests counted in each setup, after the script's warm-up of 500.
