@@ -67,7 +67,7 @@ impl ModuleLeases {
             Arc::clone(&ticker),
         )
         .asking_after(ASK_AFTER)
-        .purses_of(PURSE_UNITS);
+        .purses_up_to(PURSE_UNITS);
         ModuleLeases {
             leases: Mutex::new(leases),
             ticker,

@@ -219,7 +219,7 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
         .into_iter()
         .flat_map(|keys| Setup::COMPARED.map(|setup| (keys, setup)))
         .chain([(Keys::Hot, Setup::SluiceDenying)])
-        .filter(|(_, setup)| only.is_empty() || only.iter().any(|o| o == setup.id()))
+        .filter(|(_, setup)| named(only, *setup))
         .collect();
     let mut runs: Vec<(Keys, Setup, Vec<Run>)> =
         order.iter().map(|&(k, s)| (k, s, Vec::new())).collect();
@@ -247,7 +247,7 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
     // `--rounds 0` (instructions alone) measures none of them either.
     let over_limit_setups = OVER_LIMIT
         .into_iter()
-        .filter(|setup| rounds > 0 && (only.is_empty() || only.iter().any(|o| o == setup.id())));
+        .filter(|setup| rounds > 0 && named(only, *setup));
     for setup in over_limit_setups {
         eprintln!("envoy: {} over its limit", setup.name());
         // Each way meets the limit afresh: the .wasm's and the module's rules are the same
@@ -259,7 +259,7 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
     if instructions {
         let counted = instructions::COUNTED
             .into_iter()
-            .filter(|setup| only.is_empty() || only.iter().any(|o| o == setup.id()));
+            .filter(|setup| named(only, *setup));
         for setup in counted {
             eprintln!("envoy: {} under callgrind", setup.name());
             counts.push(instructions::count(&stack.addresses, &wasm, setup)?);
@@ -271,6 +271,11 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
         over_limit,
         counts,
     })
+}
+
+/// Whether `--only` takes `setup`: it names it, or names none.
+fn named(only: &[String], setup: Setup) -> bool {
+    only.is_empty() || only.iter().any(|o| o == setup.id())
 }
 
 /// The lease's `max_total_share` (its default).

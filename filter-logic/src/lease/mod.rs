@@ -243,7 +243,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
     /// Purses take up to `units` from their allowance at once, not [`PURSE_UNITS`]: where
     /// one purse serves every worker of a process (the native module), fewer takes from the
     /// allowance, each a decode and an encode of its record.
-    pub fn purses_of(self, units: u64) -> Leases<D, T> {
+    pub fn purses_up_to(self, units: u64) -> Leases<D, T> {
         Leases {
             purse_units: units,
             ..self

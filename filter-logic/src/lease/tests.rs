@@ -155,14 +155,14 @@ fn a_busy_key_is_asked_for_then_decided_from_its_allowance_and_the_purse() {
 #[test]
 fn a_purse_set_larger_takes_more_at_once_and_never_more_than_a_quarter() {
     let envoy = Envoy::new();
-    let worker = envoy.worker().purses_of(64);
+    let worker = envoy.worker().purses_up_to(64);
     let now = envoy.lease(&worker, 1000, MS);
     assert!(taken(&envoy.take(&worker, now)));
     assert_eq!(purse_units(&worker), 64);
     assert_eq!(envoy.allowance(&worker).units, 999 - 64);
 
     let small = Envoy::new();
-    let worker = small.worker().purses_of(64);
+    let worker = small.worker().purses_up_to(64);
     let now = small.lease(&worker, 100, MS);
     assert!(taken(&small.take(&worker, now)));
     assert_eq!(purse_units(&worker), 99 / 4);
