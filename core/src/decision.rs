@@ -53,19 +53,34 @@ pub struct RuleVerdict<'a> {
     pub verdict: &'a Verdict,
 }
 
-/// Decides the request from the verdicts of the checks it needed, read as often as needed
-/// from `verdicts` (the filter hands them over without gathering them in a list).
+/// Decides the request from the verdicts of the checks it needed, in one pass over
+/// `verdicts` (the filter hands them over without gathering them in a list, and decides a
+/// request from a lease in a few thousand instructions, where each pass counts).
 pub fn decide<'a, I>(response: &ResponseConfig, verdicts: I) -> Decision
 where
     I: IntoIterator<Item = RuleVerdict<'a>>,
-    I::IntoIter: Clone,
 {
-    let verdicts = verdicts.into_iter();
-    let enforced = || verdicts.clone().filter(|v| !v.shadow);
-    let binding_denial = enforced()
-        .filter(|v| !v.verdict.allowed)
-        .max_by_key(|v| v.verdict.retry_after_ms.unwrap_or(u64::MAX));
-    if let Some(denial) = binding_denial {
+    // The binding denial with how long it lasts; the longest delay asked; the enforced
+    // verdict with the least remaining (the first of equals).
+    let mut binding: Option<(u64, RuleVerdict<'a>)> = None;
+    let mut delay_ms = 0;
+    let mut tightest: Option<RuleVerdict<'a>> = None;
+    for v in verdicts.into_iter().filter(|v| !v.shadow) {
+        if !v.verdict.allowed {
+            let lasts = v.verdict.retry_after_ms.unwrap_or(u64::MAX);
+            // Of denials that last as long, the last binds.
+            if binding.is_none_or(|(longest, _)| lasts >= longest) {
+                binding = Some((lasts, v));
+            }
+            continue;
+        }
+        delay_ms = delay_ms.max(v.verdict.delay_ms);
+        let least = (v.verdict.remaining, v.verdict.limit);
+        if tightest.is_none_or(|t| least < (t.verdict.remaining, t.verdict.limit)) {
+            tightest = Some(v);
+        }
+    }
+    if let Some((_, denial)) = binding {
         let mut headers = Vec::new();
         if let Some(retry_ms) = denial.verdict.retry_after_ms {
             let retry_ms = retry_ms.min(denial.limit.longest_wait_ms());
@@ -78,14 +93,9 @@ where
             headers,
         });
     }
-    let delay_ms = enforced().map(|v| v.verdict.delay_ms).max().unwrap_or(0);
-    let headers = if response.on_allowed {
-        enforced()
-            .min_by_key(|v| (v.verdict.remaining, v.verdict.limit))
-            .map(|v| rate_limit_headers(response.headers, &v))
-            .unwrap_or_default()
-    } else {
-        Vec::new()
+    let headers = match tightest {
+        Some(v) if response.on_allowed => rate_limit_headers(response.headers, &v),
+        _ => Vec::new(),
     };
     Decision::Allow { delay_ms, headers }
 }
@@ -196,6 +206,50 @@ mod tests {
                 ("x-ratelimit-reset".to_owned(), "31".to_owned()),
             ]
         );
+    }
+
+    #[test]
+    fn ties_go_as_they_always_have_a_denial_to_the_last_headers_to_the_first() {
+        let l = limit();
+        let never = verdict(false, 0, None);
+        let soon = verdict(false, 0, Some(2_000));
+        let soon_too = verdict(false, 0, Some(2_000));
+        let deny = |vs: &[RuleVerdict<'_>]| match decide(
+            &config(HeaderStyle::Ietf, false),
+            vs.iter().copied(),
+        ) {
+            Decision::Deny(d) => d.headers[1].1.clone(),
+            Decision::Allow { .. } => panic!("denied by enforced checks"),
+        };
+        // A denial that never ends binds; of denials as long, the last one.
+        let binding = deny(&[enforced("never", &l, &never), enforced("soon", &l, &soon)]);
+        assert!(binding.starts_with("\"never\""), "{binding}");
+        let binding = deny(&[enforced("a", &l, &soon), enforced("b", &l, &soon_too)]);
+        assert!(binding.starts_with("\"b\""), "{binding}");
+
+        let held = |delay_ms, remaining| Verdict {
+            delay_ms,
+            ..verdict(true, remaining, Some(0))
+        };
+        let (three, one, one_too, shadow) = (held(40, 3), held(90, 1), held(10, 1), held(500, 0));
+        let vs = [
+            enforced("three", &l, &three),
+            enforced("one", &l, &one),
+            enforced("one-too", &l, &one_too),
+            RuleVerdict {
+                shadow: true,
+                ..enforced("shadow", &l, &shadow)
+            },
+        ];
+        // The longest enforced delay holds it; the least remaining (the first of equals)
+        // speaks for it; a shadow rule does neither.
+        let Decision::Allow { delay_ms, headers } =
+            decide(&config(HeaderStyle::Ietf, true), vs.iter().copied())
+        else {
+            panic!("every enforced check allowed")
+        };
+        assert_eq!(delay_ms, 90);
+        assert_eq!(headers[1].1, "\"one\";r=1;t=31");
     }
 
     #[test]
