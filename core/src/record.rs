@@ -95,29 +95,65 @@ pub fn outcome(shadow: bool, allowed: bool, request_denied: bool) -> RuleOutcome
     }
 }
 
+/// `$text!` of each outcome's name, for `$outcome`: the names are written here once, and
+/// every text made of one (the record's field, a line's end) is made at compile time.
+macro_rules! per_outcome {
+    ($outcome:expr, $text:ident) => {
+        match $outcome {
+            RuleOutcome::Allowed => $text!("allowed"),
+            RuleOutcome::Denied => $text!("denied"),
+            RuleOutcome::ShadowDenied => $text!("shadow_denied"),
+            RuleOutcome::CachedDeny => $text!("cached_deny"),
+            RuleOutcome::Skipped => $text!("skipped"),
+            RuleOutcome::Failed => $text!("failed"),
+        }
+    };
+}
+
+macro_rules! name {
+    ($name:literal) => {
+        $name
+    };
+}
+
+macro_rules! field {
+    ($name:literal) => {
+        concat!(r#","outcome":""#, $name, r#"""#)
+    };
+}
+
+macro_rules! line_end {
+    ($name:literal) => {
+        concat!(r#","outcome":""#, $name, r#""}"#)
+    };
+}
+
+macro_rules! local_line_end {
+    ($name:literal) => {
+        concat!(r#","outcome":""#, $name, r#"","local":true}"#)
+    };
+}
+
 impl RuleOutcome {
     /// The record's `outcome` field, its comma before it: [`RuleOutcome::name`] in JSON.
     fn field(self) -> &'static [u8] {
-        match self {
-            RuleOutcome::Allowed => br#","outcome":"allowed""#,
-            RuleOutcome::Denied => br#","outcome":"denied""#,
-            RuleOutcome::ShadowDenied => br#","outcome":"shadow_denied""#,
-            RuleOutcome::CachedDeny => br#","outcome":"cached_deny""#,
-            RuleOutcome::Skipped => br#","outcome":"skipped""#,
-            RuleOutcome::Failed => br#","outcome":"failed""#,
+        per_outcome!(self, field).as_bytes()
+    }
+
+    /// The end of a record line with this outcome and no delay: [`RuleOutcome::field`] and
+    /// the `local` field when decided here, written whole, as a line ends for nearly every
+    /// request.
+    fn line_end(self, local: bool) -> &'static [u8] {
+        if local {
+            per_outcome!(self, local_line_end).as_bytes()
+        } else {
+            per_outcome!(self, line_end).as_bytes()
         }
     }
 
     /// The outcome's name, as in the record and in metrics labels.
     pub fn name(self) -> &'static str {
-        match self {
-            RuleOutcome::Allowed => "allowed",
-            RuleOutcome::Denied => "denied",
-            RuleOutcome::ShadowDenied => "shadow_denied",
-            RuleOutcome::CachedDeny => "cached_deny",
-            RuleOutcome::Skipped => "skipped",
-            RuleOutcome::Failed => "failed",
-        }
+        per_outcome!(self, name)
     }
 }
 
@@ -151,12 +187,13 @@ pub fn encode_into<R: Borrow<RuleName>, K: AsRef<str>>(
         out.extend_from_slice(line.rule.borrow().as_str().as_bytes());
         out.extend_from_slice(br#"","key":"#);
         write_json_string(out, line.key.as_ref());
-        out.extend_from_slice(line.outcome.field());
-        if line.delay_ms != 0 {
-            out.extend_from_slice(br#","delay_ms":"#);
-            decimal::write(out, line.delay_ms);
+        if line.delay_ms == 0 {
+            out.extend_from_slice(line.outcome.line_end(line.local));
+            continue;
         }
-        // Each line's end written whole: a record is written for every request.
+        out.extend_from_slice(line.outcome.field());
+        out.extend_from_slice(br#","delay_ms":"#);
+        decimal::write(out, line.delay_ms);
         out.extend_from_slice(if line.local {
             br#","local":true}"#.as_slice()
         } else {
@@ -192,6 +229,35 @@ mod tests {
         );
         let got = outcomes([(false, true), (true, false), (true, true)]);
         assert_eq!(got, [Allowed, ShadowDenied, Allowed]);
+    }
+
+    #[test]
+    fn every_outcome_is_written_as_serde_writes_it_local_or_not_held_or_not() {
+        use RuleOutcome::*;
+        let mut lines = Vec::new();
+        for outcome in [Allowed, Denied, ShadowDenied, CachedDeny, Skipped, Failed] {
+            let name = serde_json::to_string(&outcome).unwrap();
+            assert_eq!(name.trim_matches('"'), outcome.name());
+            for local in [false, true] {
+                for delay_ms in [0, 7] {
+                    lines.push(RuleRecord {
+                        rule: RuleName::new("r").unwrap(),
+                        key: "k".to_owned(),
+                        outcome,
+                        delay_ms,
+                        local,
+                    });
+                }
+            }
+        }
+        for line in &lines {
+            let one = std::slice::from_ref(line);
+            assert_eq!(
+                String::from_utf8(encode(one.iter().cloned())).unwrap(),
+                serde_json::to_string(one).unwrap()
+            );
+        }
+        assert_eq!(decode(&encode(lines.iter().cloned())).unwrap(), lines);
     }
 
     #[test]

@@ -19,5 +19,5 @@ mod request;
 pub mod shared_data;
 
 pub use glue::{Glue, Local};
-pub use read::{callout_headers, read_request};
+pub use read::{callout_headers, read_request, read_request_into};
 pub use request::{Act, Request, Start};

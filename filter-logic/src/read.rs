@@ -15,24 +15,35 @@ pub fn read_request<'a>(
     all_headers: impl FnOnce() -> Vec<(String, Vec<u8>)>,
     source_address: impl FnOnce() -> Option<String>,
 ) -> HttpRequest<'a> {
-    let source_address = if policy.reads_source_address {
-        source_address()
-    } else {
-        None
-    };
-    let headers = match &policy.headers_read {
-        Some(names) => names
-            .iter()
-            .filter_map(|name| Some((Cow::Borrowed(name.as_str()), header(name)?)))
-            .collect(),
-        None => all_headers()
-            .into_iter()
-            .map(|(name, value)| (Cow::Owned(name), Cow::Owned(value)))
-            .collect(),
-    };
-    HttpRequest {
-        headers,
-        source_address,
+    let mut request = HttpRequest::default();
+    read_request_into(policy, header, all_headers, source_address, &mut request);
+    request
+}
+
+/// [`read_request`] into `request`, which must be empty: natively its header list is held
+/// inline, some 200 bytes that a request returned by value is copied whole for, twice on the
+/// module's way from Envoy's headers to the plan.
+pub fn read_request_into<'a>(
+    policy: &'a Policy,
+    header: impl Fn(&str) -> Option<Cow<'a, [u8]>>,
+    all_headers: impl FnOnce() -> Vec<(String, Vec<u8>)>,
+    source_address: impl FnOnce() -> Option<String>,
+    request: &mut HttpRequest<'a>,
+) {
+    if policy.reads_source_address {
+        request.source_address = source_address();
+    }
+    match &policy.headers_read {
+        Some(names) => request.headers.extend(
+            names
+                .iter()
+                .filter_map(|name| Some((Cow::Borrowed(name.as_str()), header(name)?))),
+        ),
+        None => request.headers.extend(
+            all_headers()
+                .into_iter()
+                .map(|(name, value)| (Cow::Owned(name), Cow::Owned(value))),
+        ),
     }
 }
 

@@ -27,14 +27,14 @@ thread_local! {
 }
 
 /// A stream for a new request of `configured`: one this worker kept, or a new one.
-pub fn stream(configured: Arc<Configured>) -> Box<Stream> {
+pub fn stream(configured: &Arc<Configured>) -> Box<Stream> {
     let spare = SPARES.with(|spares| spares.borrow_mut().pop());
     match spare {
         Some(mut stream) => {
             stream.reuse(configured);
             stream
         }
-        None => Box::new(Stream::new(configured)),
+        None => Box::new(Stream::new(Arc::clone(configured))),
     }
 }
 

@@ -10,7 +10,7 @@ use sluice_core::policy::{FailureMode, HttpRequest, Policy};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::DECIDE_PATH;
 use sluice_filter_logic::answer::refused;
-use sluice_filter_logic::{Act, Request, Start, callout_headers, read_request};
+use sluice_filter_logic::{Act, Request, Start, callout_headers, read_request_into};
 
 use sluice_filter_logic::lease::Reservation;
 
@@ -51,8 +51,11 @@ impl Stream {
 
     /// This finished stream, readied for a new one of `configured`: its request's lists and
     /// buffers are kept (see [`crate::spares`]).
-    pub fn reuse(&mut self, configured: Arc<Configured>) {
-        self.configured = configured;
+    pub fn reuse(&mut self, configured: &Arc<Configured>) {
+        // Nearly always the configuration it served last: kept without touching its count.
+        if !Arc::ptr_eq(&self.configured, configured) {
+            self.configured = Arc::clone(configured);
+        }
         self.replied_locally = false;
         self.callout = None;
     }
@@ -81,7 +84,8 @@ impl Stream {
         let policy = &self.configured.policy;
         // SAFETY: the request read is dropped before this hook returns, and nothing changes
         // the request's headers meanwhile.
-        let http_request = unsafe { read(filter, policy) };
+        let mut http_request = HttpRequest::default();
+        unsafe { read(filter, policy, &mut http_request) };
         let glue = StreamGlue {
             configured: &self.configured,
             filter,
@@ -189,17 +193,18 @@ impl Stream {
     }
 }
 
-/// The parts of the request the policy reads, read in place.
+/// The parts of the request the policy reads, read in place, into `request`.
 ///
 /// # Safety
-/// The request's header values are Envoy's: it must be dropped before the hook that made
-/// `filter` returns, and before anything changes the request's headers.
-unsafe fn read(filter: Filter, policy: &Policy) -> HttpRequest<'_> {
-    read_request(
+/// The request's header values are Envoy's: `request` must be dropped before the hook that
+/// made `filter` returns, and before anything changes the request's headers.
+unsafe fn read<'p>(filter: Filter, policy: &'p Policy, request: &mut HttpRequest<'p>) {
+    read_request_into(
         policy,
         // SAFETY: the caller's promise.
         |name| unsafe { filter.request_header(name) }.map(Cow::Borrowed),
         || filter.request_headers(),
         || filter.source_address(),
-    )
+        request,
+    );
 }

@@ -104,7 +104,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
         let Some(configured) = (unsafe { configured(config) }) else {
             return std::ptr::null();
         };
-        Box::into_raw(spares::stream(Arc::clone(configured))) as FilterModulePtr
+        Box::into_raw(spares::stream(configured)) as FilterModulePtr
     })
 }
 
