@@ -173,34 +173,75 @@ pub fn encode_into<R: Borrow<RuleName>, K: AsRef<str>>(
     out: &mut Vec<u8>,
     record: impl IntoIterator<Item = RuleRecord<R, K>>,
 ) {
-    let record = record.into_iter();
-    out.clear();
-    out.reserve(80 * record.size_hint().0 + 2);
-    out.push(b'[');
-    for (i, line) in record.enumerate() {
-        if i > 0 {
+    let mut writer = RecordWriter::new(out);
+    for line in record {
+        writer.line(
+            line.rule.borrow(),
+            line.key.as_ref(),
+            line.outcome,
+            line.delay_ms,
+            line.local,
+        );
+    }
+    writer.finish();
+}
+
+/// A record written line by line into a buffer the filter keeps, emptied first: what
+/// [`encode_into`] writes, for a filter that works out each line as it goes.
+pub struct RecordWriter<'a> {
+    out: &'a mut Vec<u8>,
+    lines: usize,
+}
+
+impl<'a> RecordWriter<'a> {
+    /// A record to write in `out`.
+    pub fn new(out: &'a mut Vec<u8>) -> RecordWriter<'a> {
+        out.clear();
+        out.push(b'[');
+        RecordWriter { out, lines: 0 }
+    }
+
+    /// Writes the line of one check: its rule, its escaped key, what came of it, how long it
+    /// was held, whether it was decided here.
+    pub fn line(
+        &mut self,
+        rule: &RuleName,
+        key: &str,
+        outcome: RuleOutcome,
+        delay_ms: u64,
+        local: bool,
+    ) {
+        let out = &mut *self.out;
+        out.reserve(80 + key.len());
+        if self.lines > 0 {
             out.push(b',');
         }
+        self.lines += 1;
         out.extend_from_slice(br#"{"rule":""#);
         // A rule name is `A-Z a-z 0-9 _ . -`: nothing in it needs escaping, so it is not
         // scanned for what would (two scans of the three strings a line writes).
-        out.extend_from_slice(line.rule.borrow().as_str().as_bytes());
+        out.extend_from_slice(rule.as_str().as_bytes());
         out.extend_from_slice(br#"","key":"#);
-        write_json_string(out, line.key.as_ref());
-        if line.delay_ms == 0 {
-            out.extend_from_slice(line.outcome.line_end(line.local));
-            continue;
+        write_json_string(out, key);
+        if delay_ms == 0 {
+            out.extend_from_slice(outcome.line_end(local));
+            return;
         }
-        out.extend_from_slice(line.outcome.field());
+        out.extend_from_slice(outcome.field());
         out.extend_from_slice(br#","delay_ms":"#);
-        decimal::write(out, line.delay_ms);
-        out.extend_from_slice(if line.local {
+        decimal::write(out, delay_ms);
+        out.extend_from_slice(if local {
             br#","local":true}"#.as_slice()
         } else {
             b"}"
         });
     }
-    out.push(b']');
+
+    /// The record, whole.
+    pub fn finish(self) -> &'a [u8] {
+        self.out.push(b']');
+        self.out
+    }
 }
 
 /// Decodes a record.

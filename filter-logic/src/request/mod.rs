@@ -8,9 +8,9 @@
 
 use sluice_core::decision::{Decision, Denial, RuleVerdict, decide};
 use sluice_core::deny_cache::{Entry, EntryId, entry_id};
-use sluice_core::key::{LimitKey, RuleName};
+use sluice_core::key::LimitKey;
 use sluice_core::policy::{FailureMode, HttpRequest, PlannedCheck, Rule};
-use sluice_core::record::{self, RuleOutcome, RuleRecord};
+use sluice_core::record::{self, RecordWriter, RuleOutcome};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::{read_decide_response_into, write_decide_request};
 
@@ -108,21 +108,18 @@ fn record<G: Glue>(
     outcomes: impl IntoIterator<Item = (RuleOutcome, u64, bool)>,
     buffer: &mut Vec<u8>,
 ) {
-    let records = planned
-        .iter()
-        .zip(outcomes)
-        .map(|(p, (outcome, delay_ms, local))| {
-            glue.count_outcome(p.rule, outcome, delay_ms > 0, local);
-            RuleRecord::<&RuleName, &str> {
-                rule: &rule(glue, p).name,
-                key: p.key.as_str(),
-                outcome,
-                delay_ms,
-                local,
-            }
-        });
-    record::encode_into(buffer, records);
-    glue.record(buffer);
+    let mut record = RecordWriter::new(buffer);
+    for (p, (outcome, delay_ms, local)) in planned.iter().zip(outcomes) {
+        glue.count_outcome(p.rule, outcome, delay_ms > 0, local);
+        record.line(
+            &rule(glue, p).name,
+            p.key.as_str(),
+            outcome,
+            delay_ms,
+            local,
+        );
+    }
+    glue.record(record.finish());
 }
 
 /// The deny-cache entry for the server's denial `verdict` of `rule`'s `key`, answered to a
@@ -390,8 +387,9 @@ impl<R> Request<R> {
                 verdict: v.as_ref()?,
             })
         });
-        let decision = decide(&glue.policy().response, rule_verdicts.clone());
-        let denied = record::request_denied(rule_verdicts.map(|v| (v.shadow, v.verdict.allowed)));
+        let decision = decide(&glue.policy().response, rule_verdicts);
+        // Denied exactly when an enforced check denied it (`record::request_denied`).
+        let denied = matches!(decision, Decision::Deny(_));
         let outcomes = self.planned.iter().zip(verdicts).zip(&self.local).map(
             |((planned, verdict), local)| {
                 let rule = rule(glue, planned);
