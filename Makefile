@@ -56,10 +56,10 @@ wasm: setup
 	$(CARGO) build -p sluice-filter -p sluice-probe -p sluice-noop-filter --target wasm32-wasip1 --profile wasm
 	@bash scripts/optimize-wasm.sh $(WASM) target/wasm32-wasip1/wasm/sluice_noop_filter.wasm
 
-# The filter as a native Envoy dynamic module: target/release/libsluice_module.so, which Envoy
-# loads from ENVOY_DYNAMIC_MODULES_SEARCH_PATH (docs/module.md).
+# The filter as a native Envoy dynamic module: target/module/libsluice_module.so (Cargo's
+# `module` profile), which Envoy loads from ENVOY_DYNAMIC_MODULES_SEARCH_PATH (docs/module.md).
 module: setup
-	$(CARGO) build --release -p sluice-module
+	$(CARGO) build --profile module -p sluice-module
 
 # The binaries as they ship: the tuned release profile.
 build: wasm module
@@ -97,7 +97,8 @@ test: wasm module
 # Measures sluice beside its baselines and writes BENCHMARKS.md.
 bench: wasm module
 	@bash scripts/setup.sh --bench
-	$(CARGO) build --release -p sluice-sim -p sluice-server -p sluice-bench -p sluice-module -p sluice-noop-module
+	$(CARGO) build --release -p sluice-sim -p sluice-server -p sluice-bench
+	$(CARGO) build --profile module -p sluice-noop-module
 	$(CARGO) build --release -p sluice-bench --example floor
 	target/release/sluice-bench all --out BENCHMARKS.md
 

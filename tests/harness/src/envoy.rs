@@ -32,12 +32,12 @@ pub struct Envoy {
 }
 
 /// Where every Envoy started here looks for dynamic modules (`ENVOY_DYNAMIC_MODULES_SEARCH_PATH`):
-/// `SLUICE_MODULE_DIR`, else the project's `target/release`, where `make module` builds
-/// `libsluice_module.so`.
+/// `SLUICE_MODULE_DIR`, else the project's `target/module`, where `make module` builds
+/// `libsluice_module.so` (and `make bench` the no-op module).
 pub fn module_dir() -> PathBuf {
     std::env::var_os("SLUICE_MODULE_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release"))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/module"))
 }
 
 /// An HTTP filter loading the dynamic module `lib<module>.so` (from [`module_dir`]) as filter
