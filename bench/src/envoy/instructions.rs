@@ -29,9 +29,19 @@ pub const COUNTED: [Setup; 9] = [
 /// Requests counted in each setup, after the script's warm-up of 500.
 pub const REQUESTS: u64 = 2000;
 
+/// Times each setup is counted, a round at a time: a count moves by a few hundred
+/// instructions from run to run (Envoy's own share, the lease tick's), as much as a bar's
+/// margin, so a bar is judged round by round, as CPU time is.
+pub const ROUNDS: usize = 3;
+
 /// Counts `setup` in an Envoy under callgrind, one worker, one hot key, its listeners and
-/// sluice-server at `addresses`.
-pub fn count(addresses: &Addresses, wasm: &Wasm<'_>, setup: Setup) -> anyhow::Result<Count> {
+/// sluice-server at `addresses`, in round `round`.
+pub fn count(
+    addresses: &Addresses,
+    wasm: &Wasm<'_>,
+    setup: Setup,
+    round: usize,
+) -> anyhow::Result<Count> {
     let dir = tempfile::tempdir()?;
     let yaml = dir.path().join("envoy.yaml");
     std::fs::write(&yaml, config::envoy_yaml(setup, addresses, wasm))?;
@@ -41,9 +51,13 @@ pub fn count(addresses: &Addresses, wasm: &Wasm<'_>, setup: Setup) -> anyhow::Re
     let path = std::env::join_paths(std::iter::once(venv_bin).chain(std::env::split_paths(&path)))?;
     let url = format!("http://{}/", addresses.ingress);
     let mut command = Command::new("bash");
-    // `KEEP=DIR`: each setup's callgrind files in DIR/<setup>, for `callgrind_annotate`.
+    // `KEEP=DIR`: each count's callgrind files in DIR/<setup>/<round>, for
+    // `callgrind_annotate`.
     if let Some(keep) = std::env::var_os("KEEP") {
-        command.env("KEEP", Path::new(&keep).join(setup.id()));
+        let dir = Path::new(&keep)
+            .join(setup.id())
+            .join((round + 1).to_string());
+        command.env("KEEP", dir);
     }
     let output = command
         .arg(&script)
@@ -75,6 +89,7 @@ pub fn count(addresses: &Addresses, wasm: &Wasm<'_>, setup: Setup) -> anyhow::Re
     };
     Ok(Count {
         setup,
+        round,
         worker: per_request("worker")?,
         main: per_request("main")?,
     })

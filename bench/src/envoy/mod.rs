@@ -257,12 +257,21 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
     }
     let mut counts = Vec::new();
     if instructions {
-        let counted = instructions::COUNTED
-            .into_iter()
-            .filter(|setup| named(only, *setup));
-        for setup in counted {
-            eprintln!("envoy: {} under callgrind", setup.name());
-            counts.push(instructions::count(&stack.addresses, &wasm, setup)?);
+        // Round by round, as the CPU rounds go: a slow stretch of the machine then weighs on
+        // every setup alike.
+        for round in 0..instructions::ROUNDS {
+            let counted = instructions::COUNTED
+                .into_iter()
+                .filter(|setup| named(only, *setup));
+            for setup in counted {
+                eprintln!(
+                    "envoy: count {}/{}: {} under callgrind",
+                    round + 1,
+                    instructions::ROUNDS,
+                    setup.name()
+                );
+                counts.push(instructions::count(&stack.addresses, &wasm, setup, round)?);
+            }
         }
     }
     Ok(Results {

@@ -127,6 +127,8 @@ pub fn limit() -> String {
 pub struct Count {
     /// The setup counted.
     pub setup: Setup,
+    /// In which round of counts (see `instructions::ROUNDS`).
+    pub round: usize,
     /// On the worker.
     pub worker: u64,
     /// On the main thread.

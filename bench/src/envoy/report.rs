@@ -6,7 +6,7 @@ use std::path::Path;
 
 use sluice_sim::report::charts;
 
-use super::plan::{CONNECTIONS, Keys, Results, Run, WORKERS, limit};
+use super::plan::{CONNECTIONS, Count, Keys, Results, Run, WORKERS, limit};
 use super::setup::{SERVER_THREADS, Setup};
 
 /// Where the chart of Envoy's added CPU goes, beside BENCHMARKS.md.
@@ -63,6 +63,28 @@ impl Results {
             .iter()
             .zip(self.runs(keys, baseline))
             .map(|(run, base)| f(run, base))
+            .collect()
+    }
+
+    /// `setup`'s counts under callgrind, round by round.
+    fn counts_of(&self, setup: Setup) -> Vec<&Count> {
+        let mut counts: Vec<&Count> = self.counts.iter().filter(|c| c.setup == setup).collect();
+        counts.sort_by_key(|c| c.round);
+        counts
+    }
+
+    /// The worker's instructions a request `setup` adds over `base`, per round both were
+    /// counted in.
+    fn counted_over(&self, setup: Setup, base: Setup) -> Vec<f64> {
+        self.counts_of(setup)
+            .into_iter()
+            .filter_map(|count| {
+                let base = self
+                    .counts
+                    .iter()
+                    .find(|b| b.setup == base && b.round == count.round)?;
+                Some(count.worker as f64 - base.worker as f64)
+            })
             .collect()
     }
 
@@ -243,13 +265,20 @@ fn server_cpu_ratios(results: &Results, keys: Keys, setup: Setup, base: Setup) -
     })
 }
 
-/// A bar on a ratio at most `max` in every round: its median, range and verdict.
-fn ratio_bar(out: &mut String, bar: &str, ratios: &[f64], max: f64) -> anyhow::Result<()> {
+/// A bar on a ratio at most `max` in every round: its median, range (to `digits` places) and
+/// verdict.
+fn ratio_bar(
+    out: &mut String,
+    bar: &str,
+    ratios: &[f64],
+    max: f64,
+    digits: usize,
+) -> anyhow::Result<()> {
     let met: Vec<bool> = ratios.iter().map(|r| *r <= max).collect();
     let (median, low, high) = spread(ratios.to_vec());
     writeln!(
         out,
-        "- {bar}: {median:.2} [{low:.2} .. {high:.2}] — {}.",
+        "- {bar}: {median:.digits$} [{low:.digits$} .. {high:.digits$}] — {}.",
         verdict(&met)
     )?;
     Ok(())
@@ -373,6 +402,7 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         ),
         &server_cpu_ratios(results, Keys::Many, Setup::SluiceThreads, Setup::Sluice),
         1.3,
+        2,
     )?;
     for keys in [Keys::Hot, Keys::Many] {
         // Each from Envoy's own client over HTTP/2, a decision a request: the native filter's
@@ -385,6 +415,7 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
             ),
             &server_cpu_ratios(results, keys, Setup::NativeGrpc, Setup::Sluice),
             1.2,
+            2,
         )?;
     }
     let bytes = std::fs::metadata(wasm)?.len();
@@ -419,49 +450,56 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
 }
 
 /// Envoy's instructions a request under callgrind, and the module's two cost bars judged on
-/// them, where they were counted.
+/// them round by round, where they were counted.
 fn instructions(out: &mut String, results: &Results) -> anyhow::Result<()> {
     if results.counts.is_empty() {
         return Ok(());
     }
     writeln!(
         out,
-        "**In instructions.** Envoy under callgrind (`scripts/envoy-instructions.sh`), one worker, {} requests on one hot key after 500 to warm up; a count repeats to within a few hundred instructions. *Worker*: the worker thread's instructions a request, what a request costs; *main*: the main thread's over the same span (stats, the module's lease tick and lease calls), work by the second that callgrind's slow pace spreads over some 40 times fewer requests than Envoy serves at full speed.\n\n| setup | worker | over no filter | main |\n|---|---|---|---|",
-        super::instructions::REQUESTS
+        "**In instructions.** Envoy under callgrind (`scripts/envoy-instructions.sh`), one worker, {} requests on one hot key after 500 to warm up; every setup counted {} times, a round at a time, each cell the median with the range in brackets: a count moves by a few hundred instructions from run to run. *Worker*: the worker thread's instructions a request, what a request costs; *over no filter*: the worker's count less no filter's in the same round; *main*: the main thread's over the same span (stats, the module's lease tick and lease calls), work by the second that callgrind's slow pace spreads over some 40 times fewer requests than Envoy serves at full speed.\n\n| setup | worker | over no filter | main |\n|---|---|---|---|",
+        super::instructions::REQUESTS,
+        super::instructions::ROUNDS,
     )?;
-    let worker = |setup: Setup| {
-        results
-            .counts
-            .iter()
-            .find(|c| c.setup == setup)
-            .map(|c| c.worker as f64)
-    };
-    let none = worker(Setup::NoFilter);
+    let mut setups: Vec<Setup> = Vec::new();
     for count in &results.counts {
-        let added = none.map_or(String::new(), |n| {
-            format!("{:+.0}", count.worker as f64 - n)
-        });
+        if !setups.contains(&count.setup) {
+            setups.push(count.setup);
+        }
+    }
+    let cell = |values: Vec<f64>| {
+        let (median, low, high) = spread(values);
+        format!("{median:.0} [{low:.0} .. {high:.0}]")
+    };
+    for &setup in &setups {
+        let counts = results.counts_of(setup);
+        let added = results.counted_over(setup, Setup::NoFilter);
         writeln!(
             out,
-            "| {} | {} | {added} | {} |",
-            count.setup.name(),
-            count.worker,
-            count.main
+            "| {} | {} | {} | {} |",
+            setup.name(),
+            cell(counts.iter().map(|c| c.worker as f64).collect()),
+            if added.is_empty() {
+                String::new()
+            } else {
+                cell(added)
+            },
+            cell(counts.iter().map(|c| c.main as f64).collect()),
         )?;
     }
     writeln!(out)?;
-    let added = |setup| Some(worker(setup)? - none?);
     let judged = |out: &mut String, bar: &str, setup, base, max: f64| -> anyhow::Result<()> {
-        match (added(setup), added(base)) {
-            (Some(a), Some(b)) => writeln!(
-                out,
-                "- {bar}: {a:.0} against {b:.0}, {:.2} times — {}.",
-                a / b,
-                plain(a <= max * b)
-            )?,
-            _ => writeln!(out, "- {bar}: not counted.")?,
+        let ratios: Vec<f64> = results
+            .counted_over(setup, Setup::NoFilter)
+            .iter()
+            .zip(results.counted_over(base, Setup::NoFilter))
+            .map(|(a, b)| a / b)
+            .collect();
+        if ratios.is_empty() {
+            writeln!(out, "- {bar}: not counted.")?;
+            return Ok(());
         }
-        Ok(())
+        ratio_bar(out, bar, &ratios, max, 3)
     };
     judged(
         out,
@@ -479,4 +517,56 @@ fn instructions(out: &mut String, results: &Results) -> anyhow::Result<()> {
     )?;
     writeln!(out)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(setup: Setup, round: usize, worker: u64) -> Count {
+        Count {
+            setup,
+            round,
+            worker,
+            main: 500,
+        }
+    }
+
+    /// The lease bar's line of the instructions section for these counts.
+    fn lease_bar(counts: Vec<Count>) -> String {
+        let results = Results {
+            seconds: 0,
+            runs: Vec::new(),
+            over_limit: Vec::new(),
+            counts,
+        };
+        let mut out = String::new();
+        instructions(&mut out, &results).unwrap();
+        out.lines()
+            .find(|line| line.contains("lease mode on a hot key"))
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn an_instruction_bar_is_judged_round_by_round_against_the_same_rounds_baselines() {
+        // No filter drifts by 1,000 between rounds: each round's own count is what a setup
+        // is measured over, so the ratios are 1.9, 2.1 and 1.95.
+        let mut counts = Vec::new();
+        for (round, none) in [240_000, 241_000, 242_000].into_iter().enumerate() {
+            let lease = [9_500, 10_500, 9_750][round];
+            counts.push(count(Setup::NoFilter, round, none));
+            counts.push(count(Setup::NoopModule, round, none + 5_000));
+            counts.push(count(Setup::SluiceModuleLease, round, none + lease));
+        }
+        let line = lease_bar(counts.clone());
+        assert!(
+            line.ends_with(": 1.950 [1.900 .. 2.100] — **not met**: the rounds straddle it."),
+            "{line}"
+        );
+        // Every round under the bar meets it.
+        counts.retain(|c| !(c.setup == Setup::SluiceModuleLease && c.round == 1));
+        let line = lease_bar(counts);
+        assert!(line.contains("**met** in every round"), "{line}");
+    }
 }
