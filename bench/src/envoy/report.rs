@@ -6,42 +6,18 @@ use std::path::Path;
 
 use sluice_sim::report::charts;
 
-use super::plan::{CONNECTIONS, Count, Keys, Results, Run, WORKERS, limit};
+use super::plan::{CONNECTIONS, Keys, Results, Run, WORKERS, limit};
 use super::setup::{SERVER_THREADS, Setup};
+
+mod instructions;
+mod judge;
+
+use judge::{plain, ratio_bar, spread, verdict};
 
 /// Where the chart of Envoy's added CPU goes, beside BENCHMARKS.md.
 const CHART: &str = "bench/envoy-cpu.svg";
 /// The largest .wasm the filter may be.
 const MAX_WASM_BYTES: u64 = 400 * 1024;
-
-/// The median of `values` and their range.
-fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
-    values.sort_by(f64::total_cmp);
-    let median = values.get(values.len() / 2).copied().unwrap_or(f64::NAN);
-    let low = values.first().copied().unwrap_or(f64::NAN);
-    let high = values.last().copied().unwrap_or(f64::NAN);
-    (median, low, high)
-}
-
-/// Whether a single figure meets a bar.
-fn plain(met: bool) -> &'static str {
-    if met { "**met**" } else { "**not met**" }
-}
-
-/// Whether every round meets a bar: `met`, `not met`, or, where rounds differ, that the range
-/// straddles it.
-fn verdict(per_round: &[bool]) -> &'static str {
-    if per_round.is_empty() {
-        // `--only` left out a setup the bar needs.
-        "not measured"
-    } else if per_round.iter().all(|&m| m) {
-        "**met** in every round"
-    } else if per_round.iter().any(|&m| m) {
-        "**not met**: the rounds straddle it"
-    } else {
-        "**not met** in any round"
-    }
-}
 
 impl Results {
     fn runs(&self, keys: Keys, setup: Setup) -> &[Run] {
@@ -66,28 +42,6 @@ impl Results {
             .collect()
     }
 
-    /// `setup`'s counts under callgrind, round by round.
-    fn counts_of(&self, setup: Setup) -> Vec<&Count> {
-        let mut counts: Vec<&Count> = self.counts.iter().filter(|c| c.setup == setup).collect();
-        counts.sort_by_key(|c| c.round);
-        counts
-    }
-
-    /// The worker's instructions a request `setup` adds over `base`, per round both were
-    /// counted in.
-    fn counted_over(&self, setup: Setup, base: Setup) -> Vec<f64> {
-        self.counts_of(setup)
-            .into_iter()
-            .filter_map(|count| {
-                let base = self
-                    .counts
-                    .iter()
-                    .find(|b| b.setup == base && b.round == count.round)?;
-                Some(count.worker as f64 - base.worker as f64)
-            })
-            .collect()
-    }
-
     /// Envoy's CPU µs a request added by `setup` over no filter, per round.
     fn envoy_added_us(&self, keys: Keys, setup: Setup) -> Vec<f64> {
         self.paired(keys, setup, Setup::NoFilter, |run, base| {
@@ -102,7 +56,7 @@ pub fn section(results: &Results, wasm: &Path, envoy_version: &str) -> anyhow::R
     let rounds = results.runs.first().map_or(0, |(_, _, r)| r.len());
     if rounds == 0 {
         // `--rounds 0 --instructions`: the counts alone.
-        instructions(&mut out, results)?;
+        instructions::section(&mut out, results)?;
         return Ok(out);
     }
     writeln!(
@@ -118,7 +72,7 @@ pub fn section(results: &Results, wasm: &Path, envoy_version: &str) -> anyhow::R
     start_up(&mut out, results)?;
     over_limit(&mut out, results)?;
     bars(&mut out, results, wasm)?;
-    instructions(&mut out, results)?;
+    instructions::section(&mut out, results)?;
     out.push_str(WHERE_THE_TIME_GOES);
     Ok(out)
 }
@@ -263,25 +217,6 @@ fn server_cpu_ratios(results: &Results, keys: Keys, setup: Setup, base: Setup) -
     results.paired(keys, setup, base, |run, base| {
         run.cpu_us_per_request()[1] / base.cpu_us_per_request()[1]
     })
-}
-
-/// A bar on a ratio at most `max` in every round: its median, range (to `digits` places) and
-/// verdict.
-fn ratio_bar(
-    out: &mut String,
-    bar: &str,
-    ratios: &[f64],
-    max: f64,
-    digits: usize,
-) -> anyhow::Result<()> {
-    let met: Vec<bool> = ratios.iter().map(|r| *r <= max).collect();
-    let (median, low, high) = spread(ratios.to_vec());
-    writeln!(
-        out,
-        "- {bar}: {median:.digits$} [{low:.digits$} .. {high:.digits$}] — {}.",
-        verdict(&met)
-    )?;
-    Ok(())
 }
 
 /// `setup` on hot keys answers at least `min` of no filter's requests a second, round by round.
@@ -447,126 +382,4 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         plain(module <= 1.2 * none)
     )?;
     Ok(())
-}
-
-/// Envoy's instructions a request under callgrind, and the module's two cost bars judged on
-/// them round by round, where they were counted.
-fn instructions(out: &mut String, results: &Results) -> anyhow::Result<()> {
-    if results.counts.is_empty() {
-        return Ok(());
-    }
-    writeln!(
-        out,
-        "**In instructions.** Envoy under callgrind (`scripts/envoy-instructions.sh`), one worker, {} requests on one hot key after 500 to warm up; every setup counted {} times, a round at a time, each cell the median with the range in brackets: a count moves by a few hundred instructions from run to run. *Worker*: the worker thread's instructions a request, what a request costs; *over no filter*: the worker's count less no filter's in the same round; *main*: the main thread's over the same span (stats, the module's lease tick and lease calls), work by the second that callgrind's slow pace spreads over some 40 times fewer requests than Envoy serves at full speed.\n\n| setup | worker | over no filter | main |\n|---|---|---|---|",
-        super::instructions::REQUESTS,
-        super::instructions::ROUNDS,
-    )?;
-    let mut setups: Vec<Setup> = Vec::new();
-    for count in &results.counts {
-        if !setups.contains(&count.setup) {
-            setups.push(count.setup);
-        }
-    }
-    let cell = |values: Vec<f64>| {
-        let (median, low, high) = spread(values);
-        format!("{median:.0} [{low:.0} .. {high:.0}]")
-    };
-    for &setup in &setups {
-        let counts = results.counts_of(setup);
-        let added = results.counted_over(setup, Setup::NoFilter);
-        writeln!(
-            out,
-            "| {} | {} | {} | {} |",
-            setup.name(),
-            cell(counts.iter().map(|c| c.worker as f64).collect()),
-            if added.is_empty() {
-                String::new()
-            } else {
-                cell(added)
-            },
-            cell(counts.iter().map(|c| c.main as f64).collect()),
-        )?;
-    }
-    writeln!(out)?;
-    let judged = |out: &mut String, bar: &str, setup, base, max: f64| -> anyhow::Result<()> {
-        let ratios: Vec<f64> = results
-            .counted_over(setup, Setup::NoFilter)
-            .iter()
-            .zip(results.counted_over(base, Setup::NoFilter))
-            .map(|(a, b)| a / b)
-            .collect();
-        if ratios.is_empty() {
-            writeln!(out, "- {bar}: not counted.")?;
-            return Ok(());
-        }
-        ratio_bar(out, bar, &ratios, max, 3)
-    };
-    judged(
-        out,
-        "In instructions, sluice's module per request adds at most 0.8 times the native `ratelimit` filter's",
-        Setup::SluiceModule,
-        Setup::NativeGrpc,
-        0.8,
-    )?;
-    judged(
-        out,
-        "In instructions, sluice's module in lease mode on a hot key adds at most twice the no-op module's",
-        Setup::SluiceModuleLease,
-        Setup::NoopModule,
-        2.0,
-    )?;
-    writeln!(out)?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn count(setup: Setup, round: usize, worker: u64) -> Count {
-        Count {
-            setup,
-            round,
-            worker,
-            main: 500,
-        }
-    }
-
-    /// The lease bar's line of the instructions section for these counts.
-    fn lease_bar(counts: Vec<Count>) -> String {
-        let results = Results {
-            seconds: 0,
-            runs: Vec::new(),
-            over_limit: Vec::new(),
-            counts,
-        };
-        let mut out = String::new();
-        instructions(&mut out, &results).unwrap();
-        out.lines()
-            .find(|line| line.contains("lease mode on a hot key"))
-            .unwrap()
-            .to_owned()
-    }
-
-    #[test]
-    fn an_instruction_bar_is_judged_round_by_round_against_the_same_rounds_baselines() {
-        // No filter drifts by 1,000 between rounds: each round's own count is what a setup
-        // is measured over, so the ratios are 1.9, 2.1 and 1.95.
-        let mut counts = Vec::new();
-        for (round, none) in [240_000, 241_000, 242_000].into_iter().enumerate() {
-            let lease = [9_500, 10_500, 9_750][round];
-            counts.push(count(Setup::NoFilter, round, none));
-            counts.push(count(Setup::NoopModule, round, none + 5_000));
-            counts.push(count(Setup::SluiceModuleLease, round, none + lease));
-        }
-        let line = lease_bar(counts.clone());
-        assert!(
-            line.ends_with(": 1.950 [1.900 .. 2.100] — **not met**: the rounds straddle it."),
-            "{line}"
-        );
-        // Every round under the bar meets it.
-        counts.retain(|c| !(c.setup == Setup::SluiceModuleLease && c.round == 1));
-        let line = lease_bar(counts);
-        assert!(line.contains("**met** in every round"), "{line}");
-    }
 }

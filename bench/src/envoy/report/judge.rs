@@ -1,0 +1,52 @@
+//! How a figure is judged against a bar: the median and range of its rounds, and whether
+//! every round meets it.
+
+use std::fmt::Write as _;
+
+/// The median of `values` and their range.
+pub(super) fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let median = values.get(values.len() / 2).copied().unwrap_or(f64::NAN);
+    let low = values.first().copied().unwrap_or(f64::NAN);
+    let high = values.last().copied().unwrap_or(f64::NAN);
+    (median, low, high)
+}
+
+/// Whether a single figure meets a bar.
+pub(super) fn plain(met: bool) -> &'static str {
+    if met { "**met**" } else { "**not met**" }
+}
+
+/// Whether every round meets a bar: `met`, `not met`, or, where rounds differ, that the range
+/// straddles it.
+pub(super) fn verdict(per_round: &[bool]) -> &'static str {
+    if per_round.is_empty() {
+        // `--only` left out a setup the bar needs.
+        "not measured"
+    } else if per_round.iter().all(|&m| m) {
+        "**met** in every round"
+    } else if per_round.iter().any(|&m| m) {
+        "**not met**: the rounds straddle it"
+    } else {
+        "**not met** in any round"
+    }
+}
+
+/// A bar on a ratio at most `max` in every round: its median, range (to `digits` places) and
+/// verdict.
+pub(super) fn ratio_bar(
+    out: &mut String,
+    bar: &str,
+    ratios: &[f64],
+    max: f64,
+    digits: usize,
+) -> anyhow::Result<()> {
+    let met: Vec<bool> = ratios.iter().map(|r| *r <= max).collect();
+    let (median, low, high) = spread(ratios.to_vec());
+    writeln!(
+        out,
+        "- {bar}: {median:.digits$} [{low:.digits$} .. {high:.digits$}] — {}.",
+        verdict(&met)
+    )?;
+    Ok(())
+}
