@@ -158,22 +158,13 @@ impl RuleOutcome {
 }
 
 /// Encodes a record as compact JSON: the bytes serde writes for it (the tests hold them
-/// equal), without serde's machinery, since the filter writes one per request.
+/// equal), without serde's machinery. The filter writes its record with [`RecordWriter`],
+/// line by line, into a buffer it keeps.
 pub fn encode<R: Borrow<RuleName>, K: AsRef<str>>(
     record: impl IntoIterator<Item = RuleRecord<R, K>>,
 ) -> Vec<u8> {
     let mut out = Vec::new();
-    encode_into(&mut out, record);
-    out
-}
-
-/// [`encode`] into `out`, emptied first: a filter keeps one buffer for every request it
-/// records, so that a record costs no allocation.
-pub fn encode_into<R: Borrow<RuleName>, K: AsRef<str>>(
-    out: &mut Vec<u8>,
-    record: impl IntoIterator<Item = RuleRecord<R, K>>,
-) {
-    let mut writer = RecordWriter::new(out);
+    let mut writer = RecordWriter::new(&mut out);
     for line in record {
         writer.line(
             line.rule.borrow(),
@@ -184,10 +175,12 @@ pub fn encode_into<R: Borrow<RuleName>, K: AsRef<str>>(
         );
     }
     writer.finish();
+    out
 }
 
-/// A record written line by line into a buffer the filter keeps, emptied first: what
-/// [`encode_into`] writes, for a filter that works out each line as it goes.
+/// A record written line by line into a buffer the filter keeps, emptied first, so that a
+/// record costs no allocation: what [`encode`] writes, for a filter that works out each line
+/// as it goes.
 pub struct RecordWriter<'a> {
     out: &'a mut Vec<u8>,
     lines: usize,

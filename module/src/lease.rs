@@ -31,11 +31,12 @@ use crate::envoy::log;
 /// its lease is decided per request meanwhile.
 const ASK_AFTER: Duration = Duration::from_millis(20);
 
-/// The most units the purse of a key takes from its allowance at once. One purse serves
-/// every worker here, where the .wasm keeps one a worker of 16: a take from the allowance
-/// decodes and encodes its record, about 6,800 instructions, so a busy key pays for it once in
-/// 64 requests, not in 16. Its units are the holder's, granted, as before: the bound is the
-/// same.
+/// The most units the purse of a key takes from its allowance at once (a quarter of what the
+/// allowance holds, at most this). One purse serves every worker here, where the .wasm keeps
+/// one a worker of 16: a take from the allowance decodes and encodes its record, about 6,800
+/// instructions, so the fewer the better; on a hot key with a small grant the quarter binds
+/// first (docs/performance-log.md). Its units are the holder's, granted, as before: the bound
+/// is the same.
 const PURSE_UNITS: u64 = 64;
 
 /// The leases of one configuration, for every worker.
