@@ -357,9 +357,12 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             step.written = true;
             (Some(a), local)
         });
+        // The last attempt wrote only if the update says so: every attempt may have lost, and
+        // a purse filled by a write that never happened holds units still in the allowance.
+        let written = step.written && local.is_some();
         // Unless the allowance took it back, the emptied purse's units (fewer than a request
         // costs) are still this worker's to spend.
-        let purse = if step.written { step.filled } else { emptied };
+        let purse = if written { step.filled } else { emptied };
         if let Some(purse) = purse.filter(|p| p.units > 0) {
             let pursed = Pursed {
                 id: id.clone(),

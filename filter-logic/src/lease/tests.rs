@@ -218,6 +218,11 @@ fn a_key_contended_on_every_attempt_is_not_decided_here() {
         before.units,
         "nothing taken"
     );
+    assert_eq!(
+        purse_units(&worker),
+        0,
+        "no unit moved to a purse: the allowance still holds them all"
+    );
 }
 
 #[test]
