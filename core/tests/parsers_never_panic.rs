@@ -121,10 +121,14 @@ const LEASE_REQUEST: &[u8] = br#"{"holder":"envoy-1","asks":[{"rule":"a","key":"
 fn any_slot() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         prop::collection::vec(any::<u8>(), 0..64),
+        // An allowance's record: its tag, twelve numbers, an id.
         (prop::collection::vec(any::<u64>(), 12), ".{0,8}").prop_map(|(numbers, id)| {
-            let mut text: Vec<String> = numbers.iter().map(u64::to_string).collect();
-            text.push(id);
-            text.join("|").into_bytes()
+            let mut record = vec![0xA1];
+            for n in numbers {
+                record.extend_from_slice(&n.to_le_bytes());
+            }
+            record.extend_from_slice(id.as_bytes());
+            record
         }),
     ]
 }

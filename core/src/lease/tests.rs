@@ -32,15 +32,26 @@ fn allowances_round_trip_and_garbage_is_a_free_slot() {
     let mut a = Allowance::new("r:key|with|bars");
     a.grant(100 * MS, &grant(5, 1000, 0));
     a.observe(1, 150 * MS, Millis::new(200).unwrap());
-    assert_eq!(Allowance::decode(&a.encode()), Some(a));
+    let record = a.encode();
+    assert_eq!(Allowance::decode(&record), Some(a));
+    let mut bad_id = record.clone();
+    bad_id.push(0xff);
+    let mut other_tag = record.clone();
+    other_tag[0] = b'5';
     for bad in [
         &b""[..],
         b"1|2",
-        b"x|0|0|0|0|0|0|0|0|0|0|0|0|id",
+        b"5|0|0|0|0|0|0|0|0|0|0|0|r:key",
         &[0xff, 0xfe],
+        &record[..60],
+        &bad_id,
+        &other_tag,
     ] {
         assert_eq!(Allowance::decode(bad), None, "{bad:?}");
     }
+    let mut no_id = Allowance::new("");
+    no_id.units = 3;
+    assert_eq!(Allowance::decode(&no_id.encode()), Some(no_id));
 }
 
 #[test]
