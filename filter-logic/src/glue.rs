@@ -30,6 +30,31 @@ pub enum Local<R> {
     NotHeld,
 }
 
+impl<R> Local<R> {
+    /// The same answer, with the reservation `f` makes of this one's.
+    pub fn map_reservation<S>(self, f: impl FnOnce(R) -> S) -> Local<S> {
+        match self {
+            Local::Taken {
+                reservation,
+                limit,
+                remaining,
+            } => Local::Taken {
+                reservation: f(reservation),
+                limit,
+                remaining,
+            },
+            Local::Denied {
+                retry_after_ms,
+                limit,
+            } => Local::Denied {
+                retry_after_ms,
+                limit,
+            },
+            Local::NotHeld => Local::NotHeld,
+        }
+    }
+}
+
 /// One configuration of a filter in its host: what every request of it shares.
 pub trait Glue {
     /// Units taken from an allowance for one request, to give back if it is denied.

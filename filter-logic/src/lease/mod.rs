@@ -137,6 +137,32 @@ impl WorkerState {
         }
         &mut self.purses[rule]
     }
+
+    /// Puts rule `rule`'s purse of `key` back in its place after a take from the allowance,
+    /// or removes the place when the purse holds nothing (`None`).
+    fn put_purse(&mut self, rule: usize, key: &LimitKey, pursed: Option<Pursed>) {
+        let purses = self.purses_of(rule);
+        match (pursed, purses.get_mut(key.as_str())) {
+            (Some(pursed), Some(place)) => *place = pursed,
+            (Some(pursed), None) => {
+                purses.insert(key.as_str().to_owned(), pursed);
+            }
+            (None, _) => {
+                purses.remove(key.as_str());
+            }
+        }
+    }
+
+    /// Notes that the allowance in `slot` was used and when the tick must next look at it;
+    /// the first use remembers it, as `first` makes it.
+    fn touch(&mut self, slot: &str, look_at_us: u64, first: impl FnOnce() -> Touched) {
+        match self.touched.get_mut(slot) {
+            Some(t) => t.look_at_us = look_at_us,
+            None => {
+                self.touched.insert(slot.to_owned(), first());
+            }
+        }
+    }
 }
 
 /// What one take's compare-and-swap did, whichever attempt won.
@@ -302,15 +328,17 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         if let Some(local) = self.take_from_purse(rule_index, key, rule.cost, now_us) {
             return local;
         }
-        let id = entry_id(&rule.name, key);
-        let emptied = self
-            .state
-            .borrow_mut()
-            .purses
-            .get_mut(rule_index)
-            .and_then(|purses| purses.remove(key.as_str()))
-            .map(|p| p.purse);
-        let slot = self.slot(&id);
+        // A key's purse stays where it is, emptied into the allowance (it holds fewer units
+        // than a request costs) and refilled from it: its id and slot serve again, with no
+        // allocation. A key's first take makes them.
+        let (emptied, id, slot) = match self.pursed(rule_index, key) {
+            Some(Pursed { id, slot, purse }) => (Some(purse), id, slot),
+            None => {
+                let id = entry_id(&rule.name, key);
+                let slot = self.slot(&id);
+                (None, id, slot)
+            }
+        };
         let ttl = config.terms.ttl.as_micros().unsigned_abs();
         let mut step = TakeStep::default();
         let local = self.update(&slot, |current| {
@@ -334,13 +362,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                 Take::Taken => {
                     step.filled = Some(a.fill(now_us, self.purse_units));
                     Local::Taken {
-                        reservation: Reservation {
-                            cost: rule.cost,
-                            taken_from: TakenFrom::Allowance {
-                                slot: slot.clone(),
-                                id: id.clone(),
-                            },
-                        },
+                        reservation: (),
                         limit,
                         remaining: a.remaining,
                     }
@@ -362,27 +384,59 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         let written = step.written && local.is_some();
         // Unless the allowance took it back, the emptied purse's units (fewer than a request
         // costs) are still this worker's to spend.
-        let purse = if written { step.filled } else { emptied };
-        if let Some(purse) = purse.filter(|p| p.units > 0) {
-            let pursed = Pursed {
-                id: id.clone(),
+        let purse = if written { step.filled } else { emptied }.filter(|p| p.units > 0);
+        // A unit taken along with a purse's goes back into that purse if the request is
+        // denied: the same holder's, under the same lease.
+        let taken_from = match &purse {
+            Some(p) if written => TakenFrom::Purse {
+                lease_until_us: p.lease_until_us,
+            },
+            _ => TakenFrom::Allowance {
                 slot: slot.clone(),
-                purse,
-            };
-            self.state
-                .borrow_mut()
-                .purses_of(rule_index)
-                .insert(key.as_str().to_owned(), pursed);
-        }
-        let touched = local.is_some().then(|| Touched {
-            rule: rule_index,
-            name: rule.name.clone(),
-            key: key.clone(),
-            id,
-            look_at_us: step.look_at_us,
+                id: id.clone(),
+            },
+        };
+        let local = local.map(|local| {
+            local.map_reservation(|()| Reservation {
+                cost: rule.cost,
+                taken_from,
+            })
         });
-        self.after_take(slot, step.asked.then_some(now_us), touched);
+        let mut state = self.state.borrow_mut();
+        if written && step.asked {
+            state.wanted.push((slot.clone(), now_us));
+        }
+        if local.is_some() {
+            state.touch(&slot, step.look_at_us, || Touched {
+                rule: rule_index,
+                name: rule.name.clone(),
+                key: key.clone(),
+                id: id.clone(),
+                look_at_us: step.look_at_us,
+            });
+        }
+        let pursed = purse.map(|purse| Pursed { id, slot, purse });
+        state.put_purse(rule_index, key, pursed);
+        let period = if state.wanted.is_empty() {
+            self.tick
+        } else {
+            Some(self.ask_tick)
+        };
+        drop(state);
+        self.ticker.set_leasing(period);
         local.unwrap_or(Local::NotHeld)
+    }
+
+    /// The purse of rule `rule`'s `key`, taken out of its place for a refill (the place stays,
+    /// empty, until the refill puts it back or removes it).
+    fn pursed(&self, rule: usize, key: &LimitKey) -> Option<Pursed> {
+        let mut state = self.state.borrow_mut();
+        let pursed = state.purses.get_mut(rule)?.get_mut(key.as_str())?;
+        Some(Pursed {
+            id: std::mem::take(&mut pursed.id),
+            slot: std::mem::take(&mut pursed.slot),
+            purse: std::mem::take(&mut pursed.purse),
+        })
     }
 
     /// Takes `cost` units from the worker's purse for rule `rule`'s `key`, if it holds them.
@@ -408,30 +462,6 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             limit: purse.limit,
             remaining: purse.remaining,
         })
-    }
-
-    /// What this worker remembers of a take from the allowance in `slot`: the ask it marked
-    /// (at that time) and the allowance it used; and how often the tick must now run.
-    fn after_take(&self, slot: String, asked_at_us: Option<u64>, touched: Option<Touched>) {
-        let mut state = self.state.borrow_mut();
-        if let Some(at) = asked_at_us {
-            state.wanted.push((slot.clone(), at));
-        }
-        if let Some(touched) = touched {
-            let look_at_us = touched.look_at_us;
-            state
-                .touched
-                .entry(slot)
-                .and_modify(|t| t.look_at_us = look_at_us)
-                .or_insert(touched);
-        }
-        let period = if state.wanted.is_empty() {
-            self.tick
-        } else {
-            Some(self.ask_tick)
-        };
-        drop(state);
-        self.ticker.set_leasing(period);
     }
 
     /// Puts back units taken for a request that another rule denied: for rule `rule`'s

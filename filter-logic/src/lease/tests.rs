@@ -227,9 +227,10 @@ fn a_key_contended_on_every_attempt_is_not_decided_here() {
 
 #[test]
 fn units_of_a_request_denied_by_another_rule_go_back_where_they_came_from() {
+    // Too few units to fill a purse: the request's unit goes back into the allowance.
     let envoy = Envoy::new();
     let worker = envoy.worker();
-    let now = envoy.lease(&worker, 100, 0);
+    let now = envoy.lease(&worker, 3, 0);
     let Local::Taken { reservation, .. } = envoy.take(&worker, now) else {
         panic!("taken from the allowance");
     };
@@ -237,9 +238,26 @@ fn units_of_a_request_denied_by_another_rule_go_back_where_they_came_from() {
         reservation.taken_from,
         TakenFrom::Allowance { .. }
     ));
+    assert_eq!(purse_units(&worker), 0);
     let held = envoy.allowance(&worker).units;
     worker.give_back(&reservation, 0, &envoy.key, now + MS);
     assert_eq!(envoy.allowance(&worker).units, held + 1);
+
+    // Taken along with a purse's units: back into that purse, under the same lease.
+    let envoy = Envoy::new();
+    let worker = envoy.worker();
+    let now = envoy.lease(&worker, 100, 0);
+    let Local::Taken { reservation, .. } = envoy.take(&worker, now) else {
+        panic!("taken from the allowance, filling a purse");
+    };
+    assert!(matches!(reservation.taken_from, TakenFrom::Purse { .. }));
+    let (held, in_purse) = (envoy.allowance(&worker).units, purse_units(&worker));
+    assert_eq!(held + in_purse, 99, "one unit taken");
+    worker.give_back(&reservation, 0, &envoy.key, now + MS);
+    assert_eq!(purse_units(&worker), in_purse + 1);
+    assert_eq!(envoy.allowance(&worker).units, held);
+
+    // Taken from the purse: back into it.
     let Local::Taken { reservation, .. } = envoy.take(&worker, now + 2 * MS) else {
         panic!("taken from the purse");
     };
