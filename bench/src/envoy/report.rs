@@ -12,7 +12,7 @@ use super::setup::{SERVER_THREADS, Setup};
 mod instructions;
 mod judge;
 
-use judge::{plain, ratio_bar, spread, verdict};
+use judge::{plain, plain_of, ratio_bar, spread, verdict};
 
 /// Where the chart of Envoy's added CPU goes, beside BENCHMARKS.md.
 const CHART: &str = "bench/envoy-cpu.svg";
@@ -369,7 +369,7 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         out,
         "- Envoy's start to ready with sluice's filter at most twice the no-op filter's: {sluice:.0} ms against {noop:.0} ({:.2} times) — {}.",
         sluice / noop,
-        plain(sluice <= 2.0 * noop)
+        plain_of(&[sluice, noop], sluice <= 2.0 * noop)
     )?;
     let (module, none) = (
         start_up_ms(results, Setup::SluiceModule),
@@ -379,7 +379,7 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         out,
         "- Envoy's start to ready with sluice's module at most 1.2 times with no filter: {module:.0} ms against {none:.0} ({:.2} times) — {}.\n",
         module / none,
-        plain(module <= 1.2 * none)
+        plain_of(&[module, none], module <= 1.2 * none)
     )?;
     Ok(())
 }

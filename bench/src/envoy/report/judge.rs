@@ -17,6 +17,16 @@ pub(super) fn plain(met: bool) -> &'static str {
     if met { "**met**" } else { "**not met**" }
 }
 
+/// Whether the bar on `figures` is met, as [`plain`] says; "not measured" where one of them is
+/// missing (`--only` left out its setup, and a NaN compares as not met).
+pub(super) fn plain_of(figures: &[f64], met: bool) -> &'static str {
+    if figures.iter().any(|f| f.is_nan()) {
+        "not measured"
+    } else {
+        plain(met)
+    }
+}
+
 /// Whether every round meets a bar: `met`, `not met`, or, where rounds differ, that the range
 /// straddles it.
 pub(super) fn verdict(per_round: &[bool]) -> &'static str {
@@ -49,4 +59,16 @@ pub(super) fn ratio_bar(
         verdict(&met)
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bar_on_a_figure_left_unmeasured_says_so_rather_than_not_met() {
+        assert_eq!(plain_of(&[f64::NAN, 144.0], false), "not measured");
+        assert_eq!(plain_of(&[130.0, 144.0], true), "**met**");
+        assert_eq!(plain_of(&[190.0, 144.0], false), "**not met**");
+    }
 }
