@@ -12,13 +12,12 @@
 //! on Envoy's main thread, for the same reason.)
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::deny_cache::{SlotKeys, entry_id};
-use sluice_core::key::{LimitKey, RuleName};
+use sluice_core::key::LimitKey;
 use sluice_core::lease::{Allowance, LEASE_SLOTS, LeaseConfig, PURSE_UNITS, Purse, Take};
 use sluice_core::policy::Rule;
 
@@ -26,10 +25,12 @@ use crate::Local;
 use crate::cas;
 use crate::shared_data::SharedData;
 
+mod state;
 #[cfg(test)]
 mod tests;
 mod tick;
 
+use state::{Orphan, Pursed, Sent, Touched, WorkerState};
 pub use tick::{SentAsks, grants};
 
 /// How often a write is retried after another worker changed the slot under it.
@@ -56,115 +57,6 @@ enum TakenFrom {
     Purse { lease_until_us: u64 },
 }
 
-/// The hasher of the purses' maps, looked up on every leased request. Natively foldhash,
-/// seeded per process (a key is a client's value, so the seed keeps collisions out of its
-/// reach), where std's SipHash took about 250 instructions a take; in the .wasm std's, whose
-/// code the .wasm carries already.
-#[cfg(not(target_arch = "wasm32"))]
-type PurseHasher = foldhash::fast::RandomState;
-/// See the native definition.
-#[cfg(target_arch = "wasm32")]
-type PurseHasher = std::collections::hash_map::RandomState;
-
-/// One rule's purses, by key.
-type Purses = HashMap<String, Pursed, PurseHasher>;
-
-/// An ask on its way, to apply its answer.
-struct Sent {
-    /// The allowance's slot; empty for units given back that have none.
-    slot: String,
-    id: String,
-    rule: usize,
-    name: RuleName,
-    key: LimitKey,
-    asked_at_us: u64,
-    returning: u64,
-    lease_until_us: u64,
-}
-
-impl Sent {
-    /// The units it gave back, to give back again (while their lease lasts).
-    fn orphan(&self) -> Orphan {
-        Orphan {
-            rule: self.rule,
-            name: self.name.clone(),
-            key: self.key.clone(),
-            units: self.returning,
-            lease_until_us: self.lease_until_us,
-        }
-    }
-}
-
-/// A worker's record of an allowance it has used.
-struct Touched {
-    rule: usize,
-    name: RuleName,
-    key: LimitKey,
-    id: String,
-    /// When the tick must next look at it (its lease about to end, or long unused): until
-    /// then the tick leaves its slot alone, unless it was asked for.
-    look_at_us: u64,
-}
-
-/// Units granted or given back that have no allowance to go to: given back at the next tick.
-struct Orphan {
-    rule: usize,
-    name: RuleName,
-    key: LimitKey,
-    units: u64,
-    lease_until_us: u64,
-}
-
-#[derive(Default)]
-struct WorkerState {
-    /// By slot key: the allowances this worker used, which its tick looks after.
-    touched: BTreeMap<String, Touched>,
-    /// Slot keys this worker marked as asked for, with the mark's time, to ask at the next
-    /// tick if the mark is still the one in force.
-    wanted: Vec<(String, u64)>,
-    /// By callout token.
-    in_flight: HashMap<u64, Vec<Sent>>,
-    orphans: Vec<Orphan>,
-    /// By rule index, then by key: this worker's purses.
-    purses: Vec<Purses>,
-}
-
-impl WorkerState {
-    /// Rule `rule`'s purses.
-    fn purses_of(&mut self, rule: usize) -> &mut Purses {
-        if self.purses.len() <= rule {
-            self.purses.resize_with(rule + 1, Purses::default);
-        }
-        &mut self.purses[rule]
-    }
-
-    /// Puts rule `rule`'s purse of `key` back in its place after a take from the allowance,
-    /// or removes the place when the purse holds nothing (`None`).
-    fn put_purse(&mut self, rule: usize, key: &LimitKey, pursed: Option<Pursed>) {
-        let purses = self.purses_of(rule);
-        match (pursed, purses.get_mut(key.as_str())) {
-            (Some(pursed), Some(place)) => *place = pursed,
-            (Some(pursed), None) => {
-                purses.insert(key.as_str().to_owned(), pursed);
-            }
-            (None, _) => {
-                purses.remove(key.as_str());
-            }
-        }
-    }
-
-    /// Notes that the allowance in `slot` was used and when the tick must next look at it;
-    /// the first use remembers it, as `first` makes it.
-    fn touch(&mut self, slot: &str, look_at_us: u64, first: impl FnOnce() -> Touched) {
-        match self.touched.get_mut(slot) {
-            Some(t) => t.look_at_us = look_at_us,
-            None => {
-                self.touched.insert(slot.to_owned(), first());
-            }
-        }
-    }
-}
-
 /// What one take's compare-and-swap did, whichever attempt won.
 #[derive(Default)]
 struct TakeStep {
@@ -176,15 +68,6 @@ struct TakeStep {
     filled: Option<Purse>,
     /// When the tick must next look at the allowance.
     look_at_us: u64,
-}
-
-/// A worker's purse and where its units came from.
-struct Pursed {
-    /// The allowance's id.
-    id: String,
-    /// The allowance's slot.
-    slot: String,
-    purse: Purse,
 }
 
 /// Who this Envoy is in the lease ledgers.
@@ -385,21 +268,20 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         // Unless the allowance took it back, the emptied purse's units (fewer than a request
         // costs) are still this worker's to spend.
         let purse = if written { step.filled } else { emptied }.filter(|p| p.units > 0);
-        // A unit taken along with a purse's goes back into that purse if the request is
-        // denied: the same holder's, under the same lease.
-        let taken_from = match &purse {
-            Some(p) if written => TakenFrom::Purse {
-                lease_until_us: p.lease_until_us,
-            },
-            _ => TakenFrom::Allowance {
-                slot: slot.clone(),
-                id: id.clone(),
-            },
-        };
         let local = local.map(|local| {
             local.map_reservation(|()| Reservation {
                 cost: rule.cost,
-                taken_from,
+                // A unit taken along with a purse's goes back into that purse if the request
+                // is denied: the same holder's, under the same lease.
+                taken_from: match &purse {
+                    Some(p) if written => TakenFrom::Purse {
+                        lease_until_us: p.lease_until_us,
+                    },
+                    _ => TakenFrom::Allowance {
+                        slot: slot.clone(),
+                        id: id.clone(),
+                    },
+                },
             })
         });
         let mut state = self.state.borrow_mut();
@@ -428,10 +310,14 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
     }
 
     /// The purse of rule `rule`'s `key`, taken out of its place for a refill (the place stays,
-    /// empty, until the refill puts it back or removes it).
+    /// empty, until the refill puts it back or removes it). A place left empty, by a refill
+    /// that panicked midway (the module catches it and goes on), holds no id: none then.
     fn pursed(&self, rule: usize, key: &LimitKey) -> Option<Pursed> {
         let mut state = self.state.borrow_mut();
         let pursed = state.purses.get_mut(rule)?.get_mut(key.as_str())?;
+        if pursed.id.is_empty() {
+            return None;
+        }
         Some(Pursed {
             id: std::mem::take(&mut pursed.id),
             slot: std::mem::take(&mut pursed.slot),
