@@ -33,7 +33,7 @@ const ASK_AFTER: Duration = Duration::from_millis(20);
 
 /// The most units the purse of a key takes from its allowance at once (a quarter of what the
 /// allowance holds, at most this). One purse serves every worker here, where the .wasm keeps
-/// one a worker of 16: a take from the allowance decodes and encodes its record, about 6,800
+/// one a worker of 16: a take from the allowance decodes and encodes its record, about 2,000
 /// instructions, so the fewer the better; on a hot key with a small grant the quarter binds
 /// first (docs/performance-log.md). Its units are the holder's, granted, as before: the bound
 /// is the same.

@@ -211,15 +211,16 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         if let Some(local) = self.take_from_purse(rule_index, key, rule.cost, now_us) {
             return local;
         }
-        // A key's purse stays where it is, emptied into the allowance (it holds fewer units
-        // than a request costs) and refilled from it: its id and slot serve again, with no
+        // A key's purse (it holds fewer units than a request costs) is emptied into the
+        // allowance and refilled from it: its key, id and slot serve again, with no
         // allocation. A key's first take makes them.
-        let (emptied, id, slot) = match self.pursed(rule_index, key) {
-            Some(Pursed { id, slot, purse }) => (Some(purse), id, slot),
+        let taken = self.state.borrow_mut().take_purse(rule_index, key);
+        let (place, emptied, id, slot) = match taken {
+            Some((place, Pursed { id, slot, purse })) => (Some(place), Some(purse), id, slot),
             None => {
                 let id = entry_id(&rule.name, key);
                 let slot = self.slot(&id);
-                (None, id, slot)
+                (None, None, id, slot)
             }
         };
         let ttl = config.terms.ttl.as_micros().unsigned_abs();
@@ -297,8 +298,12 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                 look_at_us: step.look_at_us,
             });
         }
-        let pursed = purse.map(|purse| Pursed { id, slot, purse });
-        state.put_purse(rule_index, key, pursed);
+        if let Some(purse) = purse {
+            let place = place.unwrap_or_else(|| key.as_str().to_owned());
+            state
+                .purses_of(rule_index)
+                .insert(place, Pursed { id, slot, purse });
+        }
         let period = if state.wanted.is_empty() {
             self.tick
         } else {
@@ -307,22 +312,6 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         drop(state);
         self.ticker.set_leasing(period);
         local.unwrap_or(Local::NotHeld)
-    }
-
-    /// The purse of rule `rule`'s `key`, taken out of its place for a refill (the place stays,
-    /// empty, until the refill puts it back or removes it). A place left empty, by a refill
-    /// that panicked midway (the module catches it and goes on), holds no id: none then.
-    fn pursed(&self, rule: usize, key: &LimitKey) -> Option<Pursed> {
-        let mut state = self.state.borrow_mut();
-        let pursed = state.purses.get_mut(rule)?.get_mut(key.as_str())?;
-        if pursed.id.is_empty() {
-            return None;
-        }
-        Some(Pursed {
-            id: std::mem::take(&mut pursed.id),
-            slot: std::mem::take(&mut pursed.slot),
-            purse: std::mem::take(&mut pursed.purse),
-        })
     }
 
     /// Takes `cost` units from the worker's purse for rule `rule`'s `key`, if it holds them.

@@ -88,19 +88,10 @@ impl WorkerState {
         &mut self.purses[rule]
     }
 
-    /// Puts rule `rule`'s purse of `key` back in its place after a take from the allowance,
-    /// or removes the place when the purse holds nothing (`None`).
-    pub(super) fn put_purse(&mut self, rule: usize, key: &LimitKey, pursed: Option<Pursed>) {
-        let purses = self.purses_of(rule);
-        match (pursed, purses.get_mut(key.as_str())) {
-            (Some(pursed), Some(place)) => *place = pursed,
-            (Some(pursed), None) => {
-                purses.insert(key.as_str().to_owned(), pursed);
-            }
-            (None, _) => {
-                purses.remove(key.as_str());
-            }
-        }
+    /// Rule `rule`'s purse of `key`, out of its map for a refill, with the map's own string of
+    /// the key, to put it back under with no allocation.
+    pub(super) fn take_purse(&mut self, rule: usize, key: &LimitKey) -> Option<(String, Pursed)> {
+        self.purses.get_mut(rule)?.remove_entry(key.as_str())
     }
 
     /// Notes that the allowance in `slot` was used and when the tick must next look at it;
