@@ -31,7 +31,10 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
     };
     for &setup in &setups {
         let counts = counts_of(results, setup);
-        let added = counted_over(results, setup, Setup::NoFilter);
+        let added: Vec<f64> = counted_over(results, setup, Setup::NoFilter)
+            .into_iter()
+            .map(|(_, added)| added)
+            .collect();
         writeln!(
             out,
             "| {} | {} | {} | {} |",
@@ -47,10 +50,13 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
     }
     writeln!(out)?;
     let judged = |out: &mut String, bar: &str, setup, base, max: f64| -> anyhow::Result<()> {
+        let bases = counted_over(results, base, Setup::NoFilter);
         let ratios: Vec<f64> = counted_over(results, setup, Setup::NoFilter)
-            .iter()
-            .zip(counted_over(results, base, Setup::NoFilter))
-            .map(|(a, b)| a / b)
+            .into_iter()
+            .filter_map(|(round, added)| {
+                let (_, base_added) = bases.iter().find(|(r, _)| *r == round)?;
+                Some(added / base_added)
+            })
             .collect();
         if ratios.is_empty() {
             writeln!(out, "- {bar}: not counted.")?;
@@ -83,9 +89,9 @@ fn counts_of(results: &Results, setup: Setup) -> Vec<&Count> {
     counts
 }
 
-/// The worker's instructions a request `setup` adds over `base`, per round both were
-/// counted in.
-fn counted_over(results: &Results, setup: Setup, base: Setup) -> Vec<f64> {
+/// The worker's instructions a request `setup` adds over `base`, by round, in each round
+/// both were counted in.
+fn counted_over(results: &Results, setup: Setup, base: Setup) -> Vec<(usize, f64)> {
     counts_of(results, setup)
         .into_iter()
         .filter_map(|count| {
@@ -93,7 +99,7 @@ fn counted_over(results: &Results, setup: Setup, base: Setup) -> Vec<f64> {
                 .counts
                 .iter()
                 .find(|b| b.setup == base && b.round == count.round)?;
-            Some(count.worker as f64 - base.worker as f64)
+            Some((count.round, count.worker as f64 - base.worker as f64))
         })
         .collect()
 }
