@@ -72,6 +72,9 @@ pub(super) struct WorkerState {
     /// Slot keys this worker marked as asked for, with the mark's time, to ask at the next
     /// tick if the mark is still the one in force.
     pub(super) wanted: Vec<(String, u64)>,
+    /// A key whose ask waits in `wanted` ran out of units: its requests go to the server
+    /// until the ask is answered, so the asks go at the next short tick, not the next tick.
+    pub(super) short_of_units: bool,
     /// By callout token.
     pub(super) in_flight: HashMap<u64, Vec<Sent>>,
     pub(super) orphans: Vec<Orphan>,

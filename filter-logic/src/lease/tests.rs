@@ -57,6 +57,11 @@ impl Envoy {
 
     /// A worker's view of the leases.
     fn worker(&self) -> Worker {
+        self.worker_ticked_by(NoTick)
+    }
+
+    /// A worker's view of the leases, whose tick is `ticker`.
+    fn worker_ticked_by<T: LeaseTick>(&self, ticker: T) -> Leases<Rc<MemorySharedData>, T> {
         Leases::new(
             Rc::clone(&self.data),
             "fp".to_owned(),
@@ -65,11 +70,15 @@ impl Envoy {
                 secret: "s".to_owned(),
             },
             &self.policy.rules,
-            NoTick,
+            ticker,
         )
     }
 
-    fn take(&self, worker: &Worker, now_us: u64) -> Local<Reservation> {
+    fn take<T: LeaseTick>(
+        &self,
+        worker: &Leases<Rc<MemorySharedData>, T>,
+        now_us: u64,
+    ) -> Local<Reservation> {
         let rule = &self.policy.rules[0];
         worker.take(0, rule, rule.lease.as_ref().unwrap(), &self.key, now_us)
     }
@@ -83,7 +92,12 @@ impl Envoy {
 
     /// Takes requests every ms from `from_us` until the worker marks an ask, then sends its
     /// tick's call and answers it with `granted` units for 1 s; the time after.
-    fn lease(&self, worker: &Worker, granted: u64, from_us: u64) -> u64 {
+    fn lease<T: LeaseTick>(
+        &self,
+        worker: &Leases<Rc<MemorySharedData>, T>,
+        granted: u64,
+        from_us: u64,
+    ) -> u64 {
         let mut now = from_us;
         let (request, sent) = loop {
             self.take(worker, now);
@@ -311,4 +325,71 @@ fn an_idle_purse_goes_back_to_the_allowance_with_the_requests_it_decided() {
     assert_eq!(a.units, held + in_purse);
     assert_eq!(a.seen, seen + 1, "the request the purse decided counts");
     assert_eq!(a.last_seen_us, now + MS);
+}
+
+/// A tick that remembers the period last asked of it.
+#[derive(Default)]
+struct PeriodSeen(Cell<Option<Duration>>);
+
+impl LeaseTick for PeriodSeen {
+    fn set_leasing(&self, period: Option<Duration>) {
+        self.0.set(period);
+    }
+}
+
+/// The tick's period a worker wants once a busy key's allowance, leased with too few units,
+/// is marked as asked for, and then once the key has run out of units while its ask waits.
+fn periods_of_an_ask(patient: bool) -> (Option<Duration>, Option<Duration>) {
+    let envoy = Envoy::new();
+    let seen = Rc::new(PeriodSeen::default());
+    let worker = envoy.worker_ticked_by(Rc::clone(&seen));
+    let worker = if patient {
+        worker.patient_asks()
+    } else {
+        worker
+    };
+    // A request a millisecond, 100 a horizon: 40 units are less than one horizon's worth.
+    let mut now = envoy.lease(&worker, 40, 0);
+    while worker.state.borrow().wanted.is_empty() {
+        assert!(
+            taken(&envoy.take(&worker, now)),
+            "marked before running out"
+        );
+        now += MS;
+    }
+    let marked = seen.0.get();
+    while taken(&envoy.take(&worker, now)) {
+        now += MS;
+        assert!(now < 100 * MS, "40 units run out");
+    }
+    (marked, seen.0.get())
+}
+
+#[test]
+fn a_patient_ask_waits_for_the_tick_until_its_key_runs_out() {
+    let (tick, ask_tick) = (Some(Duration::from_millis(25)), Some(ASK_TICK));
+    assert_eq!(periods_of_an_ask(true), (tick, ask_tick));
+    assert_eq!(
+        periods_of_an_ask(false),
+        (ask_tick, ask_tick),
+        "by default an ask goes at the short tick"
+    );
+}
+
+#[test]
+fn a_call_s_worth_of_patient_asks_go_at_the_short_tick() {
+    let envoy = Envoy::new();
+    let worker = envoy.worker().patient_asks();
+    let mut state = WorkerState {
+        wanted: (0..MAX_ASKS - 1)
+            .map(|i| (format!("slot {i}"), 1))
+            .collect(),
+        ..WorkerState::default()
+    };
+    assert_eq!(
+        worker.asking_period(&state),
+        Some(Duration::from_millis(25))
+    );
+    state.wanted.push(("slot 64".to_owned(), 1));
+    assert_eq!(worker.asking_period(&state), Some(ASK_TICK));
 }

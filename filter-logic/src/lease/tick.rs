@@ -155,12 +155,14 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         state
             .wanted
             .extend(wanted.into_iter().filter(|(w, _)| left_out.contains(w)));
+        // Those left out of a full call go at the next short tick, whatever they wait for.
+        state.short_of_units = !state.wanted.is_empty();
         let idle = state.touched.is_empty()
             && state.in_flight.is_empty()
             && state.orphans.is_empty()
             && state.purses.iter().all(|purses| purses.is_empty());
         let period = if !state.wanted.is_empty() {
-            Some(self.ask_tick)
+            self.asking_period(&state)
         } else if idle && call.asks.is_empty() {
             None
         } else {
