@@ -92,6 +92,15 @@ impl SlotKeys {
         self.key_of_parts(&[id.as_bytes()])
     }
 
+    /// The key of a slot of `id`'s own, for a store that can remove keys: no other id's,
+    /// and no numbered slot's (an id holds a `:`).
+    pub fn own_key(&self, id: &str) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + id.len());
+        key.push_str(&self.prefix);
+        key.push_str(id);
+        key
+    }
+
     /// The key of the slot the check `id` maps to: the same as [`SlotKeys::key`] of its
     /// written form, without writing it.
     pub fn key_of(&self, id: EntryId<'_>) -> String {

@@ -33,6 +33,12 @@ pub trait SharedData {
 
     /// Writes `value` to `key` if its CAS is still `cas` (see the module's semantics).
     fn write(&self, key: &str, value: &[u8], cas: u32) -> Result<(), WriteError>;
+
+    /// Removes `key` if its CAS is still `cas`; whether it did. Envoy's shared data keeps
+    /// every key for the life of the VM's host, so by default nothing is removed.
+    fn remove(&self, _key: &str, _cas: u32) -> bool {
+        false
+    }
 }
 
 impl<T: SharedData + ?Sized> SharedData for Rc<T> {
@@ -43,6 +49,10 @@ impl<T: SharedData + ?Sized> SharedData for Rc<T> {
     fn write(&self, key: &str, value: &[u8], cas: u32) -> Result<(), WriteError> {
         (**self).write(key, value, cas)
     }
+
+    fn remove(&self, key: &str, cas: u32) -> bool {
+        (**self).remove(key, cas)
+    }
 }
 
 impl<T: SharedData + ?Sized> SharedData for Arc<T> {
@@ -52,6 +62,10 @@ impl<T: SharedData + ?Sized> SharedData for Arc<T> {
 
     fn write(&self, key: &str, value: &[u8], cas: u32) -> Result<(), WriteError> {
         (**self).write(key, value, cas)
+    }
+
+    fn remove(&self, key: &str, cas: u32) -> bool {
+        (**self).remove(key, cas)
     }
 }
 
@@ -117,6 +131,15 @@ mod memory {
             self.writes.set(self.writes.get() + 1);
             self.put(key, value);
             Ok(())
+        }
+
+        fn remove(&self, key: &str, cas: u32) -> bool {
+            let mut entries = self.entries.borrow_mut();
+            if entries.get(key).is_some_and(|(_, current)| *current == cas) {
+                entries.remove(key);
+                return true;
+            }
+            false
         }
     }
 }

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use sluice_core::lease::LEASE_SLOTS;
 use sluice_core::wire::{LeaseRequest, holder_name, holder_secret};
 use sluice_filter_logic::lease::{Holder, LeaseTick, Leases};
 use sluice_filter_logic::shared_data::{SharedData, WriteError};
@@ -71,6 +72,7 @@ impl ModuleLeases {
         )
         .asking_after(ASK_AFTER)
         .patient_asks()
+        .slot_per_key()
         .purses_up_to(PURSE_UNITS);
         ModuleLeases {
             leases: Mutex::new(leases),
@@ -140,8 +142,13 @@ fn host_name() -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// The most allowances kept at once: as many as the .wasm's slots. A key seen when there are
+/// this many is decided per request until the tick forgets one gone idle.
+const MAX_ALLOWANCES: usize = LEASE_SLOTS as usize;
+
 /// Allowances in process memory, with the semantics of Envoy's shared data (which the filter
-/// logic's compare-and-swap is written against).
+/// logic's compare-and-swap is written against), each key's in a slot of its own, removed
+/// when the tick forgets it; at most [`MAX_ALLOWANCES`].
 #[derive(Default)]
 pub struct ProcessData {
     /// Hashed with foldhash, seeded per process: std's SipHash took about 300 instructions of
@@ -158,6 +165,7 @@ impl SharedData for ProcessData {
 
     fn write(&self, key: &str, value: &[u8], cas: u32) -> Result<(), WriteError> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let full = entries.len() >= MAX_ALLOWANCES;
         let entry = entries.get_mut(key);
         if let Some((_, current)) = &entry
             && cas != 0
@@ -179,11 +187,21 @@ impl SharedData for ProcessData {
                 bytes.extend_from_slice(value);
                 *current = next;
             }
+            None if full => return Err(WriteError::Refused),
             None => {
                 entries.insert(key.to_owned(), (value.to_vec(), next));
             }
         }
         Ok(())
+    }
+
+    fn remove(&self, key: &str, cas: u32) -> bool {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.get(key).is_some_and(|(_, current)| *current == cas) {
+            entries.remove(key);
+            return true;
+        }
+        false
     }
 }
 
@@ -363,6 +381,32 @@ mod tests {
         );
         assert_eq!(data.write("k", b"c", 0), Ok(()), "CAS 0 always writes");
         assert_eq!(data.read("k").map(|(v, _)| v), Some(b"c".to_vec()));
+    }
+
+    #[test]
+    fn process_data_forgets_a_key_by_its_cas_and_keeps_at_most_max_allowances() {
+        let data = ProcessData::default();
+        assert_eq!(data.write("k", b"a", CREATE_ONLY), Ok(()));
+        let (_, cas) = data.read("k").expect("written");
+        assert!(!data.remove("k", cas + 1), "a stale CAS removes nothing");
+        assert!(data.remove("k", cas));
+        assert_eq!(data.read("k"), None);
+        for i in 0..MAX_ALLOWANCES {
+            assert_eq!(data.write(&i.to_string(), b"a", CREATE_ONLY), Ok(()));
+        }
+        assert_eq!(
+            data.write("one more", b"a", CREATE_ONLY),
+            Err(WriteError::Refused),
+            "full"
+        );
+        assert_eq!(
+            data.write("0", b"b", 0),
+            Ok(()),
+            "a kept key is still written"
+        );
+        let (_, cas) = data.read("0").expect("kept");
+        assert!(data.remove("0", cas));
+        assert_eq!(data.write("one more", b"a", CREATE_ONLY), Ok(()));
     }
 
     #[test]

@@ -51,7 +51,9 @@ pub use purse::{PURSE_UNITS, Purse};
 /// another busy key holds is decided per request, so the slots must far outnumber the keys
 /// leased at once: 1,000 keys in 4,096 slots left about one in nine without a slot (a tenth
 /// of their requests went to the server, `make bench`, 2026-11-26); in 65,536, about one in
-/// 130. A slot is a shared-data entry only once a key has used it (about 200 bytes).
+/// 130. A slot is a shared-data entry only once a key has used it (about 200 bytes). The
+/// native module, whose memory can forget a key, gives each key a slot of its own instead, and
+/// keeps at most this many.
 pub const LEASE_SLOTS: u32 = 65536;
 /// The first byte of an allowance's record: a slot holding anything else reads as free. No
 /// text starts with it (in UTF-8 it only continues a character), so neither does the decimal

@@ -108,6 +108,10 @@ pub struct Leases<D, T> {
     data: D,
     /// The lease slots' keys, under the configuration's fingerprint.
     slot_keys: SlotKeys,
+    /// Whether each key has a slot of its own ([`Leases::slot_per_key`]), not one of
+    /// [`LEASE_SLOTS`] by the hash of its id: Envoy's shared data keeps every key it was
+    /// given, so there their number must be bounded.
+    slot_per_key: bool,
     holder: Holder,
     /// The shortest tick any leased rule wants; `None` when no rule leases.
     tick: Option<Duration>,
@@ -140,6 +144,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         Leases {
             data,
             slot_keys: SlotKeys::new(&format!("{fingerprint}.lease"), LEASE_SLOTS),
+            slot_per_key: false,
             holder,
             tick,
             ask_tick: ASK_TICK,
@@ -194,8 +199,40 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         )
     }
 
+    /// Gives each key a slot of its own, named by its id, and removes the slot when the
+    /// tick forgets the key (idle for a ttl): where the shared data can remove a key (the
+    /// module's process memory), so that keys need not share [`LEASE_SLOTS`] slots, where a
+    /// key whose slot another busy key holds is decided per request.
+    pub fn slot_per_key(self) -> Leases<D, T> {
+        Leases {
+            slot_per_key: true,
+            ..self
+        }
+    }
+
     fn slot(&self, id: &str) -> String {
-        self.slot_keys.key(id)
+        if self.slot_per_key {
+            self.slot_keys.own_key(id)
+        } else {
+            self.slot_keys.key(id)
+        }
+    }
+
+    /// Whether the tick may forget the allowance in `slot`, idle for a ttl: always where
+    /// slots are shared (the next key to use it takes it over); where each key has its own,
+    /// once it is removed, free (see [`Allowance::is_free`]), so that no unit, ask or pace
+    /// is forgotten with it.
+    fn forget(&self, slot: &str, ttl_us: u64, now_us: u64) -> bool {
+        if !self.slot_per_key {
+            return true;
+        }
+        match self.data.read(slot) {
+            None => true,
+            Some((bytes, cas)) => match Allowance::decode(&bytes) {
+                Some(a) if !a.is_free(now_us, ttl_us) => false,
+                _ => self.data.remove(slot, cas),
+            },
+        }
     }
 
     /// The period the tick wants while asks wait in `state` (see [`Leases::patient_asks`]).

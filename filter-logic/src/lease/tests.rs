@@ -13,6 +13,8 @@ use sluice_core::wire::LeaseGrant;
 use super::*;
 use crate::shared_data::MemorySharedData;
 
+mod slots;
+
 const MS: u64 = 1000;
 
 /// A tick the tests run by hand.
@@ -79,13 +81,42 @@ impl Envoy {
         worker: &Leases<Rc<MemorySharedData>, T>,
         now_us: u64,
     ) -> Local<Reservation> {
+        self.take_key(worker, &self.key, now_us)
+    }
+
+    /// A request of tenant `key` (see [`Envoy::key_of`]).
+    fn take_key<T: LeaseTick>(
+        &self,
+        worker: &Leases<Rc<MemorySharedData>, T>,
+        key: &LimitKey,
+        now_us: u64,
+    ) -> Local<Reservation> {
         let rule = &self.policy.rules[0];
-        worker.take(0, rule, rule.lease.as_ref().unwrap(), &self.key, now_us)
+        worker.take(0, rule, rule.lease.as_ref().unwrap(), key, now_us)
+    }
+
+    /// The key of tenant `tenant`.
+    fn key_of(&self, tenant: &str) -> LimitKey {
+        let request = HttpRequest {
+            headers: [(
+                Cow::Borrowed("x-tenant"),
+                Cow::Owned(tenant.as_bytes().to_vec()),
+            )]
+            .into_iter()
+            .collect(),
+            source_address: None,
+        };
+        self.policy.plan(&request).checks.remove(0).key
+    }
+
+    /// The id of tenant `key`'s allowance.
+    fn id_of(&self, key: &LimitKey) -> String {
+        entry_id(&self.policy.rules[0].name, key)
     }
 
     /// The allowance of `acme` as shared data holds it.
     fn allowance(&self, worker: &Worker) -> Allowance {
-        let id = entry_id(&self.policy.rules[0].name, &self.key);
+        let id = self.id_of(&self.key);
         let (bytes, _) = self.data.read(&worker.slot(&id)).unwrap();
         Allowance::decode(&bytes).unwrap()
     }

@@ -244,8 +244,14 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                             t.look_at_us = look_at;
                         }
                     }
-                    None => {
+                    None if self.forget(slot, ttl, now_us) => {
                         state.touched.remove(slot);
+                    }
+                    // Not free yet (an ask out, or units under a lease): looked at again.
+                    None => {
+                        if let Some(t) = state.touched.get_mut(slot) {
+                            t.look_at_us = now_us + margin.max(1);
+                        }
                     }
                 }
             }
