@@ -167,11 +167,12 @@ impl SharedData for ProcessData {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let full = entries.len() >= MAX_ALLOWANCES;
         let entry = entries.get_mut(key);
-        if let Some((_, current)) = &entry
-            && cas != 0
-            && cas != *current
-        {
-            return Err(WriteError::CasMismatch);
+        match &entry {
+            Some((_, current)) if cas != 0 && cas != *current => {
+                return Err(WriteError::CasMismatch);
+            }
+            None if full => return Err(WriteError::Refused),
+            _ => {}
         }
         // Counts from 1, as Envoy's does, never giving a key 0 (an unconditional write's).
         let next = self
@@ -187,7 +188,6 @@ impl SharedData for ProcessData {
                 bytes.extend_from_slice(value);
                 *current = next;
             }
-            None if full => return Err(WriteError::Refused),
             None => {
                 entries.insert(key.to_owned(), (value.to_vec(), next));
             }

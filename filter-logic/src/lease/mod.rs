@@ -235,8 +235,12 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         }
     }
 
-    /// The period the tick wants while asks wait in `state` (see [`Leases::patient_asks`]).
-    fn asking_period(&self, state: &WorkerState) -> Option<Duration> {
+    /// The period the tick wants for `state`, while anything needs it: the rules' tick, or,
+    /// while asks wait, the short `ask_tick` (see [`Leases::patient_asks`]).
+    fn period(&self, state: &WorkerState) -> Option<Duration> {
+        if state.wanted.is_empty() {
+            return self.tick;
+        }
         let hurry = !self.patient || state.short_of_units || state.wanted.len() >= MAX_ASKS;
         match self.tick {
             Some(tick) if !hurry => Some(tick.max(self.ask_tick)),
@@ -375,11 +379,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                 .purses_of(rule_index)
                 .insert(place, Pursed { id, slot, purse });
         }
-        let period = if state.wanted.is_empty() {
-            self.tick
-        } else {
-            self.asking_period(&state)
-        };
+        let period = self.period(&state);
         drop(state);
         self.ticker.set_leasing(period);
         local.unwrap_or(Local::NotHeld)

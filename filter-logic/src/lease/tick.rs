@@ -161,12 +161,10 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             && state.in_flight.is_empty()
             && state.orphans.is_empty()
             && state.purses.iter().all(|purses| purses.is_empty());
-        let period = if !state.wanted.is_empty() {
-            self.asking_period(&state)
-        } else if idle && call.asks.is_empty() {
+        let period = if idle && state.wanted.is_empty() && call.asks.is_empty() {
             None
         } else {
-            self.tick
+            self.period(&state)
         };
         drop(state);
         self.ticker.set_leasing(period);

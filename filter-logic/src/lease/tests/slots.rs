@@ -5,6 +5,15 @@ use std::collections::HashMap;
 
 use super::*;
 
+/// A worker with a slot for each key, or sharing slots.
+fn worker(envoy: &Envoy, per_key: bool) -> Worker {
+    if per_key {
+        envoy.worker().slot_per_key()
+    } else {
+        envoy.worker()
+    }
+}
+
 /// Two tenants whose allowances share a slot when slots are shared.
 fn colliding_tenants(envoy: &Envoy) -> (LimitKey, LimitKey) {
     let shared = envoy.worker();
@@ -24,11 +33,7 @@ fn colliding_tenants(envoy: &Envoy) -> (LimitKey, LimitKey) {
 fn tenants_asked_for(per_key: bool) -> (Vec<LimitKey>, (LimitKey, LimitKey)) {
     let envoy = Envoy::new();
     let (a, b) = colliding_tenants(&envoy);
-    let worker = if per_key {
-        envoy.worker().slot_per_key()
-    } else {
-        envoy.worker()
-    };
+    let worker = worker(&envoy, per_key);
     let mut asked = Vec::new();
     for ms in 0..300 {
         envoy.take_key(&worker, &a, ms * MS);
@@ -56,11 +61,7 @@ fn keys_whose_slots_collide_are_each_leased_with_a_slot_per_key() {
 /// give-back answered, in a worker with a slot for each key or not.
 fn slot_kept_after_idling(per_key: bool) -> bool {
     let envoy = Envoy::new();
-    let worker = if per_key {
-        envoy.worker().slot_per_key()
-    } else {
-        envoy.worker()
-    };
+    let worker = worker(&envoy, per_key);
     let leased_at = envoy.lease(&worker, 10, 0);
     assert!(taken(&envoy.take(&worker, leased_at)));
     let slot = worker.slot(&envoy.id_of(&envoy.key));
