@@ -11,7 +11,7 @@ use common::Http;
 use common::load::Load;
 use common::process::{BINARY, ServerProcess, assert_refused, decide_once};
 use futures::future::join_all;
-use sluice_harness::{RedisCluster, RedisServer, cpu, free_port, key_slot};
+use sluice_harness::{RedisCluster, RedisServer, cpu, key_slot};
 
 #[test]
 fn every_setting_is_a_flag_and_an_environment_variable() {
@@ -167,10 +167,9 @@ async fn every_thread_of_a_busy_polling_server_sleeps_when_idle() {
 
 async fn busy_polling_polls_under_load_and_sleeps_when_idle(threads: &str) {
     let redis = RedisServer::start().unwrap();
-    let port = free_port().unwrap();
-    let child = ServerProcess::start(Command::new(BINARY).args([
+    let mut child = ServerProcess::start(Command::new(BINARY).args([
         "--listen",
-        &format!("127.0.0.1:{port}"),
+        "127.0.0.1:0",
         "--redis",
         &redis.url(),
         "--threads",
@@ -178,6 +177,7 @@ async fn busy_polling_polls_under_load_and_sleeps_when_idle(threads: &str) {
         "--busy-poll-us",
         "200",
     ]));
+    let port = child.port().await;
     assert_eq!(decide_once(port).await.status, 200);
     let url = format!("http://127.0.0.1:{port}");
     let limit = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
@@ -210,15 +210,15 @@ async fn busy_polling_polls_under_load_and_sleeps_when_idle(threads: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_threads_share_the_port_the_load_and_the_metrics() {
     let redis = RedisServer::start().unwrap();
-    let port = free_port().unwrap();
-    let child = ServerProcess::start(Command::new(BINARY).args([
+    let mut child = ServerProcess::start(Command::new(BINARY).args([
         "--listen",
-        &format!("127.0.0.1:{port}"),
+        "127.0.0.1:0",
         "--redis",
         &redis.url(),
         "--threads",
         "2",
     ]));
+    let port = child.port().await;
     assert_eq!(decide_once(port).await.status, 200);
     let url = format!("http://127.0.0.1:{port}");
     let limit = r#"{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000}"#;
@@ -254,14 +254,14 @@ async fn several_threads_share_the_port_the_load_and_the_metrics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_from_the_environment_it_serves_logs_json_and_exits_cleanly_on_sigterm() {
     let redis = RedisServer::start().unwrap();
-    let port = free_port().unwrap();
-    let child = ServerProcess::start(
+    let mut child = ServerProcess::start(
         Command::new(BINARY)
-            .env("SLUICE_LISTEN", format!("127.0.0.1:{port}"))
+            .env("SLUICE_LISTEN", "127.0.0.1:0")
             .env("SLUICE_REDIS", redis.url())
             .env("SLUICE_LOG_FORMAT", "json")
             .env("SLUICE_REDIS_TIMEOUT", "250ms"),
     );
+    let port = child.port().await;
     let answer = decide_once(port).await;
     assert_eq!(answer.status, 200);
 
@@ -286,12 +286,12 @@ async fn configured_from_the_environment_it_serves_logs_json_and_exits_cleanly_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_redis_is_down_failures_are_logged_once_a_second_not_once_a_request() {
     let mut redis = RedisServer::start().unwrap();
-    let port = free_port().unwrap();
-    let child = ServerProcess::start(
+    let mut child = ServerProcess::start(
         Command::new(BINARY)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--listen", "127.0.0.1:0"])
             .args(["--redis", &redis.url(), "--log-format", "json"]),
     );
+    let port = child.port().await;
     assert_eq!(decide_once(port).await.status, 200);
     redis.kill();
     let url = format!("http://127.0.0.1:{port}");
@@ -342,13 +342,13 @@ async fn while_redis_is_down_failures_are_logged_once_a_second_not_once_a_reques
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn by_default_the_redis_clients_own_warnings_are_left_out() {
     let cluster = RedisCluster::start().unwrap();
-    let port = free_port().unwrap();
-    let child = ServerProcess::start(
+    let mut child = ServerProcess::start(
         Command::new(BINARY)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--listen", "127.0.0.1:0"])
             .args(["--redis-cluster", &cluster.urls().join(",")])
             .args(["--log-format", "json"]),
     );
+    let port = child.port().await;
     assert_eq!(decide_once(port).await.status, 200);
     // decide_once's key, as the server keeps it: moved, so that the client meets MOVED and
     // refreshes its slots, which it warns of.
@@ -377,33 +377,15 @@ async fn decisions_succeed_from_the_moment_the_server_says_it_is_connected() {
     let proxy =
         sluice_harness::ForwardingProxy::with_latency(redis.addr(), Duration::from_millis(100))
             .unwrap();
-    let port = free_port().unwrap();
-    let mut child = Command::new(BINARY)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--redis", &proxy.redis_url(), "--redis-timeout", "2s"])
-        .args(["--threads", "2"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (said, connected) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if line.contains("connected to redis") {
-                let _ = said.send(());
-            }
-        }
-    });
-    let waited =
-        tokio::task::spawn_blocking(move || connected.recv_timeout(Duration::from_secs(10)))
-            .await
-            .unwrap();
-    assert!(waited.is_ok(), "the server never said it was connected");
+    let mut child = ServerProcess::start(
+        Command::new(BINARY)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--redis", &proxy.redis_url(), "--redis-timeout", "2s"])
+            .args(["--threads", "2"])
+            .stdout(std::process::Stdio::null()),
+    );
+    let port = child.port().await;
+    child.wait_for("connected to redis").await;
     let http = Http::http1();
     let url = format!("http://127.0.0.1:{port}");
     let limit = r#"{"algorithm":"gcra","rate":100,"per":"1s","burst":100}"#;
@@ -415,8 +397,7 @@ async fn decisions_succeed_from_the_moment_the_server_says_it_is_connected() {
         }
     }))
     .await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     for answer in answers {
         assert_eq!(answer.status, 200, "{}", answer.body);
     }

@@ -16,10 +16,10 @@ use sluice_server::store::{Credentials, ScriptCalls, Topology};
 /// Starts the binary at `--log debug`, set up further by `configure`; it must become ready and
 /// decide. What it logged.
 async fn decides(configure: impl FnOnce(&mut Command) -> &mut Command) -> Vec<String> {
-    let port = free_port().unwrap();
     let mut command = Command::new(BINARY);
-    command.args(["--listen", &format!("127.0.0.1:{port}"), "--log", "debug"]);
-    let child = ServerProcess::start(configure(&mut command));
+    command.args(["--listen", "127.0.0.1:0", "--log", "debug"]);
+    let mut child = ServerProcess::start(configure(&mut command));
+    let port = child.port().await;
     let answer = decide_once(port).await;
     let lines = child.stop().await;
     assert_eq!(answer.status, 200, "{}\n{lines:#?}", answer.body);
@@ -131,13 +131,13 @@ async fn over_tls_it_trusts_the_authority_given_and_presents_its_certificate() {
     assert!(keys.contains("sluice:"), "keys: {keys}");
 
     // Without its certificate the server is refused, and not ready.
-    let port = free_port().unwrap();
-    let child = ServerProcess::start(
+    let mut child = ServerProcess::start(
         Command::new(BINARY)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--listen", "127.0.0.1:0"])
             .args(["--redis", &format!("rediss://127.0.0.1:{tls_port}")])
             .args(["--redis-ca-cert", &certificates.path("ca.crt")]),
     );
+    let port = child.port().await;
     let http = Http::http1();
     let mut statuses = Vec::new();
     for _ in 0..20 {
@@ -407,15 +407,15 @@ async fn a_cluster_over_tls_with_a_password_is_reached_on_every_node() {
                 .unwrap();
         }
     }
-    let port = free_port().unwrap();
-    let child = ServerProcess::start(
+    let mut child = ServerProcess::start(
         Command::new(BINARY)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "debug"])
+            .args(["--listen", "127.0.0.1:0", "--log", "debug"])
             // One node given: the client learns the others, and their TLS ports, from it.
             .args(["--redis-cluster", &cluster.tls_urls()[0]])
             .args(certificates.server_flags())
             .env("SLUICE_REDIS_PASSWORD", PRIMARY_PASSWORD),
     );
+    let port = child.port().await;
     let url = format!("http://127.0.0.1:{port}");
     decide_once(port).await;
     // Keys that hash to every node's slots, each decided there.

@@ -4,6 +4,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use tokio::sync::mpsc;
+
 use super::Http;
 
 /// The binary cargo built for these tests.
@@ -33,48 +35,107 @@ pub async fn decide_once(port: u16) -> super::Answer {
         .await
 }
 
-/// The binary running, its stderr piped; killed if dropped before [`ServerProcess::stop`], so
-/// that a failed test leaves nothing running.
-pub struct ServerProcess(Child);
+/// The binary running, its stderr read line by line as it comes; killed if dropped before
+/// [`ServerProcess::stop`], so that a failed test leaves nothing running.
+///
+/// Give it `--listen 127.0.0.1:0` (or `SLUICE_LISTEN`) and ask [`ServerProcess::port`]: a port
+/// probed free and then handed over is not enough. With more than one thread the server binds
+/// its port with `SO_REUSEPORT`, so a second server handed the same port binds beside the first
+/// without an error, and the kernel splits the connections between them. That is the likely
+/// way a decision was answered "not connected yet (connecting)" by a server whose `/readyz` had
+/// said ready (`make test`, 2026-12-03). Asked for port 0, the kernel picks one no socket holds,
+/// `SO_REUSEPORT` or not (2,000 such binds here, all different).
+pub struct ServerProcess {
+    child: Child,
+    said: mpsc::UnboundedReceiver<String>,
+    /// The lines taken from `said` so far.
+    lines: Vec<String>,
+}
 
 impl ServerProcess {
     /// Starts `command`.
     pub fn start(command: &mut Command) -> ServerProcess {
-        ServerProcess(command.stderr(Stdio::piped()).spawn().unwrap())
+        let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (say, said) = mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if say.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        ServerProcess {
+            child,
+            said,
+            lines: Vec::new(),
+        }
     }
 
     /// Its process id.
     pub fn id(&self) -> u32 {
-        self.0.id()
+        self.child.id()
+    }
+
+    /// The port it listens on, from the line it logs when it starts (text or JSON).
+    pub async fn port(&mut self) -> u16 {
+        let started = self.wait_for("sluice-server started").await;
+        started
+            .split_once("listen")
+            .and_then(|(_, after)| after.split_once("127.0.0.1:"))
+            .and_then(|(_, port)| {
+                let digits = port
+                    .find(|c: char| !c.is_ascii_digit())
+                    .unwrap_or(port.len());
+                port[..digits].parse().ok()
+            })
+            .unwrap_or_else(|| panic!("no port in its start-up line: {started}"))
+    }
+
+    /// The first line it writes containing `needle`, waited for up to 10 s.
+    pub async fn wait_for(&mut self, needle: &str) -> String {
+        if let Some(line) = self.lines.iter().find(|l| l.contains(needle)) {
+            return line.clone();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let next = tokio::time::timeout_at(deadline, self.said.recv()).await;
+            match next {
+                Ok(Some(line)) => {
+                    self.lines.push(line);
+                    let line = &self.lines[self.lines.len() - 1];
+                    if line.contains(needle) {
+                        return line.clone();
+                    }
+                }
+                Ok(None) => panic!("it exited without saying {needle:?}: {:#?}", self.lines),
+                Err(_) => panic!("it did not say {needle:?} within 10 s: {:#?}", self.lines),
+            }
+        }
     }
 
     /// Stops it by SIGTERM; its exit must be clean. What it wrote to stderr, by line.
     pub async fn stop(mut self) -> Vec<String> {
         let status = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
+            .args(["-TERM", &self.child.id().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
-        let stderr = self.0.stderr.take().unwrap();
-        let lines: Vec<String> = tokio::task::spawn_blocking(move || {
-            BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-                .collect()
-        })
-        .await
-        .unwrap();
-        let exit = self.0.wait().unwrap();
+        // The reader ends when the process has closed its stderr.
+        while let Some(line) = self.said.recv().await {
+            self.lines.push(line);
+        }
+        let exit = self.child.wait().unwrap();
         assert!(exit.success(), "exit {exit:?}");
-        lines
+        std::mem::take(&mut self.lines)
     }
 }
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         // After `stop` it has exited and been waited for, and this does nothing.
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
