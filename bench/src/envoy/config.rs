@@ -191,6 +191,7 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
         Setup::NoFilter => String::new(),
         Setup::Noop => wasm_filter("noop", wasm.noop, "{}"),
         Setup::NoopModule => dynamic_module_filter("noop", "sluice_noop_module", "{}"),
+        Setup::FloorModule => dynamic_module_filter("floor", "sluice_noop_module", "{}"),
         Setup::SluiceModule => {
             dynamic_module_filter("sluice", "sluice_module", &sluice_policy(OPEN_LIMIT, None))
         }

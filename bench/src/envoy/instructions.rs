@@ -12,11 +12,12 @@ use super::config::{self, Addresses, Wasm};
 use super::plan::Count;
 use super::setup::Setup;
 
-/// The setups counted: the module's two bars' setups and their baselines, and the .wasm's
-/// beside its own no-op filter.
-pub const COUNTED: [Setup; 9] = [
+/// The setups counted: the module's two bars' setups and their baselines, the floor under the
+/// lease bar, and the .wasm's beside its own no-op filter.
+pub const COUNTED: [Setup; 10] = [
     Setup::NoFilter,
     Setup::NoopModule,
+    Setup::FloorModule,
     Setup::LocalRatelimit,
     Setup::SluiceModule,
     Setup::SluiceModuleLease,

@@ -16,6 +16,9 @@ pub enum Setup {
     Noop,
     /// An Envoy dynamic module that does nothing.
     NoopModule,
+    /// The no-op module as the floor of a module that keys on a header and records its
+    /// decision: it reads the header, bumps two counters, sets a filter state.
+    FloorModule,
     /// Envoy's native `local_ratelimit`: a token bucket per Envoy, not global.
     LocalRatelimit,
     /// sluice's filter, one callout a request.
@@ -64,6 +67,7 @@ impl Setup {
             Setup::NoFilter => "none",
             Setup::Noop => "noop",
             Setup::NoopModule => "noop-module",
+            Setup::FloorModule => "floor-module",
             Setup::LocalRatelimit => "local",
             Setup::Sluice => "sluice",
             Setup::SluiceModule => "module",
@@ -85,6 +89,9 @@ impl Setup {
             Setup::NoFilter => "no filter".into(),
             Setup::Noop => "no-op wasm filter".into(),
             Setup::NoopModule => "no-op dynamic module".into(),
+            Setup::FloorModule => {
+                "floor module (one header read, two counters, a filter state set)".into()
+            }
             Setup::LocalRatelimit => "native `local_ratelimit` (per Envoy)".into(),
             Setup::Sluice => "sluice wasm, per request".into(),
             Setup::SluiceModule => "sluice module, per request".into(),

@@ -50,13 +50,9 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
     }
     writeln!(out)?;
     let judged = |out: &mut String, bar: &str, setup, base, max: f64| -> anyhow::Result<()> {
-        let bases = counted_over(results, base, Setup::NoFilter);
-        let ratios: Vec<f64> = counted_over(results, setup, Setup::NoFilter)
+        let ratios: Vec<f64> = paired_over(results, setup, base)
             .into_iter()
-            .filter_map(|(round, added)| {
-                let (_, base_added) = bases.iter().find(|(r, _)| *r == round)?;
-                Some(added / base_added)
-            })
+            .map(|(added, base_added)| added / base_added)
             .collect();
         if ratios.is_empty() {
             writeln!(out, "- {bar}: not counted.")?;
@@ -78,8 +74,45 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
         Setup::NoopModule,
         2.0,
     )?;
+    floor_line(out, results)?;
     writeln!(out)?;
     Ok(())
+}
+
+/// What any module that keys on a header and records its decision asks of Envoy (the floor
+/// module), as a multiple of the no-op module, and what sluice's lease path adds over it:
+/// the part of the lease bar that is sluice's own.
+fn floor_line(out: &mut String, results: &Results) -> anyhow::Result<()> {
+    let floor: Vec<f64> = paired_over(results, Setup::FloorModule, Setup::NoopModule)
+        .into_iter()
+        .map(|(floor, noop)| floor / noop)
+        .collect();
+    let own: Vec<f64> = paired_over(results, Setup::SluiceModuleLease, Setup::FloorModule)
+        .into_iter()
+        .map(|(lease, floor)| lease - floor)
+        .collect();
+    if floor.is_empty() || own.is_empty() {
+        return Ok(());
+    }
+    let (floor, floor_low, floor_high) = spread(floor);
+    let (own, own_low, own_high) = spread(own);
+    writeln!(
+        out,
+        "- The floor under that bar: a module that reads the key's header, bumps two counters and sets the decision's filter state, as sluice's lease path asks of Envoy, and does nothing else, adds {floor:.3} [{floor_low:.3} .. {floor_high:.3}] times the no-op module's; sluice's lease path adds {own:.0} [{own_low:.0} .. {own_high:.0}] instructions over that floor: its own deciding, the lease taken, the record written."
+    )?;
+    Ok(())
+}
+
+/// What `setup` and `base` each add over no filter, in each round both were counted in.
+fn paired_over(results: &Results, setup: Setup, base: Setup) -> Vec<(f64, f64)> {
+    let bases = counted_over(results, base, Setup::NoFilter);
+    counted_over(results, setup, Setup::NoFilter)
+        .into_iter()
+        .filter_map(|(round, added)| {
+            let (_, base_added) = bases.iter().find(|(r, _)| *r == round)?;
+            Some((added, *base_added))
+        })
+        .collect()
 }
 
 /// `setup`'s counts under callgrind, round by round.
@@ -108,6 +141,8 @@ fn counted_over(results: &Results, setup: Setup, base: Setup) -> Vec<(usize, f64
 mod tests {
     use super::*;
 
+    const LEASE_BAR: &str = "lease mode on a hot key";
+
     fn count(setup: Setup, round: usize, worker: u64) -> Count {
         Count {
             setup,
@@ -117,8 +152,8 @@ mod tests {
         }
     }
 
-    /// The lease bar's line of the instructions section for these counts.
-    fn lease_bar(counts: Vec<Count>) -> String {
+    /// The line of the instructions section for these counts that contains `text`.
+    fn line_with(counts: Vec<Count>, text: &str) -> String {
         let results = Results {
             seconds: 0,
             runs: Vec::new(),
@@ -128,7 +163,7 @@ mod tests {
         let mut out = String::new();
         section(&mut out, &results).unwrap();
         out.lines()
-            .find(|line| line.contains("lease mode on a hot key"))
+            .find(|line| line.contains(text))
             .unwrap()
             .to_owned()
     }
@@ -144,14 +179,52 @@ mod tests {
             counts.push(count(Setup::NoopModule, round, none + 5_000));
             counts.push(count(Setup::SluiceModuleLease, round, none + lease));
         }
-        let line = lease_bar(counts.clone());
+        let line = line_with(counts.clone(), LEASE_BAR);
         assert!(
             line.ends_with(": 1.950 [1.900 .. 2.100] — **not met**: the rounds straddle it."),
             "{line}"
         );
         // Every round under the bar meets it.
         counts.retain(|c| !(c.setup == Setup::SluiceModuleLease && c.round == 1));
-        let line = lease_bar(counts);
+        let line = line_with(counts, LEASE_BAR);
         assert!(line.contains("**met** in every round"), "{line}");
+    }
+
+    #[test]
+    fn the_floor_is_a_multiple_of_the_no_op_and_the_lease_is_measured_over_it_round_by_round() {
+        let mut counts = Vec::new();
+        for (round, none) in [240_000, 241_000, 242_000].into_iter().enumerate() {
+            counts.push(count(Setup::NoFilter, round, none));
+            counts.push(count(Setup::NoopModule, round, none + 4_000));
+            counts.push(count(
+                Setup::FloorModule,
+                round,
+                none + [6_000, 6_400, 6_200][round],
+            ));
+            counts.push(count(Setup::SluiceModuleLease, round, none + 8_000));
+        }
+        let line = line_with(counts.clone(), "The floor under that bar");
+        assert!(
+            line.contains("adds 1.550 [1.500 .. 1.600] times the no-op module's"),
+            "{line}"
+        );
+        assert!(
+            line.contains("adds 1800 [1600 .. 2000] instructions over that floor"),
+            "{line}"
+        );
+        // Without the floor counted, there is no floor to speak of.
+        counts.retain(|c| c.setup != Setup::FloorModule);
+        let mut out = String::new();
+        section(
+            &mut out,
+            &Results {
+                seconds: 0,
+                runs: Vec::new(),
+                over_limit: Vec::new(),
+                counts,
+            },
+        )
+        .unwrap();
+        assert!(!out.contains("The floor under that bar"), "{out}");
     }
 }
