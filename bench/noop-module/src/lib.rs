@@ -13,15 +13,19 @@
 #![allow(unsafe_code, missing_docs)]
 
 use std::ffi::c_void;
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-// The bindings sluice's module is built with: one definition of the ABI, compiled here too.
+// The bindings and handles sluice's module is built with, compiled here too: the floor makes
+// Envoy the very calls sluice's module makes, through one definition of each.
 #[path = "../../../module/src/abi.rs"]
 #[allow(dead_code)]
 mod abi;
+#[path = "../../../module/src/envoy.rs"]
+#[allow(dead_code)]
+mod envoy;
 
-use abi::{ConfigEnvoyPtr, EnvoyBuffer, EnvoyHttpHeader, FilterEnvoyPtr, ModuleBuffer};
+use abi::{ConfigEnvoyPtr, EnvoyBuffer, FilterEnvoyPtr};
+use envoy::{Config, Filter};
 
 /// A non-null object for Envoy to hand back (a null configuration or filter is a failure):
 /// the no-op's configuration and filters.
@@ -37,11 +41,11 @@ struct Floor {
 }
 
 /// The header the floor keys on, as the bench's requests carry it.
-const KEY_HEADER: &[u8] = b"x-api-key";
+const KEY_HEADER: &str = "x-api-key";
 
 /// The filter state the floor sets (as short as sluice's `sluice.decision`: Envoy keeps
 /// either in place, in its string's own bytes).
-const DECISION_KEY: &[u8] = b"floor.decision";
+const DECISION_KEY: &str = "floor.decision";
 
 /// A decision record of the size sluice's module writes for one leased check.
 const RECORD: &[u8] = br#"[{"rule":"per_key","key":"k1","outcome":"allowed","local":true}]"#;
@@ -63,22 +67,11 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     if unsafe { name.bytes() } != b"floor" {
         return std::ptr::from_ref(&NOOP).cast();
     }
+    let config = Config(config_envoy);
     for (counter, name) in FLOOR.counters.iter().zip(["floor_local", "floor_allowed"]) {
-        let mut id = 0usize;
-        // SAFETY: the configuration pointer is live for this hook; the name is a live buffer
-        // Envoy only reads; no labels (null, 0); `id` is a live local Envoy writes.
-        let defined = unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_config_define_counter(
-                config_envoy,
-                ModuleBuffer::of(name.as_bytes()),
-                std::ptr::null_mut(),
-                0,
-                &mut id,
-            )
-        };
-        if defined != abi::METRICS_SUCCESS {
+        let Some(id) = config.define_counter(name) else {
             return std::ptr::null();
-        }
+        };
         counter.store(id, Ordering::Relaxed);
     }
     std::ptr::from_ref(&FLOOR).cast()
@@ -99,65 +92,22 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     filter: *const c_void,
 ) -> u32 {
     if std::ptr::eq(filter, std::ptr::from_ref(&FLOOR).cast()) {
-        // SAFETY: Envoy's live filter, for this hook.
-        unsafe { floor(envoy) };
+        floor(Filter(envoy));
     }
     abi::CONTINUE
 }
 
-/// The floor's work on one request: what sluice's module asks of Envoy in lease mode.
-///
-/// # Safety
-/// `envoy` must be the filter Envoy handed the running request-headers hook.
-unsafe fn floor(envoy: FilterEnvoyPtr) {
-    // SAFETY: the caller's promise for `envoy`.
-    let size = unsafe {
-        abi::envoy_dynamic_module_callback_http_get_headers_size(envoy, abi::REQUEST_HEADER)
-    };
-    let mut listed = [MaybeUninit::<EnvoyHttpHeader>::uninit(); 32];
-    let Some(listed) = listed.get_mut(..size) else {
-        return;
-    };
-    // SAFETY: the caller's promise for `envoy`; `listed` has room for the `size` headers Envoy
-    // just counted, and Envoy writes no more than it holds.
-    let ok = unsafe {
-        abi::envoy_dynamic_module_callback_http_get_headers(
-            envoy,
-            abi::REQUEST_HEADER,
-            listed.as_mut_ptr().cast(),
-        )
-    };
-    let keyed = ok
-        && listed.iter().any(|h| {
-            // SAFETY: Envoy wrote every one of the `size` headers it counted, in this hook;
-            // their buffers are valid until it returns.
-            let (key, value) = unsafe { h.assume_init_ref().bytes() };
-            key == KEY_HEADER && !value.is_empty()
-        });
-    if !keyed {
+/// The floor's work on one request, during its request-headers hook: what sluice's module
+/// asks of Envoy in lease mode.
+fn floor(filter: Filter) {
+    // SAFETY: the value is only looked at here, within the hook, the headers unchanged.
+    if unsafe { filter.request_header(KEY_HEADER) }.is_none() {
         return;
     }
     for counter in &FLOOR.counters {
-        // SAFETY: the caller's promise for `envoy`; the counter was defined by the
-        // configuration; no labels (null, 0).
-        unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_increment_counter(
-                envoy,
-                counter.load(Ordering::Relaxed),
-                std::ptr::null_mut(),
-                0,
-                1,
-            );
-        }
+        filter.increment_counter(counter.load(Ordering::Relaxed), 1);
     }
-    // SAFETY: the caller's promise for `envoy`; both buffers are live statics Envoy copies.
-    unsafe {
-        abi::envoy_dynamic_module_callback_http_set_filter_state_bytes(
-            envoy,
-            ModuleBuffer::of(DECISION_KEY),
-            ModuleBuffer::of(RECORD),
-        );
-    }
+    filter.set_filter_state(DECISION_KEY, RECORD);
 }
 
 /// Hooks that answer Continue (0) or nothing, whatever they are handed.

@@ -152,8 +152,8 @@ mod tests {
         }
     }
 
-    /// The line of the instructions section for these counts that contains `text`.
-    fn line_with(counts: Vec<Count>, text: &str) -> String {
+    /// The instructions section for these counts.
+    fn section_of(counts: Vec<Count>) -> String {
         let results = Results {
             seconds: 0,
             runs: Vec::new(),
@@ -162,7 +162,13 @@ mod tests {
         };
         let mut out = String::new();
         section(&mut out, &results).unwrap();
-        out.lines()
+        out
+    }
+
+    /// The line of the instructions section for these counts that contains `text`.
+    fn line_with(counts: Vec<Count>, text: &str) -> String {
+        section_of(counts)
+            .lines()
             .find(|line| line.contains(text))
             .unwrap()
             .to_owned()
@@ -214,17 +220,7 @@ mod tests {
         );
         // Without the floor counted, there is no floor to speak of.
         counts.retain(|c| c.setup != Setup::FloorModule);
-        let mut out = String::new();
-        section(
-            &mut out,
-            &Results {
-                seconds: 0,
-                runs: Vec::new(),
-                over_limit: Vec::new(),
-                counts,
-            },
-        )
-        .unwrap();
+        let out = section_of(counts);
         assert!(!out.contains("The floor under that bar"), "{out}");
     }
 }
