@@ -50,10 +50,7 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
     }
     writeln!(out)?;
     let judged = |out: &mut String, bar: &str, setup, base, max: f64| -> anyhow::Result<()> {
-        let ratios: Vec<f64> = paired_over(results, setup, base)
-            .into_iter()
-            .map(|(added, base_added)| added / base_added)
-            .collect();
+        let ratios = ratios_over(results, setup, base);
         if ratios.is_empty() {
             writeln!(out, "- {bar}: not counted.")?;
             return Ok(());
@@ -83,10 +80,7 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
 /// module), as a multiple of the no-op module, and what sluice's lease path adds over it:
 /// the part of the lease bar that is sluice's own.
 fn floor_line(out: &mut String, results: &Results) -> anyhow::Result<()> {
-    let floor: Vec<f64> = paired_over(results, Setup::FloorModule, Setup::NoopModule)
-        .into_iter()
-        .map(|(floor, noop)| floor / noop)
-        .collect();
+    let floor = ratios_over(results, Setup::FloorModule, Setup::NoopModule);
     let own: Vec<f64> = paired_over(results, Setup::SluiceModuleLease, Setup::FloorModule)
         .into_iter()
         .map(|(lease, floor)| lease - floor)
@@ -101,6 +95,15 @@ fn floor_line(out: &mut String, results: &Results) -> anyhow::Result<()> {
         "- The floor under that bar: a module that reads the key's header, bumps two counters and sets the decision's filter state, as sluice's lease path asks of Envoy, and does nothing else, adds {floor:.3} [{floor_low:.3} .. {floor_high:.3}] times the no-op module's; sluice's lease path adds {own:.0} [{own_low:.0} .. {own_high:.0}] instructions over that floor: its own deciding, the lease taken, the record written."
     )?;
     Ok(())
+}
+
+/// What `setup` adds over no filter as a multiple of what `base` adds, in each round both were
+/// counted in.
+fn ratios_over(results: &Results, setup: Setup, base: Setup) -> Vec<f64> {
+    paired_over(results, setup, base)
+        .into_iter()
+        .map(|(added, base_added)| added / base_added)
+        .collect()
 }
 
 /// What `setup` and `base` each add over no filter, in each round both were counted in.
