@@ -5,9 +5,9 @@
 //! The request's logic is `sluice-filter-logic`'s, the .wasm's own; this crate is the glue:
 //! [`abi`] (the ABI, from Envoy 1.40's `abi.h`), [`envoy`] (safe handles on Envoy's objects),
 //! [`hooks`] (what Envoy calls), [`config`] and [`stream`]. Headers are read in place and
-//! every worker shares the configuration and the deny cache in process memory.
-//!
-//! Not yet: leases (a configuration with a leased rule is refused, naming the field).
+//! every worker shares the configuration, the deny cache and the leases' allowances in
+//! process memory; [`lease`] asks for allowances from the configuration's callouts and
+//! scheduler on the main thread, never from a request.
 
 pub mod abi;
 mod cache;
