@@ -172,7 +172,10 @@ fn escape_into(out: &mut String, bytes: &[u8]) {
     }
     out.reserve(bytes.len());
     for &b in bytes {
-        if needs_escape(b) {
+        // `is_ascii` follows from the table, but said here it lets the compiler push a byte
+        // (not a char's UTF-8 encoding, with its length checks): 30 instructions fewer for
+        // a five-byte part (callgrind, the native module).
+        if needs_escape(b) || !b.is_ascii() {
             out.push('%');
             out.push(char::from(HEX[usize::from(b >> 4)]));
             out.push(char::from(HEX[usize::from(b & 0xf)]));
@@ -220,11 +223,17 @@ impl KeyBuilder {
     }
 
     /// The key; hashed if too long (in the same string).
+    ///
+    /// Inlined, the hashing apart: nearly every key is short, and is done with here.
+    #[inline]
     pub fn finish(self) -> LimitKey {
-        let mut key = self.key;
-        if key.len() <= MAX_KEY_LEN {
-            return LimitKey(key);
+        if self.key.len() <= MAX_KEY_LEN {
+            return LimitKey(self.key);
         }
+        Self::hashed(self.key)
+    }
+
+    fn hashed(mut key: String) -> LimitKey {
         let digest = Sha256::digest(key.as_bytes());
         key.clear();
         key.push('#');

@@ -188,6 +188,7 @@ pub struct RecordWriter<'a> {
 
 impl<'a> RecordWriter<'a> {
     /// A record to write in `out`.
+    #[inline]
     pub fn new(out: &'a mut Vec<u8>) -> RecordWriter<'a> {
         out.clear();
         out.push(b'[');
@@ -231,6 +232,7 @@ impl<'a> RecordWriter<'a> {
     }
 
     /// The record, whole.
+    #[inline]
     pub fn finish(self) -> &'a [u8] {
         self.out.push(b']');
         self.out

@@ -86,6 +86,11 @@ impl RuleStat {
 /// The stats that count what came of one check of a rule: its outcome's own (none for a
 /// skipped check), with [`RuleStat::Local`] when it was decided from a lease, and
 /// [`RuleStat::Shaped`] when it was held.
+///
+/// Three slots in a loop the compiler unrolls: this runs for every check of every request,
+/// and a chain of three options cost the native module's leased request 37 instructions more
+/// (callgrind).
+#[inline]
 pub fn outcome_stats(
     outcome: RuleOutcome,
     delayed: bool,
@@ -100,10 +105,9 @@ pub fn outcome_stats(
         RuleOutcome::Skipped => None,
     };
     let local = (local && own.is_some()).then_some(RuleStat::Local);
-    local
+    [local, own, delayed.then_some(RuleStat::Shaped)]
         .into_iter()
-        .chain(own)
-        .chain(delayed.then_some(RuleStat::Shaped))
+        .flatten()
 }
 
 /// The stats that count one lease ask and its grant (`None`: the ask got no usable answer),
@@ -136,6 +140,25 @@ mod tests {
             "sluice.rule.per-ip.shadow_denied"
         );
         assert_eq!(CALLOUTS, "sluice.callouts");
+    }
+
+    #[test]
+    fn a_check_counts_its_outcome_with_local_and_shaped_when_they_apply() {
+        let stats = |outcome, delayed, local| -> Vec<RuleStat> {
+            outcome_stats(outcome, delayed, local).collect()
+        };
+        use RuleStat::*;
+        assert_eq!(stats(RuleOutcome::Allowed, false, false), [Allowed]);
+        assert_eq!(stats(RuleOutcome::Allowed, false, true), [Local, Allowed]);
+        assert_eq!(
+            stats(RuleOutcome::Allowed, true, true),
+            [Local, Allowed, Shaped]
+        );
+        assert_eq!(stats(RuleOutcome::Denied, false, true), [Local, Denied]);
+        assert_eq!(stats(RuleOutcome::CachedDeny, false, false), [CacheHits]);
+        assert_eq!(stats(RuleOutcome::Failed, false, false), [Failures]);
+        // A skipped check consumed nothing: not even `local` counts it.
+        assert_eq!(stats(RuleOutcome::Skipped, false, true), []);
     }
 
     #[test]
