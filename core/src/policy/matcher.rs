@@ -178,10 +178,16 @@ impl RequestMatch {
     /// native module, callgrind).
     #[inline]
     pub fn matches(&self, request: &HttpRequest<'_>) -> bool {
-        let unconditional = self.path.is_none()
-            && self.methods.is_empty()
-            && self.host.is_none()
-            && self.headers.is_empty();
+        // Every field named, none passed over with `..`: a condition added to the struct
+        // does not compile until it is weighed here too.
+        let RequestMatch {
+            path,
+            methods,
+            host,
+            headers,
+        } = self;
+        let unconditional =
+            path.is_none() && methods.is_empty() && host.is_none() && headers.is_empty();
         unconditional || self.meets_every_condition(request)
     }
 
