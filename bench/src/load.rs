@@ -83,6 +83,16 @@ impl Measured {
         Ok(measured)
     }
 
+    /// Adds `other`'s counts and span to these, as one run measured over both spans.
+    pub fn absorb(&mut self, other: Measured) {
+        self.requests += other.requests;
+        self.limited += other.limited;
+        self.errors += other.errors;
+        self.elapsed += other.elapsed;
+        self.latencies_us.extend(other.latencies_us);
+        self.latencies_us.sort_unstable();
+    }
+
     /// Requests answered 200 a second.
     pub fn rate(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64().max(1e-9)

@@ -35,13 +35,19 @@ const OPEN_LIMIT: &str = r#"{"algorithm": "gcra", "rate": 1000000, "per": "1s", 
 /// A limit that denies nearly every request of a hot key.
 pub const DENYING_LIMIT: &str = r#"{"algorithm": "gcra", "rate": 1, "per": "1s", "burst": 1}"#;
 
-/// sluice's policy: one rule, keyed by the request's `x-api-key`, with `limit` and `lease`.
+/// sluice's policy: one rule, keyed by the request's `x-api-key`, with `limit` and `lease`,
+/// asking sluice-server through [`SERVER_CLUSTER`].
 pub fn sluice_policy(limit: &str, lease: Option<&str>) -> String {
+    policy_through(SERVER_CLUSTER, limit, lease)
+}
+
+/// [`sluice_policy`] asking through `cluster`.
+fn policy_through(cluster: &str, limit: &str, lease: Option<&str>) -> String {
     let lease = lease
         .map(|l| format!(r#", "lease": {l}"#))
         .unwrap_or_default();
     format!(
-        r#"{{"cluster": "sluice", "timeout": "100ms", "rules": [{{"name": "bench", "key": [{{"header": "x-api-key"}}], "limit": {limit}{lease}}}]}}"#
+        r#"{{"cluster": "{cluster}", "timeout": "100ms", "rules": [{{"name": "bench", "key": [{{"header": "x-api-key"}}], "limit": {limit}{lease}}}]}}"#
     )
 }
 
@@ -85,27 +91,23 @@ buckets:
     )
 }
 
-/// The whole Envoy configuration of `setup`.
+/// The whole Envoy configuration of `setup`: its listener on `addresses.ingress`.
 pub fn envoy_yaml(setup: Setup, addresses: &Addresses, wasm: &Wasm<'_>) -> String {
-    let filters = http_filters(setup, wasm);
-    let rate_limits = if matches!(setup, Setup::NativeGrpc | Setup::NativeGrpcLimited) {
-        "
-                  rate_limits:
-                  - actions:
-                    - request_headers: {header_name: x-api-key, descriptor_key: api_key}"
-    } else {
-        ""
-    };
-    let server = match setup {
-        Setup::SluiceThreads => addresses.threaded_server,
-        _ => addresses.server,
-    };
-    let ingress = listener(
-        "ingress",
-        addresses.ingress,
-        &format!("route:\n                  cluster: upstream{rate_limits}"),
-        &filters,
-    );
+    shared_envoy_yaml(&[(setup, addresses.ingress)], addresses, wasm)
+}
+
+/// One Envoy with a listener for each setup of `listeners`, on its address, so that the setups
+/// can take turns in the same process: each listener's filters are its setup's own (a .wasm
+/// in a VM of its own), all route to the one origin listener.
+pub fn shared_envoy_yaml(
+    listeners: &[(Setup, SocketAddr)],
+    addresses: &Addresses,
+    wasm: &Wasm<'_>,
+) -> String {
+    let ingresses: String = listeners
+        .iter()
+        .map(|&(setup, address)| ingress(setup, address, wasm))
+        .collect();
     let origin = listener(
         "origin",
         addresses.origin,
@@ -113,16 +115,20 @@ pub fn envoy_yaml(setup: Setup, addresses: &Addresses, wasm: &Wasm<'_>) -> Strin
         "",
     );
     let (origin_ip, origin_port) = (addresses.origin.ip(), addresses.origin.port());
-    let (sluice, sluice_rls) = (
-        http2_cluster("sluice", server),
-        http2_cluster("sluice_rls", server),
-    );
+    let sluice_clusters: String = [
+        (SERVER_CLUSTER, addresses.server),
+        (THREADED_SERVER_CLUSTER, addresses.threaded_server),
+        (RLS_CLUSTER, addresses.server),
+    ]
+    .into_iter()
+    .map(|(name, address)| http2_cluster(name, address))
+    .collect();
     format!(
         r#"
 admin:
   address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
 static_resources:
-  listeners:{ingress}{origin}
+  listeners:{ingresses}{origin}
   clusters:
   - name: upstream
     type: STATIC
@@ -131,8 +137,34 @@ static_resources:
       cluster_name: upstream
       endpoints:
       - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: {origin_ip}, port_value: {origin_port}}}}}}}{sluice}{sluice_rls}
+        - endpoint: {{address: {{socket_address: {{address: {origin_ip}, port_value: {origin_port}}}}}}}{sluice_clusters}
 "#
+    )
+}
+
+/// The clusters by which Envoy reaches sluice-server: the filters' callouts to the server
+/// with one thread, to the one with [`super::SERVER_THREADS`], and the native filters' gRPC.
+pub const SERVER_CLUSTER: &str = "sluice";
+/// See [`SERVER_CLUSTER`].
+pub const THREADED_SERVER_CLUSTER: &str = "sluice_threads";
+/// See [`SERVER_CLUSTER`].
+pub const RLS_CLUSTER: &str = "sluice_rls";
+
+/// `setup`'s listener on `address`: its filters, then the route to the origin.
+fn ingress(setup: Setup, address: SocketAddr, wasm: &Wasm<'_>) -> String {
+    let rate_limits = if matches!(setup, Setup::NativeGrpc | Setup::NativeGrpcLimited) {
+        "
+                  rate_limits:
+                  - actions:
+                    - request_headers: {header_name: x-api-key, descriptor_key: api_key}"
+    } else {
+        ""
+    };
+    listener(
+        &format!("ingress_{}", setup.id()),
+        address,
+        &format!("route:\n                  cluster: upstream{rate_limits}"),
+        &http_filters(setup, wasm),
     )
 }
 
@@ -189,7 +221,7 @@ fn listener(name: &str, address: SocketAddr, action: &str, filters: &str) -> Str
 fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
     match setup {
         Setup::NoFilter => String::new(),
-        Setup::Noop => wasm_filter("noop", wasm.noop, "{}"),
+        Setup::Noop => wasm_filter(setup, wasm.noop, "{}"),
         Setup::NoopModule => dynamic_module_filter("noop", "sluice_noop_module", "{}"),
         Setup::FloorModule => dynamic_module_filter("floor", "sluice_noop_module", "{}"),
         Setup::SluiceModule => {
@@ -218,17 +250,20 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
                 runtime_key: bench_enforced
                 default_value: {numerator: 100, denominator: HUNDRED}"
             .to_owned(),
-        Setup::Sluice | Setup::SluiceThreads => {
-            wasm_filter("sluice", wasm.sluice, &sluice_policy(OPEN_LIMIT, None))
-        }
+        Setup::Sluice => wasm_filter(setup, wasm.sluice, &sluice_policy(OPEN_LIMIT, None)),
+        Setup::SluiceThreads => wasm_filter(
+            setup,
+            wasm.sluice,
+            &policy_through(THREADED_SERVER_CLUSTER, OPEN_LIMIT, None),
+        ),
         Setup::SluiceLease => {
-            wasm_filter("sluice", wasm.sluice, &sluice_policy(OPEN_LIMIT, Some(LEASE)))
+            wasm_filter(setup, wasm.sluice, &sluice_policy(OPEN_LIMIT, Some(LEASE)))
         }
         Setup::SluiceDenying => {
-            wasm_filter("sluice", wasm.sluice, &sluice_policy(DENYING_LIMIT, None))
+            wasm_filter(setup, wasm.sluice, &sluice_policy(DENYING_LIMIT, None))
         }
         Setup::SluiceLeaseLimited => wasm_filter(
-            "sluice",
+            setup,
             wasm.sluice,
             &sluice_policy(&limit(), Some(LEASE)),
         ),
@@ -279,12 +314,14 @@ fn native_ratelimit(domain: &str) -> String {
               rate_limit_service:
                 transport_api_version: V3
                 grpc_service:
-                  envoy_grpc: {{cluster_name: sluice_rls}}"
+                  envoy_grpc: {{cluster_name: {RLS_CLUSTER}}}"
     )
 }
 
-/// A proxy-wasm filter running `file` in V8 with `configuration`.
-fn wasm_filter(name: &str, file: &Path, configuration: &str) -> String {
+/// A proxy-wasm filter running `file` in V8 with `configuration`, in a VM of its own: named
+/// for `setup`, as its VM and root context are.
+fn wasm_filter(setup: Setup, file: &Path, configuration: &str) -> String {
+    let name = setup.id();
     let configuration = serde_json::Value::String(configuration.to_owned()).to_string();
     let file = file.display();
     format!(

@@ -1,14 +1,16 @@
 //! What sluice costs inside a real Envoy, beside what Envoy costs with no filter, with a no-op
 //! wasm filter and with its own native filters, on the same traffic in the same rounds.
 //!
-//! One Envoy 1.40 (V8) with one worker per run, started afresh for each, its route's upstream
-//! a second listener of the same Envoy answering 200; the release sluice-server (sleeping when
-//! idle, as it runs by default) and Redis on the same machine; the bench's closed-loop load
-//! generator on one thread. Every figure is a median over rounds in which the setups take
-//! turns in a rotating order.
+//! One Envoy 1.40 (V8) with one worker a round, holding a listener for every setup, each
+//! listener's route going to a further listener of the same Envoy answering 200; the release
+//! sluice-server (sleeping when idle, as it runs by default) and Redis on the same machine; the
+//! bench's closed-loop load generator on one thread. The setups take short turns, one listener
+//! loaded at a time, so that a slow minute of the machine weighs on every setup alike: a
+//! setup's figure in a round is the sum of its turns, and every figure is a median over rounds.
 
 mod config;
 mod instructions;
+mod pin;
 mod plan;
 mod report;
 mod setup;
@@ -27,13 +29,19 @@ use crate::load;
 use crate::server::{RedisWork, ServerProcess};
 
 use plan::{
-    CONNECTIONS, Keys, LIMIT_BURST, LIMIT_RATE, OVER_LIMIT, OverLimit, Results, Run, WORKERS,
+    CONNECTIONS, Keys, LIMIT_BURST, LIMIT_RATE, OVER_LIMIT, OverLimit, Results, Run,
+    START_UPS_A_ROUND, WORKERS,
 };
 pub use report::section;
 pub use setup::{SERVER_THREADS, Setup};
 
-/// Seconds of load before each measured span.
-const WARMUP: Duration = Duration::from_secs(1);
+/// Load on a listener before each of its turns: its connections opened, its filters' code
+/// and state warm after the other setups' turns. A lease on 1,000 keys needs about a second
+/// to be held again (its leases lapse between turns): after 250 ms its turn asked sluice-server
+/// 48 times a 1,000 requests, after 1 s 2.
+pub(crate) const TURN_WARMUP: Duration = Duration::from_secs(1);
+/// Turns each setup takes in a round, together its `seconds`.
+const TURNS: usize = 6;
 
 /// The processes every run shares.
 struct Stack {
@@ -92,7 +100,8 @@ impl Stack {
     }
 
     fn server_cpu_s(&self) -> anyhow::Result<f64> {
-        Ok(cpu::process(self.server.pid())? + cpu::process(self.threaded_server.pid())?)
+        Ok(cpu::process_threads(self.server.pid())?
+            + cpu::process_threads(self.threaded_server.pid())?)
     }
 }
 
@@ -114,69 +123,113 @@ fn requests(keys: Keys) -> Arc<[Bytes]> {
         .collect()
 }
 
-/// Starts Envoy for `setup`, loads it for `seconds` after the warm-up, and stops it.
-fn measure(
-    stack: &Stack,
-    wasm: &config::Wasm<'_>,
-    setup: Setup,
-    keys: Keys,
-    seconds: u64,
-    show_stats: bool,
-) -> anyhow::Result<Run> {
+/// From Envoy's start to its `/ready`, with `setup`'s filters alone.
+fn start_up(stack: &Stack, wasm: &config::Wasm<'_>, setup: Setup) -> anyhow::Result<Duration> {
     let yaml = config::envoy_yaml(setup, &stack.addresses, wasm);
     let started = Instant::now();
     let mut envoy = Envoy::start(&yaml, WORKERS).context("starting Envoy")?;
     let start_up = started.elapsed();
-    let pid = envoy.pid().context("Envoy has no process")?;
-    let runtime = load_runtime()?;
-    let requests = requests(keys);
-    let ingress = stack.addresses.ingress;
-    runtime.block_on(load::run_requests(
-        ingress,
-        Arc::clone(&requests),
-        CONNECTIONS,
-        Duration::ZERO,
-        WARMUP,
-    ))?;
-    let calls = || -> anyhow::Result<u64> {
-        Ok(envoy.stat("cluster.sluice.upstream_rq_total")?
-            + envoy.stat("cluster.sluice_rls.upstream_rq_total")?)
-    };
-    let (calls_before, envoy_before, server_before) =
-        (calls()?, cpu::process(pid)?, stack.server_cpu_s()?);
-    let redis_before = RedisWork::read(&stack.redis)?;
-    let measured = runtime.block_on(load::run_requests(
-        ingress,
-        requests,
-        CONNECTIONS,
-        Duration::ZERO,
-        Duration::from_secs(seconds),
-    ))?;
-    let cpu_s = [
-        cpu::process(pid)? - envoy_before,
-        stack.server_cpu_s()? - server_before,
-        RedisWork::read(&stack.redis)?.cpu_s - redis_before.cpu_s,
-    ];
-    let calls = calls()? - calls_before;
-    if show_stats {
-        let stats = envoy.admin_get("/stats?filter=sluice")?;
-        eprintln!("{}", stats.trim_end());
-    }
     envoy.stop();
-    if measured.errors > 0 {
-        bail!(
-            "{} of {} requests failed with {} on {keys:?} keys",
-            measured.errors,
-            measured.errors + measured.answered(),
-            setup.name()
-        );
+    Ok(start_up)
+}
+
+/// The Envoy of a round, with a listener for each setup.
+struct Shared {
+    envoy: Envoy,
+    pid: u32,
+    listeners: Vec<(Setup, SocketAddr)>,
+    runtime: tokio::runtime::Runtime,
+    // Dropped last: once Envoy has stopped, the others may use every core again.
+    _pinned: pin::Pinned,
+}
+
+impl Shared {
+    fn start(stack: &Stack, wasm: &config::Wasm<'_>, setups: &[Setup]) -> anyhow::Result<Shared> {
+        let listeners = setups
+            .iter()
+            .map(|&setup| Ok((setup, SocketAddr::from(([127, 0, 0, 1], free_port()?)))))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let yaml = config::shared_envoy_yaml(&listeners, &stack.addresses, wasm);
+        let envoy = Envoy::start(&yaml, WORKERS).context("starting Envoy")?;
+        let pid = envoy.pid().context("Envoy has no process")?;
+        let mut others = vec![
+            std::process::id(),
+            stack.server.pid(),
+            stack.threaded_server.pid(),
+        ];
+        others.extend(stack.redis.pid());
+        let pinned = pin::Pinned::new(pid, others)?;
+        Ok(Shared {
+            envoy,
+            pid,
+            listeners,
+            runtime: load_runtime()?,
+            _pinned: pinned,
+        })
     }
-    Ok(Run {
-        measured,
-        cpu_s,
-        calls,
-        start_up,
-    })
+
+    /// Requests Envoy has sent sluice-server, over every cluster to it.
+    fn calls(&self) -> anyhow::Result<u64> {
+        [
+            config::SERVER_CLUSTER,
+            config::THREADED_SERVER_CLUSTER,
+            config::RLS_CLUSTER,
+        ]
+        .into_iter()
+        .map(|cluster| {
+            Ok(self
+                .envoy
+                .stat(&format!("cluster.{cluster}.upstream_rq_total"))?)
+        })
+        .sum()
+    }
+
+    /// `setup`'s turn: its listener loaded with `keys` for `span` after [`TURN_WARMUP`], and
+    /// what Envoy, sluice-server and Redis spent over the span.
+    fn turn(&self, stack: &Stack, setup: Setup, keys: Keys, span: Duration) -> anyhow::Result<Run> {
+        let (_, address) = *self
+            .listeners
+            .iter()
+            .find(|(s, _)| *s == setup)
+            .context("a setup with no listener")?;
+        let requests = requests(keys);
+        let load = |span| {
+            self.runtime.block_on(load::run_requests(
+                address,
+                Arc::clone(&requests),
+                CONNECTIONS,
+                Duration::ZERO,
+                span,
+            ))
+        };
+        load(TURN_WARMUP)?;
+        let (calls_before, envoy_before, server_before) = (
+            self.calls()?,
+            cpu::process_threads(self.pid)?,
+            stack.server_cpu_s()?,
+        );
+        let redis_before = RedisWork::read(&stack.redis)?;
+        let measured = load(span)?;
+        let cpu_s = [
+            cpu::process_threads(self.pid)? - envoy_before,
+            stack.server_cpu_s()? - server_before,
+            RedisWork::read(&stack.redis)?.cpu_s - redis_before.cpu_s,
+        ];
+        let calls = self.calls()? - calls_before;
+        if measured.errors > 0 {
+            bail!(
+                "{} of {} requests failed with {} on {keys:?} keys",
+                measured.errors,
+                measured.errors + measured.answered(),
+                setup.name()
+            );
+        }
+        Ok(Run {
+            measured,
+            cpu_s,
+            calls,
+        })
+    }
 }
 
 /// What to run.
@@ -195,8 +248,8 @@ pub struct Options {
 }
 
 /// `rounds` rounds of every setup on both key spreads (those `only` names, where it names
-/// any), `seconds` each, in an order that rotates each round (whichever runs later in a round
-/// tends to run faster here), then the lease's bound.
+/// any), `seconds` each a round in [`TURNS`] turns that rotate through the setups, then their
+/// start-up times and the lease's bound.
 pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
     let Options {
         rounds,
@@ -221,26 +274,59 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
         .chain([(Keys::Hot, Setup::SluiceDenying)])
         .filter(|(_, setup)| named(only, *setup))
         .collect();
+    let mut setups: Vec<Setup> = Vec::new();
+    for &(_, setup) in &order {
+        if !setups.contains(&setup) {
+            setups.push(setup);
+        }
+    }
     let mut runs: Vec<(Keys, Setup, Vec<Run>)> =
         order.iter().map(|&(k, s)| (k, s, Vec::new())).collect();
+    let mut start_ups: Vec<(Setup, Vec<Duration>)> =
+        setups.iter().map(|&s| (s, Vec::new())).collect();
+    let span = Duration::from_secs_f64(seconds as f64 / TURNS as f64);
     for round in 0..rounds {
-        let step = if round == 0 { 0 } else { order.len() / rounds };
-        order.rotate_left(step);
-        for (i, &(keys, setup)) in order.iter().enumerate() {
+        for (setup, times) in &mut start_ups {
             eprintln!(
-                "envoy: round {}/{rounds}, {}/{}: {} on {} keys",
+                "envoy: round {}/{rounds}: start-up with {}",
                 round + 1,
-                i + 1,
-                order.len(),
-                setup.name(),
-                keys.count()
+                setup.name()
             );
-            let run = measure(&stack, &wasm, setup, keys, seconds, show_stats)?;
-            let slot = runs
-                .iter_mut()
-                .find(|(k, s, _)| (*k, *s) == (keys, setup))
-                .context("a setup with no slot")?;
-            slot.2.push(run);
+            for _ in 0..START_UPS_A_ROUND {
+                times.push(start_up(&stack, &wasm, *setup)?);
+            }
+        }
+        let shared = Shared::start(&stack, &wasm, &setups)?;
+        let mut round_runs: Vec<Option<Run>> = vec![None; order.len()];
+        for turn in 0..TURNS {
+            eprintln!(
+                "envoy: round {}/{rounds}, turn {}/{TURNS}: {} setups, {:.1} s each",
+                round + 1,
+                turn + 1,
+                order.len(),
+                span.as_secs_f64()
+            );
+            // Each setup follows another one from turn to turn.
+            order.rotate_left(1);
+            for &(keys, setup) in &order {
+                let measured = shared.turn(&stack, setup, keys, span)?;
+                let slot = runs
+                    .iter()
+                    .position(|(k, s, _)| (*k, *s) == (keys, setup))
+                    .context("a setup with no slot")?;
+                match &mut round_runs[slot] {
+                    Some(sum) => sum.absorb(measured),
+                    none => *none = Some(measured),
+                }
+            }
+        }
+        if show_stats {
+            let stats = shared.envoy.admin_get("/stats?filter=sluice")?;
+            eprintln!("{}", stats.trim_end());
+        }
+        drop(shared);
+        for (slot, run) in runs.iter_mut().zip(round_runs) {
+            slot.2.extend(run);
         }
     }
     let mut over_limit = Vec::new();
@@ -276,7 +362,9 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
     }
     Ok(Results {
         seconds,
+        turns: TURNS,
         runs,
+        start_ups,
         over_limit,
         counts,
     })

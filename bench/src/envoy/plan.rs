@@ -8,6 +8,8 @@ use crate::load::Measured;
 
 /// Envoy's worker threads.
 pub const WORKERS: usize = 1;
+/// Envoy's starts with each setup's filters alone, a round.
+pub const START_UPS_A_ROUND: usize = 2;
 /// Keep-alive connections of the load generator.
 pub const CONNECTIONS: usize = 16;
 
@@ -30,7 +32,7 @@ impl Keys {
     }
 }
 
-/// One setup measured once.
+/// One setup measured in one round: the sum of its turns.
 #[derive(Debug, Clone)]
 pub struct Run {
     /// What the load generator saw.
@@ -39,8 +41,6 @@ pub struct Run {
     pub cpu_s: [f64; 3],
     /// Requests Envoy sent to sluice-server (HTTP and gRPC) over the measured span.
     pub calls: u64,
-    /// From Envoy's start to its `/ready`.
-    pub start_up: Duration,
 }
 
 impl Run {
@@ -54,14 +54,28 @@ impl Run {
     pub fn calls_per_1000(&self) -> f64 {
         self.calls as f64 * 1000.0 / self.measured.answered().max(1) as f64
     }
+
+    /// Adds `turn` to this run, as one run measured over both spans.
+    pub fn absorb(&mut self, turn: Run) {
+        self.measured.absorb(turn.measured);
+        for (sum, cpu_s) in self.cpu_s.iter_mut().zip(turn.cpu_s) {
+            *sum += cpu_s;
+        }
+        self.calls += turn.calls;
+    }
 }
 
 /// What the rounds measured: for each key spread and setup, one run a round.
 pub struct Results {
     /// Seconds each run was measured for.
     pub seconds: u64,
+    /// Turns each setup took in a round, each `seconds / turns` long.
+    pub turns: usize,
     /// `(keys, setup, runs)`.
     pub runs: Vec<(Keys, Setup, Vec<Run>)>,
+    /// From Envoy's start to its `/ready`, with each setup's filters alone,
+    /// [`START_UPS_A_ROUND`] times a round.
+    pub start_ups: Vec<(Setup, Vec<Duration>)>,
     /// Each way in over [`limit`], on the same traffic.
     pub over_limit: Vec<OverLimit>,
     /// Envoy's instructions a request, where they were counted.

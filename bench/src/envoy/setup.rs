@@ -48,10 +48,11 @@ pub enum Setup {
 
 impl Setup {
     /// The setups measured on every key spread, in the order of the table.
-    pub const COMPARED: [Setup; 10] = [
+    pub const COMPARED: [Setup; 11] = [
         Setup::NoFilter,
         Setup::Noop,
         Setup::NoopModule,
+        Setup::FloorModule,
         Setup::LocalRatelimit,
         Setup::Sluice,
         Setup::SluiceModule,

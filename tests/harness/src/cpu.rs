@@ -14,6 +14,42 @@ pub fn process(pid: u32) -> io::Result<f64> {
     stat_seconds(&Path::new("/proc").join(pid.to_string()).join("stat"), 11)
 }
 
+/// CPU seconds of process `pid`'s threads that are running, from the scheduler's own account
+/// (`/proc/PID/task/*/schedstat`, in nanoseconds): finer than [`process`], whose ticks are
+/// 10 ms, for spans of a second or so. Threads that have ended are not counted.
+pub fn process_threads(pid: u32) -> io::Result<f64> {
+    let tasks = Path::new("/proc").join(pid.to_string()).join("task");
+    let mut nanoseconds: u64 = 0;
+    for task in std::fs::read_dir(&tasks)
+        .map_err(|e| io::Error::new(e.kind(), format!("reading {}: {e}", tasks.display())))?
+    {
+        let path = task?.path().join("schedstat");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            // The thread ended between the listing and the read.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("reading {}: {e}", path.display()),
+                ));
+            }
+        };
+        let on_cpu: u64 = text
+            .split_whitespace()
+            .next()
+            .and_then(|field| field.parse().ok())
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: no time on CPU in {text:?}", path.display()),
+                )
+            })?;
+        nanoseconds += on_cpu;
+    }
+    Ok(nanoseconds as f64 / 1e9)
+}
+
 /// CPU seconds, user and system, of the calling thread.
 pub fn this_thread() -> io::Result<f64> {
     stat_seconds(Path::new("/proc/thread-self/stat"), 11)
@@ -77,6 +113,33 @@ mod tests {
             "charged {spent} s in {wall} s of wall time"
         );
         assert!(process(std::process::id()).unwrap() - whole >= spent - 0.02);
+    }
+
+    #[test]
+    fn the_scheduler_charges_a_busy_thread_what_proc_stat_does_to_the_tick() {
+        let pid = std::process::id();
+        let (threads, whole) = (process_threads(pid).unwrap(), process(pid).unwrap());
+        let spin = std::thread::spawn(|| {
+            let started = this_thread().unwrap();
+            let mut x = 0u64;
+            while this_thread().unwrap() - started < 0.3 {
+                for _ in 0..10_000 {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+            }
+        });
+        // Read while the thread runs: an ended thread is no longer counted.
+        while !spin.is_finished() {
+            let spent = process_threads(pid).unwrap() - threads;
+            let ticked = process(pid).unwrap() - whole;
+            // Each account of a moment apart; the ticks lag by up to two.
+            assert!(
+                (spent - ticked).abs() <= 0.05,
+                "the scheduler charged {spent} s, /proc/PID/stat {ticked} s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        spin.join().unwrap();
     }
 
     #[test]

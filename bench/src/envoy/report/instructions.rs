@@ -159,7 +159,9 @@ mod tests {
     fn section_of(counts: Vec<Count>) -> String {
         let results = Results {
             seconds: 0,
+            turns: 0,
             runs: Vec::new(),
+            start_ups: Vec::new(),
             over_limit: Vec::new(),
             counts,
         };
