@@ -116,30 +116,29 @@ mod tests {
     }
 
     #[test]
-    fn the_scheduler_charges_a_busy_thread_what_proc_stat_does_to_the_tick() {
-        let pid = std::process::id();
-        let (threads, whole) = (process_threads(pid).unwrap(), process(pid).unwrap());
-        let spin = std::thread::spawn(|| {
-            let started = this_thread().unwrap();
-            let mut x = 0u64;
-            while this_thread().unwrap() - started < 0.3 {
-                for _ in 0..10_000 {
-                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-                }
-            }
-        });
-        // Read while the thread runs: an ended thread is no longer counted.
-        while !spin.is_finished() {
-            let spent = process_threads(pid).unwrap() - threads;
-            let ticked = process(pid).unwrap() - whole;
-            // Each account of a moment apart; the ticks lag by up to two.
-            assert!(
-                (spent - ticked).abs() <= 0.05,
-                "the scheduler charged {spent} s, /proc/PID/stat {ticked} s"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        spin.join().unwrap();
+    fn the_scheduler_charges_a_busy_process_what_proc_stat_does_to_the_tick() {
+        // A child of one thread, none of whose threads end while it is read.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 3000000 ]; do i=$((i+1)); done"])
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let pid = child.id();
+        let (spent, ticked) = (process_threads(pid).unwrap(), process(pid).unwrap());
+        let wall = started.elapsed().as_secs_f64();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(spent > 0.0, "a busy shell was charged nothing");
+        // The ticks lag the scheduler's account by up to two.
+        assert!(
+            (spent - ticked).abs() <= 0.03,
+            "the scheduler charged {spent} s, /proc/PID/stat {ticked} s"
+        );
+        assert!(
+            spent <= wall + 0.02,
+            "charged {spent} s in {wall} s of wall time"
+        );
     }
 
     #[test]
