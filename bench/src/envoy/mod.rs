@@ -30,18 +30,10 @@ use crate::server::{RedisWork, ServerProcess};
 
 use plan::{
     CONNECTIONS, Keys, LIMIT_BURST, LIMIT_RATE, OVER_LIMIT, OverLimit, Results, Run,
-    START_UPS_A_ROUND, WORKERS,
+    START_UPS_A_ROUND, TURN_WARMUP, TURNS, WORKERS,
 };
 pub use report::section;
 pub use setup::{SERVER_THREADS, Setup};
-
-/// Load on a listener before each of its turns: its connections opened, its filters' code
-/// and state warm after the other setups' turns. A lease on 1,000 keys needs about a second
-/// to be held again (its leases lapse between turns): after 250 ms its turn asked sluice-server
-/// 48 times a 1,000 requests, after 1 s 2.
-pub(crate) const TURN_WARMUP: Duration = Duration::from_secs(1);
-/// Turns each setup takes in a round, together its `seconds`.
-const TURNS: usize = 6;
 
 /// The processes every run shares.
 struct Stack {

@@ -8,6 +8,13 @@ use crate::load::Measured;
 
 /// Envoy's worker threads.
 pub const WORKERS: usize = 1;
+/// Load on a listener before each of its turns: its connections opened, its filters' code
+/// and state warm after the other setups' turns. A lease on 1,000 keys needs about a second
+/// to be held again (its leases lapse between turns): after 250 ms its turn asked sluice-server
+/// 48 times a 1,000 requests, after 1 s 2.
+pub const TURN_WARMUP: Duration = Duration::from_secs(1);
+/// Turns each setup takes in a round, together its `seconds`.
+pub const TURNS: usize = 6;
 /// Envoy's starts with each setup's filters alone, a round.
 pub const START_UPS_A_ROUND: usize = 2;
 /// Keep-alive connections of the load generator.

@@ -6,8 +6,9 @@ use std::path::Path;
 
 use sluice_sim::report::charts;
 
-use super::TURN_WARMUP;
-use super::plan::{CONNECTIONS, Keys, Results, Run, START_UPS_A_ROUND, WORKERS, limit};
+use super::plan::{
+    CONNECTIONS, Keys, Results, Run, START_UPS_A_ROUND, TURN_WARMUP, WORKERS, limit,
+};
 use super::setup::{SERVER_THREADS, Setup};
 
 mod instructions;
