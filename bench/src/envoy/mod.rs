@@ -130,6 +130,9 @@ struct Shared {
     envoy: Envoy,
     pid: u32,
     listeners: Vec<(Setup, SocketAddr)>,
+    /// The requests of each key spread, built once for all the turns.
+    hot_requests: Arc<[Bytes]>,
+    many_requests: Arc<[Bytes]>,
     runtime: tokio::runtime::Runtime,
     // Dropped last: once Envoy has stopped, the others may use every core again.
     _pinned: pin::Pinned,
@@ -155,6 +158,8 @@ impl Shared {
             envoy,
             pid,
             listeners,
+            hot_requests: requests(Keys::Hot),
+            many_requests: requests(Keys::Many),
             runtime: load_runtime()?,
             _pinned: pinned,
         })
@@ -184,11 +189,14 @@ impl Shared {
             .iter()
             .find(|(s, _)| *s == setup)
             .context("a setup with no listener")?;
-        let requests = requests(keys);
+        let requests = match keys {
+            Keys::Hot => &self.hot_requests,
+            Keys::Many => &self.many_requests,
+        };
         let load = |span| {
             self.runtime.block_on(load::run_requests(
                 address,
-                Arc::clone(&requests),
+                Arc::clone(requests),
                 CONNECTIONS,
                 Duration::ZERO,
                 span,
