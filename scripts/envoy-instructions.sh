@@ -12,7 +12,7 @@
 # CONFIG is an Envoy configuration whose listener serves URL, with whatever it calls already
 # running (sluice-server, Redis); HEADER (default `x-api-key: k1`) goes on every request. Envoy
 # runs with one worker; under callgrind it starts in about a minute and serves a few hundred
-# requests a second. Prints, on its last three lines:
+# requests a second. Prints, on three lines (the last three unless CACHE is set):
 #   worker: N instructions a request
 #   main: N instructions a request
 #   process: N instructions a request
@@ -63,18 +63,18 @@ h2load --h1 -n "$requests" -c 4 -H "$header" "$url" | grep -E '^status codes' >&
 callgrind_control -d "$pid" >/dev/null 2>&1
 sleep 2
 # The dump is one file a thread (callgrind.out.1-NN), each with its `summary:` line. The main
-# thread is the first; the worker, serving every request, counts the most.
-counts=$(for f in "$out"/callgrind.out.1-*; do awk '/^summary:/ {print $2}' "$f"; done)
+# thread is the first; the worker, serving every request, counts the most: the files' counts
+# and names are sorted, the worker's last.
+counts=$(for f in "$out"/callgrind.out.1-*; do echo "$(awk '/^summary:/ {print $2}' "$f") $f"; done |
+  sort -n)
 main=$(awk '/^summary:/ {print $2}' "$out"/callgrind.out.1-01)
-worker=$(printf '%s\n' $counts | sort -n | tail -n 1)
-total=$(printf '%s\n' $counts | awk '{s += $1} END {print s}')
+read -r worker worker_file <<<"$(tail -n 1 <<<"$counts")"
+total=$(awk '{s += $1} END {print s}' <<<"$counts")
 echo "worker: $((worker / requests)) instructions a request"
 echo "main: $((main / requests)) instructions a request"
 echo "process: $((total / requests)) instructions a request"
 [ -z "${CACHE:-}" ] && exit 0
 # The summary's events with the cache simulated: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
-worker_file=$(for f in "$out"/callgrind.out.1-*; do echo "$(awk '/^summary:/ {print $2}' "$f") $f"; done |
-  sort -n | tail -n 1 | cut -d' ' -f2)
 awk -v n="$requests" '/^summary:/ {
   printf "worker: %d I1 misses, %d D1 misses a request\n", $5 / n, ($6 + $7) / n }' "$worker_file"
 if [ -n "${ENVOY_DYNAMIC_MODULES_SEARCH_PATH:-}" ]; then
