@@ -1,8 +1,11 @@
 //! `sluice-bench`: what `make bench` runs. Each figure is measured beside its baseline in the
-//! same run, because these machines are noisy; `all` writes them to BENCHMARKS.md.
+//! same run, because these machines are noisy; `all` writes them to BENCHMARKS.md, and its
+//! charts beside it, where a section run alone prints its section and charts into
+//! `target/bench/`.
 
 #![allow(clippy::disallowed_methods)] // a benchmark times itself on the wall clock
 
+mod chart_dir;
 mod envoy;
 mod filter;
 mod grpc;
@@ -20,6 +23,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::chart_dir::ChartDir;
 use crate::filter::{Modules, Which};
 
 // The allocator `sluice-sim` runs with, so that replay rates here are the ones users see.
@@ -224,7 +228,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             print!(
                 "{}",
-                sections::server_section(seconds, &load, &standins_at, standin_seconds)?
+                sections::server_section(
+                    seconds,
+                    &load,
+                    &standins_at,
+                    standin_seconds,
+                    ChartDir::Scratch
+                )?
             )
         }
         Command::Memory => print!("{}", runtime.block_on(memory::run())?),
@@ -248,7 +258,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", sections::replay_section(&modules)?);
             print!("{}", sections::deny_cache_section(&modules)?);
         }
-        Command::Lease => print!("{}", sections::lease_section(&Modules::built())?),
+        Command::Lease => print!(
+            "{}",
+            sections::lease_section(&Modules::built(), ChartDir::Scratch)?
+        ),
         Command::Scale { runs } => print!("{}", scale::section(&scale::run(runs)?)?),
         Command::Envoy {
             rounds,
@@ -258,13 +271,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             instructions,
         } => print!(
             "{}",
-            sections::envoy_section(&envoy::Options {
-                rounds,
-                seconds,
-                only,
-                show_stats: stats,
-                instructions,
-            })?
+            sections::envoy_section(
+                &envoy::Options {
+                    rounds,
+                    seconds,
+                    only,
+                    show_stats: stats,
+                    instructions,
+                },
+                ChartDir::Scratch
+            )?
         ),
         Command::All { out, seconds } => {
             let mut doc = String::new();
@@ -280,19 +296,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(
                 doc,
                 "## In a real Envoy: what each filter costs\n\n{}",
-                sections::envoy_section(&envoy::Options {
-                    rounds: ENVOY_ROUNDS,
-                    seconds: ENVOY_SECONDS,
-                    only: Vec::new(),
-                    show_stats: false,
-                    instructions: true,
-                })?
+                sections::envoy_section(
+                    &envoy::Options {
+                        rounds: ENVOY_ROUNDS,
+                        seconds: ENVOY_SECONDS,
+                        only: Vec::new(),
+                        show_stats: false,
+                        instructions: true,
+                    },
+                    ChartDir::Committed
+                )?
             )?;
             eprintln!("bench: sluice-server beside redis-benchmark ...");
             writeln!(
                 doc,
                 "## Server: decisions per second\n\n{}",
-                sections::server_section(seconds, &DEFAULT_LOAD, &STANDIN_LOAD, STANDIN_SECONDS)?
+                sections::server_section(
+                    seconds,
+                    &DEFAULT_LOAD,
+                    &STANDIN_LOAD,
+                    STANDIN_SECONDS,
+                    ChartDir::Committed
+                )?
             )?;
             eprintln!("bench: the gRPC API beside /v1/decide ...");
             writeln!(
@@ -326,7 +351,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(
                 doc,
                 "## Lease mode\n\n{}",
-                sections::lease_section(&modules)?
+                sections::lease_section(&modules, ChartDir::Committed)?
             )?;
             writeln!(
                 doc,

@@ -10,14 +10,15 @@ use super::plan::{
     CONNECTIONS, Keys, Results, Run, START_UPS_A_ROUND, TURN_WARMUP, WORKERS, limit,
 };
 use super::setup::{SERVER_THREADS, Setup};
+use crate::chart_dir::ChartDir;
 
 mod instructions;
 mod judge;
 
 use judge::{plain, plain_of, ratio_bar, spread, verdict};
 
-/// Where the chart of Envoy's added CPU goes, beside BENCHMARKS.md.
-const CHART: &str = "bench/envoy-cpu.svg";
+/// The chart of Envoy's added CPU.
+const CHART: &str = "envoy-cpu.svg";
 /// The largest .wasm the filter may be.
 const MAX_WASM_BYTES: u64 = 400 * 1024;
 
@@ -53,7 +54,12 @@ impl Results {
 }
 
 /// The section, in Markdown.
-pub fn section(results: &Results, wasm: &Path, envoy_version: &str) -> anyhow::Result<String> {
+pub fn section(
+    results: &Results,
+    wasm: &Path,
+    envoy_version: &str,
+    charts: ChartDir,
+) -> anyhow::Result<String> {
     let mut out = String::new();
     let rounds = results.runs.first().map_or(0, |(_, _, r)| r.len());
     if rounds == 0 {
@@ -71,8 +77,8 @@ pub fn section(results: &Results, wasm: &Path, envoy_version: &str) -> anyhow::R
     for keys in [Keys::Hot, Keys::Many] {
         table(&mut out, results, keys)?;
     }
-    chart(results)?;
-    writeln!(out, "![Envoy CPU a request added]({CHART})\n")?;
+    let chart = charts.write(CHART, chart(results))?;
+    writeln!(out, "![Envoy CPU a request added]({chart})\n")?;
     start_up(&mut out, results)?;
     over_limit(&mut out, results)?;
     bars(&mut out, results, wasm)?;
@@ -125,7 +131,7 @@ fn table(out: &mut String, results: &Results, keys: Keys) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn chart(results: &Results) -> anyhow::Result<()> {
+fn chart(results: &Results) -> String {
     let setups: Vec<Setup> = Setup::COMPARED
         .into_iter()
         .filter(|s| *s != Setup::NoFilter)
@@ -143,14 +149,12 @@ fn chart(results: &Results) -> anyhow::Result<()> {
             )],
         })
         .collect();
-    let svg = charts::stacked_bars(
+    charts::stacked_bars(
         "Envoy CPU a request added over no filter",
         "µs a request",
         &categories,
         &stacks,
-    );
-    std::fs::write(CHART, svg)?;
-    Ok(())
+    )
 }
 
 fn start_up(out: &mut String, results: &Results) -> anyhow::Result<()> {

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::chart_dir::ChartDir;
 use crate::filter::{self, Modules};
 use crate::{envoy, grpc, lease, replay, server};
 
@@ -13,10 +14,10 @@ use replay_rate::REPLAY_RUNS;
 pub use replay_rate::replay_section;
 
 /// The real-Envoy section.
-pub fn envoy_section(options: &envoy::Options) -> anyhow::Result<String> {
+pub fn envoy_section(options: &envoy::Options, charts: ChartDir) -> anyhow::Result<String> {
     let modules = Modules::built();
     let results = envoy::run(&modules, options)?;
-    envoy::section(&results, &modules.sluice, &envoy_version()?)
+    envoy::section(&results, &modules.sluice, &envoy_version()?, charts)
 }
 
 /// `envoy --version`'s version number.
@@ -106,14 +107,15 @@ pub fn grpc_section(seconds: u64) -> anyhow::Result<String> {
 /// How many times each server configuration is measured.
 const SERVER_RUNS: usize = 3;
 
-/// Where the server section's chart goes, beside BENCHMARKS.md.
-const SERVER_CHART: &str = "bench/server-cpu.svg";
+/// The server section's chart.
+const SERVER_CHART: &str = "server-cpu.svg";
 
 pub fn server_section(
     seconds: u64,
     load: &[(usize, usize)],
     standins_at: &[(usize, usize)],
     standin_seconds: u64,
+    charts: ChartDir,
 ) -> anyhow::Result<String> {
     let rows = server::run(
         load,
@@ -181,8 +183,8 @@ pub fn server_section(
             r.fcall.redis.cpu_us_per_decision(),
         )?;
     }
-    std::fs::write(SERVER_CHART, server::cpu_chart(&rows))?;
-    writeln!(out, "\n![CPU a decision]({SERVER_CHART})")?;
+    let chart = charts.write(SERVER_CHART, server::cpu_chart(&rows))?;
+    writeln!(out, "\n![CPU a decision]({chart})")?;
     standin_table(&mut out, &rows)?;
     writeln!(out, "\n{SERVER_TIME_GOES}")?;
     Ok(out)
@@ -303,13 +305,13 @@ pub fn deny_cache_section(modules: &Modules) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Where the lease section's chart goes, beside BENCHMARKS.md.
-const LEASE_CHART: &str = "bench/lease-hot-key.svg";
+/// The lease section's chart.
+const LEASE_CHART: &str = "lease-hot-key.svg";
 
-pub fn lease_section(modules: &Modules) -> anyhow::Result<String> {
+pub fn lease_section(modules: &Modules, charts: ChartDir) -> anyhow::Result<String> {
     let workload = lease::workload();
     let rows = lease::run(modules, &workload, REPLAY_RUNS)?;
-    std::fs::write(LEASE_CHART, lease::chart(&rows))?;
+    let chart = charts.write(LEASE_CHART, lease::chart(&rows))?;
     let mut out = String::new();
     writeln!(
         out,
@@ -346,7 +348,7 @@ pub fn lease_section(modules: &Modules) -> anyhow::Result<String> {
     }
     writeln!(
         out,
-        "\n- *The bound* is the algorithm's own for one second (burst + rate x 1 s = 2,000), plus, with leases, the 500 units all Envoys may hold of one key (`docs/algorithms.md`). *Over the bound* counts admitted requests that took their key over it in the second ending with them.\n- *Denied though an exact limiter admits*: denied requests that an exact limit of 1,000 in any second, given what the key had admitted in the second before them, would have admitted (filling each free slot once). *Admitted over the exact limit*: the mirror image; `gcra`'s burst of 1,000 on top of its rate puts both modes over it at the start.\n- Decided request by request, which of a key's requests get in when it is 2.4 times over its limit is a coin toss that no two limiters toss alike: against the rule's own algorithm deciding every request in order, the per-request row differs on {} denials and the lease row on {} (of {} it admits), though both admit the limit, second by second ([chart]({LEASE_CHART})).\n",
+        "\n- *The bound* is the algorithm's own for one second (burst + rate x 1 s = 2,000), plus, with leases, the 500 units all Envoys may hold of one key (`docs/algorithms.md`). *Over the bound* counts admitted requests that took their key over it in the second ending with them.\n- *Denied though an exact limiter admits*: denied requests that an exact limit of 1,000 in any second, given what the key had admitted in the second before them, would have admitted (filling each free slot once). *Admitted over the exact limit*: the mirror image; `gcra`'s burst of 1,000 on top of its rate puts both modes over it at the start.\n- Decided request by request, which of a key's requests get in when it is 2.4 times over its limit is a coin toss that no two limiters toss alike: against the rule's own algorithm deciding every request in order, the per-request row differs on {} denials and the lease row on {} (of {} it admits), though both admit the limit, second by second ([chart]({chart})).\n",
         rows.first()
             .map_or(0, |r| r.accuracy.own_algorithm.denied_but_exact_admits),
         rows.last()
@@ -355,7 +357,7 @@ pub fn lease_section(modules: &Modules) -> anyhow::Result<String> {
     )?;
     writeln!(
         out,
-        "![the hottest tenant's admissions in the trailing second, per request and with leases]({LEASE_CHART})\n"
+        "![the hottest tenant's admissions in the trailing second, per request and with leases]({chart})\n"
     )?;
     Ok(out)
 }
