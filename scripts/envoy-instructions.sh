@@ -67,7 +67,7 @@ sleep 2
 # and names are sorted, the worker's last.
 counts=$(for f in "$out"/callgrind.out.1-*; do echo "$(awk '/^summary:/ {print $2}' "$f") $f"; done |
   sort -n)
-main=$(awk '/^summary:/ {print $2}' "$out"/callgrind.out.1-01)
+main=$(awk '$2 ~ /\.1-01$/ {print $1}' <<<"$counts")
 read -r worker worker_file <<<"$(tail -n 1 <<<"$counts")"
 total=$(awk '{s += $1} END {print s}' <<<"$counts")
 echo "worker: $((worker / requests)) instructions a request"

@@ -2,7 +2,9 @@
 //! only by the run that writes BENCHMARKS.md, so that a partial run (`envoy --only`) or a
 //! section run alone leaves them matching the figures committed with them.
 
-use std::path::PathBuf;
+use std::path::Path;
+
+use anyhow::Context;
 
 /// The directory a run's charts go to, as the section's Markdown links them.
 #[derive(Debug, Clone, Copy)]
@@ -23,11 +25,10 @@ impl ChartDir {
 
     /// Writes `svg` as `name` and returns its path, to link from the section.
     pub fn write(self, name: &str, svg: String) -> anyhow::Result<String> {
-        std::fs::create_dir_all(self.dir())
-            .map_err(|e| anyhow::anyhow!("making the charts' directory {}: {e}", self.dir()))?;
-        let path: PathBuf = [self.dir(), name].iter().collect();
-        std::fs::write(&path, svg)
-            .map_err(|e| anyhow::anyhow!("writing the chart {}: {e}", path.display()))?;
+        let dir = Path::new(self.dir());
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join(name);
+        std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
         Ok(path.display().to_string())
     }
 }
