@@ -99,10 +99,10 @@ enum Command {
         /// Seconds each setup is measured for.
         #[arg(long, default_value_t = ENVOY_SECONDS)]
         seconds: u64,
-        /// Only these setups (none, noop, noop-module, floor-module, local, sluice, module,
-        /// module-lease, threads, lease, grpc, denying; over a limit: lease-limited,
-        /// module-lease-limited, grpc-limited, rlqs-limited), comma-separated, e.g. to profile
-        /// one.
+        /// Only these setups (none, noop, noop-module, floor-module, local, sluice,
+        /// callout-floor-module, module, module-lease, threads, lease, grpc, denying; over a
+        /// limit: lease-limited, module-lease-limited, grpc-limited, rlqs-limited),
+        /// comma-separated, e.g. to profile one.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Print the filter's and sluice clusters' stats after each run.

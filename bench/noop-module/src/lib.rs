@@ -9,10 +9,18 @@
 //! lists the request's headers, finds `x-api-key`, counts the request in two counters and sets
 //! a decision's filter state, as sluice's module does in lease mode. sluice's lease path is
 //! measured over it too.
+//!
+//! Configured under the filter name `callout`, its configuration the name of a cluster, it is
+//! the floor of a module that asks a server on every request: it finds `x-api-key` as the floor
+//! does, posts sluice-server a `/v1/decide` body of one check on that key through the cluster,
+//! with the headers sluice's callouts carry, and pauses the request; when the answer comes it
+//! reads its `:status`, counts and sets the filter state as the floor does if it is 200, and
+//! lets the request go on. sluice's module per request is measured over it.
 
 #![allow(unsafe_code, missing_docs)]
 
 use std::ffi::c_void;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 // The bindings and handles sluice's module is built with, compiled here too: the floor makes
@@ -24,7 +32,7 @@ mod abi;
 #[allow(dead_code)]
 mod envoy;
 
-use abi::{ConfigEnvoyPtr, EnvoyBuffer, FilterEnvoyPtr};
+use abi::{ConfigEnvoyPtr, EnvoyBuffer, EnvoyHttpHeader, FilterEnvoyPtr};
 use envoy::{Config, Filter};
 
 /// A non-null object for Envoy to hand back (a null configuration or filter is a failure):
@@ -39,6 +47,34 @@ static FLOOR: Floor = Floor {
 struct Floor {
     counters: [AtomicUsize; 2],
 }
+
+/// The per-request floor's configuration and filters: the floor's counters, and the cluster
+/// its callouts go through (one per process: the bench configures one such listener).
+static CALLOUT: Callout = Callout {
+    floor: Floor {
+        counters: [AtomicUsize::new(0), AtomicUsize::new(0)],
+    },
+    cluster: OnceLock::new(),
+};
+
+struct Callout {
+    floor: Floor,
+    cluster: OnceLock<Box<str>>,
+}
+
+/// The callout's body around the key: the check sluice's module sends for the bench's rule
+/// (its open limit), the key spliced in as the header gives it (the bench's keys need no
+/// escape).
+const BODY_HEAD: &[u8] = br#"{"checks":[{"rule":"bench","key":""#;
+const BODY_TAIL: &[u8] =
+    br#"","limit":{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000},"cost":1}]}"#;
+
+/// A callout's body is written on the stack: a key longer than this leaves the request be.
+const BODY_ROOM: usize = 256;
+
+/// The path and timeout of sluice's module's callouts.
+const DECIDE_PATH: &str = "/v1/decide";
+const TIMEOUT_MS: u64 = 100;
 
 /// The header the floor keys on, as the bench's requests carry it.
 const KEY_HEADER: &str = "x-api-key";
@@ -61,23 +97,52 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const std::ffi::c_c
 pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     config_envoy: ConfigEnvoyPtr,
     name: EnvoyBuffer,
-    _filter_config: EnvoyBuffer,
+    filter_config: EnvoyBuffer,
 ) -> *const c_void {
-    // SAFETY: Envoy's buffer, valid for this hook.
-    if unsafe { name.bytes() } != b"floor" {
-        return std::ptr::from_ref(&NOOP).cast();
-    }
     let config = Config(config_envoy);
-    for (counter, name) in FLOOR.counters.iter().zip(["floor_local", "floor_allowed"]) {
-        let Some(id) = config.define_counter(name) else {
-            return std::ptr::null();
-        };
-        counter.store(id, Ordering::Relaxed);
+    // SAFETY: Envoy's buffers, valid for this hook.
+    let (name, filter_config) = unsafe { (name.bytes(), filter_config.bytes()) };
+    match name {
+        b"floor" if FLOOR.define_counters(&config) => std::ptr::from_ref(&FLOOR).cast(),
+        b"callout" => {
+            let Ok(cluster) = std::str::from_utf8(filter_config) else {
+                return std::ptr::null();
+            };
+            // One cluster for the process's one such listener; another is refused.
+            let kept = CALLOUT.cluster.get_or_init(|| cluster.into());
+            if **kept != *cluster || !CALLOUT.floor.define_counters(&config) {
+                return std::ptr::null();
+            }
+            std::ptr::from_ref(&CALLOUT).cast()
+        }
+        b"floor" => std::ptr::null(),
+        _ => std::ptr::from_ref(&NOOP).cast(),
     }
-    std::ptr::from_ref(&FLOOR).cast()
 }
 
-/// A filter is its configuration: the no-op's or the floor's.
+impl Floor {
+    /// Defines the floor's counters; false if Envoy refused one.
+    fn define_counters(&self, config: &Config) -> bool {
+        for (counter, name) in self.counters.iter().zip(["floor_local", "floor_allowed"]) {
+            let Some(id) = config.define_counter(name) else {
+                return false;
+            };
+            counter.store(id, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Counts a request and sets its decision's filter state: what sluice's module asks of
+    /// Envoy once it has decided.
+    fn conclude(&self, filter: Filter) {
+        for counter in &self.counters {
+            filter.increment_counter(counter.load(Ordering::Relaxed), 1);
+        }
+        filter.set_filter_state(DECISION_KEY, RECORD);
+    }
+}
+
+/// A filter is its configuration: the no-op's or a floor's.
 #[unsafe(no_mangle)]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void) -> *const c_void {
     config
@@ -93,6 +158,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
 ) -> u32 {
     if std::ptr::eq(filter, std::ptr::from_ref(&FLOOR).cast()) {
         floor(Filter(envoy));
+    } else if std::ptr::eq(filter, std::ptr::from_ref(&CALLOUT).cast()) {
+        return ask(Filter(envoy));
     }
     abi::CONTINUE
 }
@@ -104,10 +171,71 @@ fn floor(filter: Filter) {
     if unsafe { filter.request_header(KEY_HEADER) }.is_none() {
         return;
     }
-    for counter in &FLOOR.counters {
-        filter.increment_counter(counter.load(Ordering::Relaxed), 1);
+    FLOOR.conclude(filter);
+}
+
+/// The per-request floor's work in the request-headers hook: the key's callout sent, the
+/// request paused until it is answered; what it answers to the hook.
+fn ask(filter: Filter) -> u32 {
+    // SAFETY: the value is only copied into the body here, within the hook.
+    let Some(key) = (unsafe { filter.request_header(KEY_HEADER) }) else {
+        return abi::CONTINUE;
+    };
+    let Some(cluster) = CALLOUT.cluster.get() else {
+        return abi::CONTINUE;
+    };
+    let length = BODY_HEAD.len() + key.len() + BODY_TAIL.len();
+    if length > BODY_ROOM {
+        return abi::CONTINUE;
     }
-    filter.set_filter_state(DECISION_KEY, RECORD);
+    let mut body = [0u8; BODY_ROOM];
+    let (head, rest) = body.split_at_mut(BODY_HEAD.len());
+    let (middle, tail) = rest.split_at_mut(key.len());
+    head.copy_from_slice(BODY_HEAD);
+    middle.copy_from_slice(key);
+    tail[..BODY_TAIL.len()].copy_from_slice(BODY_TAIL);
+    let headers = [
+        (":method", "POST"),
+        (":path", DECIDE_PATH),
+        (":authority", &**cluster),
+    ];
+    match filter.post(cluster, headers, &body[..length], TIMEOUT_MS) {
+        Ok(_) => abi::STOP_ALL_ITERATION_AND_WATERMARK,
+        Err(_) => abi::CONTINUE,
+    }
+}
+
+/// # Safety
+/// Envoy passes the live filter of the stream whose callout this answers, and the answer's
+/// headers as an array of `headers_size`, valid for the hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
+    _callout_id: u64,
+    result: u32,
+    headers: *const EnvoyHttpHeader,
+    headers_size: usize,
+) {
+    if !std::ptr::eq(filter, std::ptr::from_ref(&CALLOUT).cast()) {
+        return;
+    }
+    let filter = Filter(envoy);
+    let headers = if result == abi::CALLOUT_SUCCESS && !headers.is_null() {
+        // SAFETY: Envoy's array of the size it gives, valid for this hook.
+        unsafe { std::slice::from_raw_parts(headers, headers_size) }
+    } else {
+        &[]
+    };
+    // SAFETY: Envoy's buffers, valid for this hook.
+    let status = headers
+        .iter()
+        .map(|h| unsafe { h.bytes() })
+        .find_map(|(name, value)| (name == b":status").then_some(value));
+    if status == Some(b"200") {
+        CALLOUT.floor.conclude(filter);
+    }
+    filter.continue_request();
 }
 
 /// Hooks that answer Continue (0) or nothing, whatever they are handed.
@@ -131,7 +259,6 @@ inert!(
     envoy_dynamic_module_on_http_filter_response_trailers,
     envoy_dynamic_module_on_http_filter_stream_complete,
     envoy_dynamic_module_on_http_filter_destroy,
-    envoy_dynamic_module_on_http_filter_http_callout_done,
     envoy_dynamic_module_on_http_filter_http_stream_headers,
     envoy_dynamic_module_on_http_filter_http_stream_data,
     envoy_dynamic_module_on_http_filter_http_stream_trailers,

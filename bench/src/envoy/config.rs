@@ -224,6 +224,9 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
         Setup::Noop => wasm_filter(setup, wasm.noop, "{}"),
         Setup::NoopModule => dynamic_module_filter("noop", "sluice_noop_module", "{}"),
         Setup::FloorModule => dynamic_module_filter("floor", "sluice_noop_module", "{}"),
+        Setup::CalloutFloorModule => {
+            dynamic_module_filter("callout", "sluice_noop_module", SERVER_CLUSTER)
+        }
         Setup::SluiceModule => {
             dynamic_module_filter("sluice", "sluice_module", &sluice_policy(OPEN_LIMIT, None))
         }

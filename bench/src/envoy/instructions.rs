@@ -12,13 +12,14 @@ use super::config::{self, Addresses, Wasm};
 use super::plan::Count;
 use super::setup::Setup;
 
-/// The setups counted: the module's two bars' setups and their baselines, the floor under the
-/// lease bar, and the .wasm's beside its own no-op filter.
-pub const COUNTED: [Setup; 10] = [
+/// The setups counted: the module's two bars' setups and their baselines, the floors under
+/// them, and the .wasm's beside its own no-op filter.
+pub const COUNTED: [Setup; 11] = [
     Setup::NoFilter,
     Setup::NoopModule,
     Setup::FloorModule,
     Setup::LocalRatelimit,
+    Setup::CalloutFloorModule,
     Setup::SluiceModule,
     Setup::SluiceModuleLease,
     Setup::NativeGrpc,

@@ -19,6 +19,10 @@ pub enum Setup {
     /// The no-op module as the floor of a module that keys on a header and records its
     /// decision: it reads the header, bumps two counters, sets a filter state.
     FloorModule,
+    /// The no-op module as the floor of a module that asks a server on every request: it
+    /// reads the header, posts one check to sluice-server, and on the answer bumps two
+    /// counters and sets a filter state.
+    CalloutFloorModule,
     /// Envoy's native `local_ratelimit`: a token bucket per Envoy, not global.
     LocalRatelimit,
     /// sluice's filter, one callout a request.
@@ -48,13 +52,14 @@ pub enum Setup {
 
 impl Setup {
     /// The setups measured on every key spread, in the order of the table.
-    pub const COMPARED: [Setup; 11] = [
+    pub const COMPARED: [Setup; 12] = [
         Setup::NoFilter,
         Setup::Noop,
         Setup::NoopModule,
         Setup::FloorModule,
         Setup::LocalRatelimit,
         Setup::Sluice,
+        Setup::CalloutFloorModule,
         Setup::SluiceModule,
         Setup::SluiceThreads,
         Setup::SluiceLease,
@@ -69,6 +74,7 @@ impl Setup {
             Setup::Noop => "noop",
             Setup::NoopModule => "noop-module",
             Setup::FloorModule => "floor-module",
+            Setup::CalloutFloorModule => "callout-floor-module",
             Setup::LocalRatelimit => "local",
             Setup::Sluice => "sluice",
             Setup::SluiceModule => "module",
@@ -92,6 +98,9 @@ impl Setup {
             Setup::NoopModule => "no-op dynamic module".into(),
             Setup::FloorModule => {
                 "floor module (one header read, two counters, a filter state set)".into()
+            }
+            Setup::CalloutFloorModule => {
+                "per-request floor module (one header read, a callout, two counters, a filter state set)".into()
             }
             Setup::LocalRatelimit => "native `local_ratelimit` (per Envoy)".into(),
             Setup::Sluice => "sluice wasm, per request".into(),

@@ -64,6 +64,20 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
         Setup::NativeGrpc,
         0.8,
     )?;
+    floor_line(
+        out,
+        results,
+        Floor {
+            bar: "the per-request bar",
+            floor: Setup::CalloutFloorModule,
+            does: "reads the key's header, posts one check to sluice-server through Envoy's cluster and, on the answer, bumps two counters and sets the decision's filter state, as sluice's module asks of Envoy per request",
+            base: Setup::NativeGrpc,
+            base_name: "the native `ratelimit` filter's",
+            sluice: Setup::SluiceModule,
+            own: "sluice's module per request",
+            own_work: "its plan, the body written, the answer read, the verdicts concluded",
+        },
+    )?;
     judged(
         out,
         "In instructions, sluice's module in lease mode on a hot key adds at most twice the no-op module's",
@@ -71,28 +85,59 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
         Setup::NoopModule,
         2.0,
     )?;
-    floor_line(out, results)?;
+    floor_line(
+        out,
+        results,
+        Floor {
+            bar: "that bar",
+            floor: Setup::FloorModule,
+            does: "reads the key's header, bumps two counters and sets the decision's filter state, as sluice's lease path asks of Envoy",
+            base: Setup::NoopModule,
+            base_name: "the no-op module's",
+            sluice: Setup::SluiceModuleLease,
+            own: "sluice's lease path",
+            own_work: "its own deciding, the lease taken, the record written",
+        },
+    )?;
     writeln!(out)?;
     Ok(())
 }
 
-/// What any module that keys on a header and records its decision asks of Envoy (the floor
-/// module), as a multiple of the no-op module, and what sluice's lease path adds over it:
-/// the part of the lease bar that is sluice's own.
-fn floor_line(out: &mut String, results: &Results) -> anyhow::Result<()> {
-    let floor = ratios_over(results, Setup::FloorModule, Setup::NoopModule);
-    let own: Vec<f64> = paired_over(results, Setup::SluiceModuleLease, Setup::FloorModule)
+/// A floor under a bar: the module that does what any module of sluice's kind must ask of
+/// Envoy there, and nothing else.
+struct Floor {
+    /// The bar it stands under, as the line names it.
+    bar: &'static str,
+    floor: Setup,
+    /// What the floor module does, after "a module that".
+    does: &'static str,
+    /// The bar's baseline, and its name with a possessive.
+    base: Setup,
+    base_name: &'static str,
+    /// sluice's setup the bar is on, and what its line calls it.
+    sluice: Setup,
+    own: &'static str,
+    /// What sluice does over the floor.
+    own_work: &'static str,
+}
+
+/// What any module of sluice's kind asks of Envoy (the floor), as a multiple of the bar's
+/// baseline, and what sluice adds over it: the part of the bar that is sluice's own.
+fn floor_line(out: &mut String, results: &Results, floor: Floor) -> anyhow::Result<()> {
+    let multiple = ratios_over(results, floor.floor, floor.base);
+    let own: Vec<f64> = paired_over(results, floor.sluice, floor.floor)
         .into_iter()
-        .map(|(lease, floor)| lease - floor)
+        .map(|(sluice, floor)| sluice - floor)
         .collect();
-    if floor.is_empty() || own.is_empty() {
+    if multiple.is_empty() || own.is_empty() {
         return Ok(());
     }
-    let (floor, floor_low, floor_high) = spread(floor);
+    let (multiple, low, high) = spread(multiple);
     let (own, own_low, own_high) = spread(own);
     writeln!(
         out,
-        "- The floor under that bar: a module that reads the key's header, bumps two counters and sets the decision's filter state, as sluice's lease path asks of Envoy, and does nothing else, adds {floor:.3} [{floor_low:.3} .. {floor_high:.3}] times the no-op module's; sluice's lease path adds {own:.0} [{own_low:.0} .. {own_high:.0}] instructions over that floor: its own deciding, the lease taken, the record written."
+        "- The floor under {}: a module that {}, and does nothing else, adds {multiple:.3} [{low:.3} .. {high:.3}] times {}; {} adds {own:.0} [{own_low:.0} .. {own_high:.0}] instructions over that floor: {}.",
+        floor.bar, floor.does, floor.base_name, floor.own, floor.own_work,
     )?;
     Ok(())
 }
@@ -227,5 +272,31 @@ mod tests {
         counts.retain(|c| c.setup != Setup::FloorModule);
         let out = section_of(counts);
         assert!(!out.contains("The floor under that bar"), "{out}");
+    }
+
+    #[test]
+    fn the_per_request_floor_is_a_multiple_of_the_native_filter_and_the_module_over_it() {
+        let mut counts = Vec::new();
+        for (round, none) in [240_000, 241_000, 242_000].into_iter().enumerate() {
+            counts.push(count(Setup::NoFilter, round, none));
+            counts.push(count(Setup::NativeGrpc, round, none + 137_000));
+            counts.push(count(
+                Setup::CalloutFloorModule,
+                round,
+                none + [105_000, 106_000, 107_000][round],
+            ));
+            counts.push(count(Setup::SluiceModule, round, none + 109_000));
+        }
+        let line = line_with(counts, "The floor under the per-request bar");
+        assert!(
+            line.contains("adds 0.774 [0.766 .. 0.781] times the native `ratelimit` filter's"),
+            "{line}"
+        );
+        assert!(
+            line.contains(
+                "sluice's module per request adds 3000 [2000 .. 4000] instructions over that floor"
+            ),
+            "{line}"
+        );
     }
 }
