@@ -334,18 +334,19 @@ fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::Result<()> 
         .collect();
     // Whether the floor itself stays within `local_ratelimit`'s plus 3 µs: where it does not,
     // that bar sits below what any module of sluice's kind costs.
-    let floor_within = floor
+    let floor_within: Vec<bool> = floor
         .iter()
         .zip(&local)
-        .filter(|(f, lo)| **f <= *lo + 3.0)
-        .count();
+        .map(|(f, lo)| *f <= lo + 3.0)
+        .collect();
     let (ratio, low, high) = spread(floor_over_noop);
     writeln!(
         out,
-        "- Its floor, the {} on hot keys, adds {:.1} µs, {ratio:.1} [{low:.1} .. {high:.1}] times the no-op module's, itself within `local_ratelimit`'s plus 3 µs in {floor_within} of {} rounds; sluice's module in lease mode at most twice the floor's and at most `local_ratelimit`'s plus 3 µs: {:.1} µs against {:.1} and {:.1} — {}.",
+        "- Its floor, the {} on hot keys, adds {:.1} µs, {ratio:.1} [{low:.1} .. {high:.1}] times the no-op module's, itself within `local_ratelimit`'s plus 3 µs in {} of {} rounds; sluice's module in lease mode at most twice the floor's and at most `local_ratelimit`'s plus 3 µs: {:.1} µs against {:.1} and {:.1} — {}.",
         Setup::FloorModule.name(),
         spread(floor.clone()).0,
-        floor.len(),
+        floor_within.iter().filter(|within| **within).count(),
+        floor_within.len(),
         spread(lease).0,
         spread(floor).0,
         spread(local).0,
