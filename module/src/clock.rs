@@ -36,7 +36,8 @@ fn fallback_now_us() -> u64 {
         .unwrap_or(0)
 }
 
-/// The process' monotonic clock: how long the lease thread has waited.
+/// The process' monotonic clock: how long the lease thread has waited, when a held request
+/// is due.
 pub fn monotonic() -> Instant {
     Instant::now()
 }

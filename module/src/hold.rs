@@ -3,31 +3,85 @@
 //! at each one's time, schedules its filter on the worker it runs on (the filter scheduler,
 //! which Envoy lets any thread commit to, and which does nothing for a filter gone since);
 //! the worker then lets the request go on ([`crate::hooks`], `on_http_filter_scheduled`).
+//!
+//! A hold's time is kept on the monotonic clock, converted once when the hold is made: the
+//! request's start is read from the wall clock, and a wall clock stepped back (NTP, a VM
+//! resumed) would otherwise keep held requests waiting for as long as the step.
 
 #![allow(unsafe_code)]
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::{Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::abi;
+use crate::{abi, clock};
 
-/// The holds, earliest first: (release time in ms since the epoch, arrival order, the
-/// filter's scheduler as an address). Envoy lets any thread commit to a scheduler and delete
-/// it (abi.h); the module deletes each exactly once, right after its one commit.
-type Queue = BinaryHeap<Reverse<(u64, u64, usize)>>;
+/// The holds, earliest first, each with its filter's scheduler as an address. Envoy lets any
+/// thread commit to a scheduler and delete it (abi.h); the module deletes each exactly once,
+/// right after its one commit.
+struct Holds {
+    /// (when it is due, arrival order, the scheduler): holds due at once go in arrival order.
+    queue: BinaryHeap<Reverse<(Instant, u64, usize)>>,
+    arrivals: u64,
+}
 
-/// The holds and how many there have been.
-static HOLDS: Mutex<(Queue, u64)> = Mutex::new((BinaryHeap::new(), 0));
+/// What the timer thread does next.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// Releases the hold of this scheduler, due by now.
+    Release(usize),
+    /// Waits this long for the earliest hold.
+    Wait(Duration),
+    /// Waits for a hold: there is none.
+    Idle,
+}
+
+impl Holds {
+    const fn new() -> Holds {
+        Holds {
+            queue: BinaryHeap::new(),
+            arrivals: 0,
+        }
+    }
+
+    fn add(&mut self, due: Instant, scheduler: usize) {
+        self.arrivals += 1;
+        self.queue.push(Reverse((due, self.arrivals, scheduler)));
+    }
+
+    /// What is next at `now`: one reading of the clock decides both whether the earliest hold
+    /// is due and how long to wait for it, so that a clock moving on between two readings
+    /// cannot make the wait negative.
+    fn next(&mut self, now: Instant) -> Next {
+        match self.queue.peek() {
+            None => Next::Idle,
+            Some(Reverse((due, _, _))) if *due > now => Next::Wait(*due - now),
+            Some(_) => match self.queue.pop() {
+                Some(Reverse((_, _, scheduler))) => Next::Release(scheduler),
+                None => Next::Idle,
+            },
+        }
+    }
+}
+
+/// When a hold until `release_at_ms` on the wall clock, made at `now_ms` on it and `now` on
+/// the monotonic clock, is due. A time already past is due at once.
+fn due_at(release_at_ms: u64, now_ms: u64, now: Instant) -> Instant {
+    let wait = Duration::from_millis(release_at_ms.saturating_sub(now_ms));
+    // Due at once, rather than a panic, on a clock that could not hold the time.
+    now.checked_add(wait).unwrap_or(now)
+}
+
+static HOLDS: Mutex<Holds> = Mutex::new(Holds::new());
 /// Signalled when a hold is added.
 static ADDED: Condvar = Condvar::new();
 /// Whether the timer thread runs.
 static TIMER: OnceLock<bool> = OnceLock::new();
 
 /// Holds the request of `scheduler` (made for its filter by
-/// `envoy_dynamic_module_callback_http_filter_scheduler_new`) until `release_at_ms`; `false`
-/// if there is no timer to release it.
+/// `envoy_dynamic_module_callback_http_filter_scheduler_new`) until `release_at_ms` (since
+/// the epoch); `false` if there is no timer to release it.
 pub fn hold(scheduler: abi::SchedulerPtr, release_at_ms: u64) -> bool {
     let running = *TIMER.get_or_init(|| {
         // The thread runs the module's code for as long as the process lives: Envoy must
@@ -47,42 +101,31 @@ pub fn hold(scheduler: abi::SchedulerPtr, release_at_ms: u64) -> bool {
     if !running {
         return false;
     }
-    let mut guard = HOLDS.lock().unwrap_or_else(|e| e.into_inner());
-    let (queue, arrivals) = &mut *guard;
-    *arrivals += 1;
-    queue.push(Reverse((release_at_ms, *arrivals, scheduler as usize)));
+    let due = due_at(release_at_ms, clock::now_us() / 1000, clock::monotonic());
+    HOLDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .add(due, scheduler as usize);
     ADDED.notify_one();
     true
 }
 
-fn now_ms() -> u64 {
-    crate::clock::now_us() / 1000
-}
-
 /// The timer thread: releases each hold at its time.
 fn run() {
-    let mut guard = HOLDS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut holds = HOLDS.lock().unwrap_or_else(|e| e.into_inner());
     loop {
-        let due = guard.0.peek().map(|Reverse((at, _, _))| *at);
-        match due {
-            None => {
-                guard = ADDED.wait(guard).unwrap_or_else(|e| e.into_inner());
+        holds = match holds.next(clock::monotonic()) {
+            Next::Idle => ADDED.wait(holds).unwrap_or_else(|e| e.into_inner()),
+            Next::Wait(wait) => ADDED
+                .wait_timeout(holds, wait)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0),
+            Next::Release(scheduler) => {
+                drop(holds);
+                release(scheduler as abi::SchedulerPtr);
+                HOLDS.lock().unwrap_or_else(|e| e.into_inner())
             }
-            Some(at) if at > now_ms() => {
-                let wait = Duration::from_millis(at - now_ms());
-                guard = ADDED
-                    .wait_timeout(guard, wait)
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|e| e.into_inner().0);
-            }
-            Some(_) => {
-                if let Some(Reverse((_, _, ptr))) = guard.0.pop() {
-                    drop(guard);
-                    release(ptr as abi::SchedulerPtr);
-                    guard = HOLDS.lock().unwrap_or_else(|e| e.into_inner());
-                }
-            }
-        }
+        };
     }
 }
 
@@ -115,5 +158,49 @@ pub fn pin_module() {
                 libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Holds, Next, due_at};
+
+    #[test]
+    fn holds_are_released_in_time_order_and_the_earliest_waited_for_exactly() {
+        let start = crate::clock::monotonic();
+        let ms = Duration::from_millis;
+        let mut holds = Holds::new();
+        holds.add(start + ms(30), 3);
+        holds.add(start + ms(10), 1);
+        holds.add(start + ms(10), 2);
+        assert_eq!(holds.next(start), Next::Wait(ms(10)));
+        assert_eq!(
+            holds.next(start + ms(10)),
+            Next::Release(1),
+            "due exactly now"
+        );
+        assert_eq!(
+            holds.next(start + ms(10)),
+            Next::Release(2),
+            "then its twin"
+        );
+        assert_eq!(holds.next(start + ms(25)), Next::Wait(ms(5)));
+        // The clock moved well past the hold since it was last read: released, never a
+        // wait computed from two readings.
+        assert_eq!(holds.next(start + ms(900)), Next::Release(3));
+        assert_eq!(holds.next(start + ms(900)), Next::Idle);
+    }
+
+    #[test]
+    fn a_hold_is_timed_from_when_it_is_made_whatever_the_wall_clock_says_later() {
+        let now = crate::clock::monotonic();
+        let wall_ms = 1_764_000_000_000;
+        assert_eq!(
+            due_at(wall_ms + 250, wall_ms, now),
+            now + Duration::from_millis(250)
+        );
+        assert_eq!(due_at(wall_ms - 5, wall_ms, now), now, "already due");
     }
 }
