@@ -143,6 +143,12 @@ pub const STOP_ALL_ITERATION_AND_WATERMARK: u32 = 4;
 
 // envoy_dynamic_module_type_http_callout_init_result
 pub const CALLOUT_INIT_SUCCESS: u32 = 0;
+pub const CALLOUT_INIT_MISSING_REQUIRED_HEADERS: u32 = 1;
+pub const CALLOUT_INIT_CLUSTER_NOT_FOUND: u32 = 2;
+pub const CALLOUT_INIT_DUPLICATE_CALLOUT_ID: u32 = 3;
+/// Envoy's async client failed the request at once, as it does when no host of the cluster is
+/// healthy; it has then already delivered its local answer (a 503) to the callout hook, inline.
+pub const CALLOUT_INIT_CANNOT_CREATE_REQUEST: u32 = 4;
 // envoy_dynamic_module_type_http_callout_result
 pub const CALLOUT_SUCCESS: u32 = 0;
 

@@ -114,10 +114,10 @@ impl Configured {
                 leases.lock().sent(id, sent);
                 leases.call_sent(id, request);
             }
-            Err(code) => {
+            Err(refused) => {
                 warn(&self.lease_warning, || {
                     format!(
-                        "sluice: lease callout not sent: Envoy refused it for cluster `{}` (init result {code})",
+                        "sluice: the lease call to cluster `{}` was not sent: {refused}",
                         service.cluster
                     )
                 });

@@ -7,6 +7,8 @@
 
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
+use std::fmt;
 use std::mem::MaybeUninit;
 
 use crate::abi::{
@@ -26,15 +28,15 @@ pub struct Config(pub ConfigEnvoyPtr);
 
 impl Config {
     /// Posts `body` through `cluster` from the configuration, on the main thread; its answer
-    /// comes to `on_http_filter_config_http_callout_done`. The callout's id, or Envoy's init
-    /// result when it would not send it.
+    /// comes to `on_http_filter_config_http_callout_done`. The callout's id, or why Envoy
+    /// would not send it.
     pub fn post<'a>(
         &self,
         cluster: &str,
         headers: impl IntoIterator<Item = (&'a str, &'a str)>,
         body: &[u8],
         timeout_ms: u64,
-    ) -> Result<u64, u32> {
+    ) -> Result<u64, CalloutRefused> {
         // SAFETY: the configuration pointer is live for the hook.
         unsafe {
             post_with(
@@ -232,23 +234,29 @@ impl Filter {
     }
 
     /// Posts `body` through `cluster` for this stream; its answer comes to
-    /// `on_http_filter_http_callout_done`. The callout's id, or Envoy's init result when it
-    /// would not send it.
+    /// `on_http_filter_http_callout_done`. The callout's id, or why Envoy would not send it.
+    ///
+    /// A callout Envoy fails at once (no healthy host) is answered inline, from within this
+    /// call, before its id is known: while it runs, [`posting`] says so for this filter, and
+    /// the hook leaves that answer to this call's error.
     pub fn post<'a>(
         &self,
         cluster: &str,
         headers: impl IntoIterator<Item = (&'a str, &'a str)>,
         body: &[u8],
         timeout_ms: u64,
-    ) -> Result<u64, u32> {
+    ) -> Result<u64, CalloutRefused> {
+        POSTING.set(self.0 as usize);
         // SAFETY: the filter pointer is live (see the module's docs).
-        unsafe {
+        let posted = unsafe {
             post_with(
                 abi::envoy_dynamic_module_callback_http_filter_http_callout,
                 self.0,
                 (cluster, headers, body, timeout_ms),
             )
-        }
+        };
+        POSTING.set(0);
+        posted
     }
 
     /// Lets the paused request go on.
@@ -280,6 +288,37 @@ impl Filter {
     }
 }
 
+thread_local! {
+    /// The filter whose callout this thread is handing to Envoy, while it does (0: none).
+    static POSTING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether `filter`'s hook on this thread is in [`Filter::post`]: a callout answer for it now
+/// is Envoy's inline answer to a callout it failed at once, whose stream the posting hook
+/// holds.
+pub fn posting(filter: FilterEnvoyPtr) -> bool {
+    !filter.is_null() && POSTING.get() == filter as usize
+}
+
+/// Why Envoy would not send a callout: its init result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CalloutRefused(pub u32);
+
+impl fmt::Display for CalloutRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let why = match self.0 {
+            abi::CALLOUT_INIT_CLUSTER_NOT_FOUND => "Envoy has no such cluster",
+            abi::CALLOUT_INIT_CANNOT_CREATE_REQUEST => {
+                "Envoy failed it at once, as when no host of the cluster is healthy"
+            }
+            abi::CALLOUT_INIT_MISSING_REQUIRED_HEADERS => "a header Envoy requires was missing",
+            abi::CALLOUT_INIT_DUPLICATE_CALLOUT_ID => "Envoy had a callout of its id already",
+            _ => "Envoy refused it",
+        };
+        write!(f, "{why} (init result {})", self.0)
+    }
+}
+
 /// The ABI's callout callbacks, a filter's and a configuration's alike: Envoy's object, where
 /// to write the id, the cluster, the headers, the body, the timeout.
 type Callout = unsafe extern "C" fn(
@@ -297,7 +336,7 @@ type Callout = unsafe extern "C" fn(
 const CALLOUT_HEADERS_ON_STACK: usize = 8;
 
 /// Posts `body` to `cluster` with `headers` and a timeout, through `callout` on `envoy`: the
-/// callout's id, or Envoy's init result when it would not send it.
+/// callout's id, or why Envoy would not send it.
 ///
 /// # Safety
 /// `envoy` must be the live object `callout` takes (a filter's or a configuration's).
@@ -310,7 +349,7 @@ unsafe fn post_with<'a>(
         &[u8],
         u64,
     ),
-) -> Result<u64, u32> {
+) -> Result<u64, CalloutRefused> {
     let mut on_stack = [MaybeUninit::<ModuleHttpHeader>::uninit(); CALLOUT_HEADERS_ON_STACK];
     let mut spilled = Vec::new();
     let mut count = 0;
@@ -350,6 +389,6 @@ unsafe fn post_with<'a>(
     if result == abi::CALLOUT_INIT_SUCCESS {
         Ok(id)
     } else {
-        Err(result)
+        Err(CalloutRefused(result))
     }
 }

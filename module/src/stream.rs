@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use sluice_core::decision::Denial;
 use sluice_core::policy::{FailureMode, HttpRequest, Policy};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::DECIDE_PATH;
@@ -38,6 +39,39 @@ pub enum Headers {
     Stop,
 }
 
+/// What comes of a stream's hook, for the hook to carry out in Envoy once it no longer
+/// borrows the stream ([`carry_out`]): letting a paused request go on and replying each run
+/// the filter chain on, and Envoy may call this filter's hooks again from within (a local
+/// reply's response headers; an upstream that fails at once), which borrow the stream
+/// themselves.
+#[must_use]
+pub enum Then {
+    /// The request goes on.
+    GoOn,
+    /// The request waits on the module (a callout, a hold), or nothing changed.
+    Wait,
+    /// Reply locally.
+    Reply(Denial),
+}
+
+/// Carries out `then` for a request, `paused` when it waits on the module: what the
+/// request-headers hook answers.
+pub fn carry_out(filter: Filter, then: Then, paused: bool) -> Headers {
+    match then {
+        Then::GoOn => {
+            if paused {
+                filter.continue_request();
+            }
+            Headers::Continue
+        }
+        Then::Wait => Headers::Stop,
+        Then::Reply(denial) => {
+            filter.send_response(denial.status, &denial.headers, &denial.body, DETAILS);
+            Headers::Stop
+        }
+    }
+}
+
 impl Stream {
     pub fn new(configured: Arc<Configured>) -> Stream {
         Stream {
@@ -61,8 +95,8 @@ impl Stream {
     }
 
     /// Decides the request by the failure mode alone (after a panic, when its state cannot be
-    /// trusted); `paused` when it waits on the module.
-    pub fn decide_by_failure_mode(&self, filter: Filter, paused: bool) -> Headers {
+    /// trusted).
+    pub fn decide_by_failure_mode(&mut self, filter: Filter) -> Then {
         StreamGlue {
             configured: &self.configured,
             filter,
@@ -70,17 +104,13 @@ impl Stream {
         .count_panic();
         let policy = &self.configured.policy;
         if policy.failure_mode == FailureMode::Allow {
-            if paused {
-                filter.continue_request();
-            }
-            return Headers::Continue;
+            return Then::GoOn;
         }
-        let denial = policy.failure_denial();
-        filter.send_response(denial.status, &denial.headers, &denial.body, DETAILS);
-        Headers::Stop
+        self.replied_locally = true;
+        Then::Reply(policy.failure_denial())
     }
 
-    pub fn on_request_headers(&mut self, filter: Filter) -> Headers {
+    pub fn on_request_headers(&mut self, filter: Filter) -> Then {
         let policy = &self.configured.policy;
         let glue = StreamGlue {
             configured: &self.configured,
@@ -107,25 +137,30 @@ impl Stream {
                     Ok(id) => {
                         self.callout = Some(id);
                         self.request.sent(&glue);
-                        return Headers::Stop;
+                        return Then::Wait;
                     }
-                    Err(code) => self.request.fail(
+                    Err(refused) => self.request.fail(
                         &glue,
                         &format!(
-                            "Envoy refused the callout to cluster `{}` (init result {code})",
+                            "the callout to cluster `{}` was not sent: {refused}",
                             service.cluster
                         ),
                     ),
                 }
             }
         };
-        self.act(filter, act, false)
+        self.act(filter, act)
     }
 
     /// The callout's answer: `status` and `body`, or `None` for a callout that failed.
-    pub fn on_callout_done(&mut self, filter: Filter, id: u64, answer: Option<(&[u8], &[u8])>) {
+    pub fn on_callout_done(
+        &mut self,
+        filter: Filter,
+        id: u64,
+        answer: Option<(&[u8], &[u8])>,
+    ) -> Then {
         if self.callout != Some(id) {
-            return;
+            return Then::Wait;
         }
         self.callout = None;
         let glue = StreamGlue {
@@ -143,22 +178,17 @@ impl Stream {
             Ok(()) => self.request.answered(&glue, &self.remote),
             Err(reason) => self.request.fail(&glue, &reason),
         };
-        self.act(filter, act, true);
+        self.act(filter, act)
     }
 
-    /// Carries out `act`; `paused` when the request waits on it.
-    fn act(&mut self, filter: Filter, act: Act, paused: bool) -> Headers {
+    /// What comes of `act`: a hold is made here; going on and replying are the hook's.
+    fn act(&mut self, filter: Filter, act: Act) -> Then {
         match act {
-            Act::Continue => {
-                if paused {
-                    filter.continue_request();
-                }
-                Headers::Continue
-            }
+            Act::Continue => Then::GoOn,
             Act::Reply(denial) => {
+                // Read by the response-headers hook, which the reply runs inline.
                 self.replied_locally = true;
-                filter.send_response(denial.status, &denial.headers, &denial.body, DETAILS);
-                Headers::Stop
+                Then::Reply(denial)
             }
             Act::Hold { delay_ms } => {
                 let release_at = self.request.asked_at_ms().saturating_add(delay_ms);
@@ -166,7 +196,7 @@ impl Stream {
                     .scheduler()
                     .is_some_and(|scheduler| hold::hold(scheduler, release_at))
                 {
-                    return Headers::Stop;
+                    return Then::Wait;
                 }
                 let glue = StreamGlue {
                     configured: &self.configured,
@@ -175,14 +205,9 @@ impl Stream {
                 let act = self
                     .request
                     .fail(&glue, "no timer to hold a shaped request");
-                self.act(filter, act, paused)
+                self.act(filter, act)
             }
         }
-    }
-
-    /// A held request's time has come.
-    pub fn on_released(&mut self, filter: Filter) {
-        filter.continue_request();
     }
 
     pub fn on_response_headers(&mut self, filter: Filter) {

@@ -16,7 +16,7 @@ use crate::abi::{
 use crate::config::Configured;
 use crate::envoy::{self, Config, Filter};
 use crate::spares;
-use crate::stream::{Headers, Stream};
+use crate::stream::{self, Headers, Stream, Then};
 
 mod unused;
 
@@ -47,9 +47,16 @@ fn guarded_with<T>(log: impl FnOnce(&str), hook: &str, fallback: T, body: impl F
 
 /// The stream behind `ptr`.
 ///
+/// Envoy calls one stream's hooks on one worker, but may call one from within another's call
+/// into Envoy: letting a paused request go on or replying runs the filter chain on (a local
+/// reply's response headers come inline), and a callout Envoy fails at once is answered
+/// inline, from within the post. So a hook uses the stream only while it runs the module's
+/// code: it lets a request go on or replies once done with it ([`stream::carry_out`]), and
+/// leaves an inline callout answer alone ([`envoy::posting`]).
+///
 /// # Safety
 /// `ptr` must be one `on_http_filter_new` returned and `on_http_filter_destroy` has not yet
-/// freed; Envoy calls one stream's hooks on one worker, one at a time.
+/// freed, and no other reference to the stream may be in use while this one is.
 unsafe fn stream<'a>(ptr: FilterModulePtr) -> Option<&'a mut Stream> {
     // SAFETY: the caller's promise; the pointer is a `Box<Stream>` leaked by `filter_new`.
     unsafe { (ptr as *mut Stream).as_mut() }
@@ -117,16 +124,17 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     filter: FilterModulePtr,
     _end_of_stream: bool,
 ) -> u32 {
-    // SAFETY: a live stream (see `stream`).
+    // SAFETY: a live stream, the first of its hooks, called by Envoy from no other.
     let Some(stream) = (unsafe { stream(filter) }) else {
         return abi::CONTINUE;
     };
     let envoy = Filter(filter_envoy);
-    let answer = guarded("on_http_filter_request_headers", None, || {
+    let then = guarded("on_http_filter_request_headers", None, || {
         Some(stream.on_request_headers(envoy))
     })
-    .unwrap_or_else(|| after_panic(stream, envoy, false));
-    match answer {
+    .unwrap_or_else(|| after_panic(stream, envoy));
+    // Done with the stream: a reply calls its hooks again.
+    match stream::carry_out(envoy, then, false) {
         Headers::Continue => abi::CONTINUE,
         Headers::Stop => abi::STOP_ALL_ITERATION_AND_WATERMARK,
     }
@@ -146,12 +154,18 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     body_chunks: *const EnvoyBuffer,
     body_chunks_size: usize,
 ) {
-    // SAFETY: a live stream (see `stream`).
+    // Envoy's inline answer to a callout it failed at once, from within the post: the posting
+    // hook has the stream, and the post's error decides the request.
+    if envoy::posting(filter_envoy) {
+        return;
+    }
+    // SAFETY: a live stream; no hook of it runs (a callout's answer comes from Envoy's event
+    // loop, or inline, which is passed over above).
     let Some(stream) = (unsafe { stream(filter) }) else {
         return;
     };
     let envoy = Filter(filter_envoy);
-    let done = guarded("on_http_filter_http_callout_done", false, || {
+    let then = guarded("on_http_filter_http_callout_done", None, || {
         // SAFETY: Envoy's arrays of the sizes it gives, valid for this hook; null or empty
         // when the callout failed.
         let (headers, chunks) = unsafe {
@@ -162,16 +176,15 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
         };
         // SAFETY: Envoy's buffers, valid for this hook.
         let answer = unsafe { callout_answer(result, headers, chunks) };
-        stream.on_callout_done(
+        Some(stream.on_callout_done(
             envoy,
             callout_id,
             answer.as_ref().map(|(s, b)| (*s, b.as_ref())),
-        );
-        true
-    });
-    if !done {
-        after_panic(stream, envoy, true);
-    }
+        ))
+    })
+    .unwrap_or_else(|| after_panic(stream, envoy));
+    // Done with the stream: going on or replying calls its hooks again.
+    let _ = stream::carry_out(envoy, then, true);
 }
 
 /// A callout's answer: its status and body, or `None` when it failed (`result` not success, or
@@ -204,14 +217,14 @@ unsafe fn callout_answer<'a>(
     Some((status, body))
 }
 
-/// Decides by the failure mode a request whose hook panicked: lets it go on, or replies with
-/// the failure denial; `paused` when the request waits on the module.
-fn after_panic(stream: &Stream, envoy: Filter, paused: bool) -> Headers {
+/// Decides by the failure mode a request whose hook panicked: it goes on, or gets the failure
+/// denial.
+fn after_panic(stream: &mut Stream, envoy: Filter) -> Then {
     let decided = guarded("the failure mode after a panic", None, || {
-        Some(stream.decide_by_failure_mode(envoy, paused))
+        Some(stream.decide_by_failure_mode(envoy))
     });
     // Should even that panic, the request goes on: a request left paused would hang.
-    decided.unwrap_or(Headers::Continue)
+    decided.unwrap_or(Then::GoOn)
 }
 
 /// `len` items at `ptr`, or none for a null pointer.
@@ -233,21 +246,11 @@ unsafe fn slice<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
     filter_envoy: FilterEnvoyPtr,
-    filter: FilterModulePtr,
+    _filter: FilterModulePtr,
     _event_id: u64,
 ) {
-    // SAFETY: a live stream (see `stream`).
-    let Some(stream) = (unsafe { stream(filter) }) else {
-        return;
-    };
-    let envoy = Filter(filter_envoy);
-    let released = guarded("on_http_filter_scheduled", false, || {
-        stream.on_released(envoy);
-        true
-    });
-    if !released {
-        after_panic(stream, envoy, true);
-    }
+    // A held request's stream has nothing more to decide: it goes on.
+    let _ = stream::carry_out(Filter(filter_envoy), Then::GoOn, true);
 }
 
 /// # Safety
@@ -259,7 +262,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     filter: FilterModulePtr,
     _end_of_stream: bool,
 ) -> u32 {
-    // SAFETY: a live stream (see `stream`).
+    // SAFETY: a live stream; the hooks that run this one inline (by a reply, or a request let
+    // go on) are done with it (see `stream`).
     if let Some(stream) = unsafe { stream(filter) } {
         guarded("on_http_filter_response_headers", (), || {
             stream.on_response_headers(Filter(filter_envoy));

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_e2e::real_envoy::{Backends, Plugin, Way, eventually, get, plugin_config};
+use sluice_e2e::real_envoy::{Backends, Plugin, Way, eventually, get, plugin_config, start_envoy};
 use sluice_harness::Envoy;
 use sluice_harness::http::Answer;
 
@@ -259,5 +259,35 @@ both_ways! {
             envoy.log().contains("callout to cluster `nowhere`")
         });
         assert_eq!(settled_stat(&envoy, way, "sluice.callout_failures"), 5);
+    }
+}
+
+both_ways! {
+    fn a_cluster_with_no_healthy_host_fails_by_the_mode_at_once(way) {
+        // Envoy fails a callout to a cluster with no healthy host before sending it, and its
+        // async client answers it (a local 503) from within the call that posts it.
+        let backends = Backends::start(&[]);
+        let policy = policy("deny").replace(r#""cluster": "sluice""#, r#""cluster": "empty""#);
+        let plugin = Plugin::sluice(&policy).via(way).failing("FAIL_CLOSED");
+        let config = plugin_config(&plugin, backends.server_addr(), backends.upstream.addr())
+            + r#"
+  - name: empty
+    type: STATIC
+    connect_timeout: 0.25s
+    load_assignment: {cluster_name: empty, endpoints: []}
+"#;
+        let envoy = start_envoy(&config, WORKERS);
+        assert_all(&timed(&envoy, 5), 503, "no healthy host, failure mode deny");
+        assert_eq!(backends.upstream.served(), 0);
+        assert_eq!(settled_stat(&envoy, way, "sluice.callout_failures"), 5);
+        assert_eq!(settled_stat(&envoy, way, "sluice.rule.per-ip.failures"), 5);
+        eventually("the warning names the cluster", Duration::from_secs(5), || {
+            envoy.log().contains("cluster `empty`")
+        });
+        assert_eq!(
+            envoy.stat("cluster.empty.upstream_cx_none_healthy").expect("stats"),
+            5,
+            "each callout failed for want of a healthy host"
+        );
     }
 }
