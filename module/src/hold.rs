@@ -81,7 +81,7 @@ static TIMER: OnceLock<bool> = OnceLock::new();
 
 /// Holds the request of `scheduler` (made for its filter by
 /// `envoy_dynamic_module_callback_http_filter_scheduler_new`) until `release_at_ms` (since
-/// the epoch); `false` if there is no timer to release it.
+/// the epoch); `false` if there is no timer to release it (the scheduler is then deleted).
 pub fn hold(scheduler: abi::SchedulerPtr, release_at_ms: u64) -> bool {
     let running = *TIMER.get_or_init(|| {
         // The thread runs the module's code for as long as the process lives: Envoy must
@@ -99,6 +99,8 @@ pub fn hold(scheduler: abi::SchedulerPtr, release_at_ms: u64) -> bool {
             .is_ok()
     });
     if !running {
+        // SAFETY: a scheduler Envoy made and nothing else holds: deleted once, here.
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler) };
         return false;
     }
     let due = due_at(release_at_ms, clock::now_us() / 1000, clock::monotonic());
