@@ -116,6 +116,13 @@ both_ways! {
         assert_eq!(allowed.header("x-ratelimit-limit"), Some("10"));
         assert!(allowed.header("x-ratelimit-remaining").is_some());
         assert_eq!(allowed.text(), sluice_harness::UPSTREAM_BODY);
+        // Once each: a local reply passes through the filter's own response hook too.
+        for answer in [denied, allowed] {
+            for name in ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"] {
+                let times = answer.headers.iter().filter(|(k, _)| k == name).count();
+                assert_eq!(times, 1, "{name} in a {} answer", answer.status);
+            }
+        }
         assert_eq!(settled_stat(&envoy, way, "sluice.rule.per-ip.allowed"), 10);
         assert_eq!(settled_stat(&envoy, way, "sluice.rule.per-ip.denied"), 30);
         assert_eq!(settled_stat(&envoy, way, "sluice.callouts"), 40);
