@@ -10,10 +10,11 @@
 //! a decision's filter state, as sluice's module does in lease mode. sluice's lease path is
 //! measured over it too.
 //!
-//! Configured under the filter name `callout`, its configuration the name of a cluster, it is
-//! the floor of a module that asks a server on every request: it finds `x-api-key` as the floor
-//! does, posts sluice-server a `/v1/decide` body of one check on that key through the cluster,
-//! with the headers sluice's callouts carry, and pauses the request; when the answer comes it
+//! Configured under the filter name `callout`, its configuration three lines (a cluster's name,
+//! then a `/v1/decide` body before its key and after it), it is the floor of a module that asks
+//! a server on every request: it finds `x-api-key` as the floor does, posts that body with the
+//! key spliced in through the cluster, with the headers sluice's callouts carry, and pauses the
+//! request; when the answer comes it
 //! reads its `:status`, counts and sets the filter state as the floor does if it is 200, and
 //! lets the request go on. sluice's module per request is measured over it.
 
@@ -48,26 +49,46 @@ struct Floor {
     counters: [AtomicUsize; 2],
 }
 
-/// The per-request floor's configuration and filters: the floor's counters, and the cluster
-/// its callouts go through (one per process: the bench configures one such listener).
+/// The per-request floor's configuration and filters: the floor's counters, and what its
+/// callouts are (one per process: the bench configures one such listener).
 static CALLOUT: Callout = Callout {
     floor: Floor {
         counters: [AtomicUsize::new(0), AtomicUsize::new(0)],
     },
-    cluster: OnceLock::new(),
+    asks: OnceLock::new(),
 };
 
 struct Callout {
     floor: Floor,
-    cluster: OnceLock<Box<str>>,
+    asks: OnceLock<Asks>,
 }
 
-/// The callout's body around the key: the check sluice's module sends for the bench's rule
-/// (its open limit), the key spliced in as the header gives it (the bench's keys need no
-/// escape).
-const BODY_HEAD: &[u8] = br#"{"checks":[{"rule":"bench","key":""#;
-const BODY_TAIL: &[u8] =
-    br#"","limit":{"algorithm":"gcra","rate":1000000,"per":"1s","burst":1000000},"cost":1}]}"#;
+/// The cluster the per-request floor asks through, and its body around the key: the check
+/// sluice's module sends for the bench's rule, the key spliced in as the header gives it (the
+/// bench's keys need no escape).
+#[derive(Clone, PartialEq, Eq)]
+struct Asks {
+    cluster: Box<str>,
+    body_head: Box<[u8]>,
+    body_tail: Box<[u8]>,
+}
+
+impl Asks {
+    /// The three lines of the floor's configuration; `None` for any other text.
+    fn parse(configuration: &[u8]) -> Option<Asks> {
+        let mut lines = configuration.split(|&b| b == b'\n');
+        let (Some(cluster), Some(head), Some(tail), None) =
+            (lines.next(), lines.next(), lines.next(), lines.next())
+        else {
+            return None;
+        };
+        Some(Asks {
+            cluster: std::str::from_utf8(cluster).ok()?.into(),
+            body_head: head.into(),
+            body_tail: tail.into(),
+        })
+    }
+}
 
 /// A callout's body is written on the stack: a key longer than this leaves the request be.
 const BODY_ROOM: usize = 256;
@@ -105,12 +126,12 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     match name {
         b"floor" if FLOOR.define_counters(&config) => std::ptr::from_ref(&FLOOR).cast(),
         b"callout" => {
-            let Ok(cluster) = std::str::from_utf8(filter_config) else {
+            let Some(asks) = Asks::parse(filter_config) else {
                 return std::ptr::null();
             };
-            // One cluster for the process's one such listener; another is refused.
-            let kept = CALLOUT.cluster.get_or_init(|| cluster.into());
-            if **kept != *cluster || !CALLOUT.floor.define_counters(&config) {
+            // One configuration for the process's one such listener; another is refused.
+            let kept = CALLOUT.asks.get_or_init(|| asks.clone());
+            if *kept != asks || !CALLOUT.floor.define_counters(&config) {
                 return std::ptr::null();
             }
             std::ptr::from_ref(&CALLOUT).cast()
@@ -181,23 +202,25 @@ fn ask(filter: Filter) -> u32 {
     let Some(key) = (unsafe { filter.request_header(KEY_HEADER) }) else {
         return abi::CONTINUE;
     };
-    let Some(cluster) = CALLOUT.cluster.get() else {
+    let Some(asks) = CALLOUT.asks.get() else {
         return abi::CONTINUE;
     };
-    let length = BODY_HEAD.len() + key.len() + BODY_TAIL.len();
+    let (body_head, body_tail) = (&*asks.body_head, &*asks.body_tail);
+    let length = body_head.len() + key.len() + body_tail.len();
     if length > BODY_ROOM {
         return abi::CONTINUE;
     }
     let mut body = [0u8; BODY_ROOM];
-    let (head, rest) = body.split_at_mut(BODY_HEAD.len());
+    let (head, rest) = body.split_at_mut(body_head.len());
     let (middle, tail) = rest.split_at_mut(key.len());
-    head.copy_from_slice(BODY_HEAD);
+    head.copy_from_slice(body_head);
     middle.copy_from_slice(key);
-    tail[..BODY_TAIL.len()].copy_from_slice(BODY_TAIL);
+    tail[..body_tail.len()].copy_from_slice(body_tail);
+    let cluster = &*asks.cluster;
     let headers = [
         (":method", "POST"),
         (":path", DECIDE_PATH),
-        (":authority", &**cluster),
+        (":authority", cluster),
     ];
     match filter.post(cluster, headers, &body[..length], TIMEOUT_MS) {
         Ok(_) => abi::STOP_ALL_ITERATION_AND_WATERMARK,
@@ -276,3 +299,20 @@ inert!(
     envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark,
     envoy_dynamic_module_on_http_filter_local_reply,
 );
+
+#[cfg(test)]
+mod tests {
+    use super::Asks;
+
+    #[test]
+    fn the_callout_floor_takes_a_cluster_and_a_body_around_its_key_and_nothing_else() {
+        let asks = Asks::parse(b"sluice\n{\"k\":\"\n\"}").expect("three lines");
+        assert_eq!(&*asks.cluster, "sluice");
+        assert_eq!(
+            (&*asks.body_head, &*asks.body_tail),
+            (&b"{\"k\":\""[..], &b"\"}"[..])
+        );
+        assert!(Asks::parse(b"sluice").is_none(), "a cluster alone");
+        assert!(Asks::parse(b"sluice\na\nb\nc").is_none(), "a fourth line");
+    }
+}

@@ -5,6 +5,10 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+use anyhow::Context;
+use sluice_core::key::LimitKey;
+use sluice_core::policy::Policy;
+use sluice_core::wire::write_decide_request;
 use sluice_harness::dynamic_module_filter;
 
 use super::plan::{LIMIT_BURST, LIMIT_RATE, limit};
@@ -39,6 +43,27 @@ pub const DENYING_LIMIT: &str = r#"{"algorithm": "gcra", "rate": 1, "per": "1s",
 /// asking sluice-server through [`SERVER_CLUSTER`].
 pub fn sluice_policy(limit: &str, lease: Option<&str>) -> String {
     policy_through(SERVER_CLUSTER, limit, lease)
+}
+
+/// The per-request floor module's configuration: the cluster it asks through, then the body
+/// sluice's module posts for its policy's one rule, before the key and after it, a line each
+/// (the body is compact JSON, with no line break).
+fn callout_floor_config() -> anyhow::Result<String> {
+    // A key that no escape changes, found once in the body and cut out.
+    const KEY: &str = "KEYKEYKEY";
+    let policy = Policy::from_json(sluice_policy(OPEN_LIMIT, None).as_bytes())?;
+    let rule = policy
+        .rules
+        .first()
+        .context("the bench's policy has a rule")?;
+    let key = LimitKey::from_parts([KEY.as_bytes()]);
+    let mut body = Vec::new();
+    write_decide_request(&mut body, [(&rule.template, &key)]);
+    let body = String::from_utf8(body)?;
+    let (head, tail) = body
+        .split_once(KEY)
+        .context("the key in the callout's body")?;
+    Ok(format!("{SERVER_CLUSTER}\n{head}\n{tail}"))
 }
 
 /// [`sluice_policy`] asking through `cluster`.
@@ -92,7 +117,7 @@ buckets:
 }
 
 /// The whole Envoy configuration of `setup`: its listener on `addresses.ingress`.
-pub fn envoy_yaml(setup: Setup, addresses: &Addresses, wasm: &Wasm<'_>) -> String {
+pub fn envoy_yaml(setup: Setup, addresses: &Addresses, wasm: &Wasm<'_>) -> anyhow::Result<String> {
     shared_envoy_yaml(&[(setup, addresses.ingress)], addresses, wasm)
 }
 
@@ -103,11 +128,11 @@ pub fn shared_envoy_yaml(
     listeners: &[(Setup, SocketAddr)],
     addresses: &Addresses,
     wasm: &Wasm<'_>,
-) -> String {
-    let ingresses: String = listeners
+) -> anyhow::Result<String> {
+    let ingresses = listeners
         .iter()
         .map(|&(setup, address)| ingress(setup, address, wasm))
-        .collect();
+        .collect::<anyhow::Result<String>>()?;
     let origin = listener(
         "origin",
         addresses.origin,
@@ -123,7 +148,7 @@ pub fn shared_envoy_yaml(
     .into_iter()
     .map(|(name, address)| http2_cluster(name, address))
     .collect();
-    format!(
+    Ok(format!(
         r#"
 admin:
   address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
@@ -139,7 +164,7 @@ static_resources:
       - lb_endpoints:
         - endpoint: {{address: {{socket_address: {{address: {origin_ip}, port_value: {origin_port}}}}}}}{sluice_clusters}
 "#
-    )
+    ))
 }
 
 /// The clusters by which Envoy reaches sluice-server: the filters' callouts to the server
@@ -151,7 +176,7 @@ pub const THREADED_SERVER_CLUSTER: &str = "sluice_threads";
 pub const RLS_CLUSTER: &str = "sluice_rls";
 
 /// `setup`'s listener on `address`: its filters, then the route to the origin.
-fn ingress(setup: Setup, address: SocketAddr, wasm: &Wasm<'_>) -> String {
+fn ingress(setup: Setup, address: SocketAddr, wasm: &Wasm<'_>) -> anyhow::Result<String> {
     let rate_limits = if matches!(setup, Setup::NativeGrpc | Setup::NativeGrpcLimited) {
         "
                   rate_limits:
@@ -160,12 +185,12 @@ fn ingress(setup: Setup, address: SocketAddr, wasm: &Wasm<'_>) -> String {
     } else {
         ""
     };
-    listener(
+    Ok(listener(
         &format!("ingress_{}", setup.id()),
         address,
         &format!("route:\n                  cluster: upstream{rate_limits}"),
-        &http_filters(setup, wasm),
-    )
+        &http_filters(setup, wasm)?,
+    ))
 }
 
 /// A cluster of the one endpoint `address`, spoken to over cleartext HTTP/2 (the filter's
@@ -218,14 +243,14 @@ fn listener(name: &str, address: SocketAddr, action: &str, filters: &str) -> Str
 }
 
 /// The HTTP filters `setup` puts before the router, as YAML list items.
-fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
-    match setup {
+fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> anyhow::Result<String> {
+    Ok(match setup {
         Setup::NoFilter => String::new(),
         Setup::Noop => wasm_filter(setup, wasm.noop, "{}"),
         Setup::NoopModule => dynamic_module_filter("noop", "sluice_noop_module", "{}"),
         Setup::FloorModule => dynamic_module_filter("floor", "sluice_noop_module", "{}"),
         Setup::CalloutFloorModule => {
-            dynamic_module_filter("callout", "sluice_noop_module", SERVER_CLUSTER)
+            dynamic_module_filter("callout", "sluice_noop_module", &callout_floor_config()?)
         }
         Setup::SluiceModule => {
             dynamic_module_filter("sluice", "sluice_module", &sluice_policy(OPEN_LIMIT, None))
@@ -301,7 +326,7 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> String {
                         expired_assignment_behavior_timeout: 315360000s
                         fallback_rate_limit: {blanket_rule: ALLOW_ALL}"
             .to_owned(),
-    }
+    })
 }
 
 /// Envoy's native `ratelimit` filter asking sluice-server about `domain`.
@@ -344,4 +369,28 @@ fn wasm_filter(setup: Setup, file: &Path, configuration: &str) -> String {
                   "@type": type.googleapis.com/google.protobuf.StringValue
                   value: {configuration}"#
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::key::LimitKey;
+    use sluice_core::policy::Policy;
+    use sluice_core::wire::DecideRequest;
+
+    use super::{OPEN_LIMIT, SERVER_CLUSTER, callout_floor_config, sluice_policy};
+
+    #[test]
+    fn the_per_request_floor_posts_the_check_sluices_module_sends_for_the_bench_rule() {
+        let config = callout_floor_config().expect("a configuration");
+        let lines: Vec<&str> = config.split('\n').collect();
+        let [cluster, head, tail] = lines[..] else {
+            panic!("three lines: {config:?}");
+        };
+        assert_eq!(cluster, SERVER_CLUSTER);
+        let body = format!("{head}k42{tail}");
+        let sent: DecideRequest = serde_json::from_str(&body).expect("a decide body");
+        let policy = Policy::from_json(sluice_policy(OPEN_LIMIT, None).as_bytes()).expect("valid");
+        let key = LimitKey::from_parts([&b"k42"[..]]);
+        assert_eq!(sent.checks, vec![policy.rules[0].check(key)]);
+    }
 }

@@ -46,7 +46,7 @@ pub fn count(
 ) -> anyhow::Result<Count> {
     let dir = tempfile::tempdir()?;
     let yaml = dir.path().join("envoy.yaml");
-    std::fs::write(&yaml, config::envoy_yaml(setup, addresses, wasm))?;
+    std::fs::write(&yaml, config::envoy_yaml(setup, addresses, wasm)?)?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/envoy-instructions.sh");
     let venv_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin");
     let path = std::env::var_os("PATH").unwrap_or_default();

@@ -117,7 +117,7 @@ fn requests(keys: Keys) -> Arc<[Bytes]> {
 
 /// From Envoy's start to its `/ready`, with `setup`'s filters alone.
 fn start_up(stack: &Stack, wasm: &config::Wasm<'_>, setup: Setup) -> anyhow::Result<Duration> {
-    let yaml = config::envoy_yaml(setup, &stack.addresses, wasm);
+    let yaml = config::envoy_yaml(setup, &stack.addresses, wasm)?;
     let started = Instant::now();
     let mut envoy = Envoy::start(&yaml, WORKERS).context("starting Envoy")?;
     let start_up = started.elapsed();
@@ -144,7 +144,7 @@ impl Shared {
             .iter()
             .map(|&setup| Ok((setup, SocketAddr::from(([127, 0, 0, 1], free_port()?)))))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let yaml = config::shared_envoy_yaml(&listeners, &stack.addresses, wasm);
+        let yaml = config::shared_envoy_yaml(&listeners, &stack.addresses, wasm)?;
         let envoy = Envoy::start(&yaml, WORKERS).context("starting Envoy")?;
         let pid = envoy.pid().context("Envoy has no process")?;
         let mut others = vec![
@@ -221,6 +221,15 @@ impl Shared {
                 "{} of {} requests failed with {} on {keys:?} keys",
                 measured.errors,
                 measured.errors + measured.answered(),
+                setup.name()
+            );
+        }
+        // Requests in flight when the calls are read may be counted on either side: at most
+        // one a connection.
+        let answered = measured.answered();
+        if setup.asks_every_request() && calls + (CONNECTIONS as u64) < answered {
+            bail!(
+                "{} sent sluice-server {calls} calls for {answered} requests on {keys:?} keys: its callouts do not reach the server",
                 setup.name()
             );
         }
@@ -385,7 +394,7 @@ fn measure_over_limit(
     setup: Setup,
     seconds: u64,
 ) -> anyhow::Result<OverLimit> {
-    let yaml = config::envoy_yaml(setup, &stack.addresses, wasm);
+    let yaml = config::envoy_yaml(setup, &stack.addresses, wasm)?;
     let mut envoy = Envoy::start(&yaml, WORKERS)?;
     let runtime = load_runtime()?;
     let reports_before = quota_reports(stack)?;

@@ -67,6 +67,19 @@ impl Setup {
         Setup::NativeGrpc,
     ];
 
+    /// Whether it asks sluice-server once for every request: a run of it with fewer calls than
+    /// requests measured something else (callouts that never left, say).
+    pub fn asks_every_request(self) -> bool {
+        matches!(
+            self,
+            Setup::Sluice
+                | Setup::SluiceModule
+                | Setup::CalloutFloorModule
+                | Setup::SluiceThreads
+                | Setup::NativeGrpc
+        )
+    }
+
     /// Its short name, as `sluice-bench envoy --only` takes it.
     pub fn id(self) -> &'static str {
         match self {
