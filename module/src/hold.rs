@@ -57,10 +57,12 @@ impl Holds {
         match self.queue.peek() {
             None => Next::Idle,
             Some(Reverse((due, _, _))) if *due > now => Next::Wait(*due - now),
-            Some(_) => match self.queue.pop() {
-                Some(Reverse((_, _, scheduler))) => Next::Release(scheduler),
-                None => Next::Idle,
-            },
+            Some(_) => self
+                .queue
+                .pop()
+                .map_or(Next::Idle, |Reverse((_, _, scheduler))| {
+                    Next::Release(scheduler)
+                }),
         }
     }
 }

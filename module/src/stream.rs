@@ -108,8 +108,15 @@ impl Stream {
         if policy.failure_mode == FailureMode::Allow {
             return Then::GoOn;
         }
+        let denial = policy.failure_denial();
+        self.reply(denial)
+    }
+
+    /// A local reply with `denial`, which the response-headers hook, run by the reply inline,
+    /// knows for one.
+    fn reply(&mut self, denial: Denial) -> Then {
         self.replied_locally = true;
-        Then::Reply(Box::new(policy.failure_denial()))
+        Then::Reply(Box::new(denial))
     }
 
     pub fn on_request_headers(&mut self, filter: Filter) -> Then {
@@ -187,11 +194,7 @@ impl Stream {
     fn act(&mut self, filter: Filter, act: Act) -> Then {
         match act {
             Act::Continue => Then::GoOn,
-            Act::Reply(denial) => {
-                // Read by the response-headers hook, which the reply runs inline.
-                self.replied_locally = true;
-                Then::Reply(Box::new(denial))
-            }
+            Act::Reply(denial) => self.reply(denial),
             Act::Hold { delay_ms } => {
                 let release_at = self.request.asked_at_ms().saturating_add(delay_ms);
                 if filter

@@ -14,9 +14,9 @@
 //! then a `/v1/decide` body before its key and after it), it is the floor of a module that asks
 //! a server on every request: it finds `x-api-key` as the floor does, posts that body with the
 //! key spliced in through the cluster, with the headers sluice's callouts carry, and pauses the
-//! request; when the answer comes it
-//! reads its `:status`, counts and sets the filter state as the floor does if it is 200, and
-//! lets the request go on. sluice's module per request is measured over it.
+//! request; when the answer comes it reads its `:status`, counts and sets the filter state as
+//! the floor does if it is 200, and lets the request go on. sluice's module per request is
+//! measured over it.
 
 #![allow(unsafe_code, missing_docs)]
 
