@@ -361,7 +361,15 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         if written && step.asked {
             state.wanted.push((slot.clone(), now_us));
         }
-        if written && step.short && state.wanted.iter().any(|(w, _)| *w == slot) {
+        // Searched only where the flag can change the period: with a call's worth of asks
+        // waiting the short tick is due anyway, and each tick sets the flag afresh. A search
+        // on every take cost thousands of comparisons a take with thousands of keys waiting.
+        if written
+            && step.short
+            && !state.short_of_units
+            && (step.asked
+                || (state.wanted.len() < MAX_ASKS && state.wanted.iter().any(|(w, _)| *w == slot)))
+        {
             state.short_of_units = true;
         }
         if local.is_some() {
@@ -371,6 +379,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                 key: key.clone(),
                 id: id.clone(),
                 look_at_us: step.look_at_us,
+                marks: Vec::new(),
             });
         }
         if let Some(purse) = purse {

@@ -421,3 +421,39 @@ fn a_call_s_worth_of_patient_asks_go_at_the_short_tick() {
     state.wanted.push(("slot 64".to_owned(), 1));
     assert_eq!(worker.period(&state), Some(ASK_TICK));
 }
+
+#[test]
+fn asks_beyond_a_call_s_worth_go_at_the_next_ticks_each_once_in_the_order_marked() {
+    let envoy = Envoy::new();
+    let worker = envoy.worker().slot_per_key().patient_asks();
+    let keys: Vec<LimitKey> = (0..2 * MAX_ASKS + 3)
+        .map(|i| envoy.key_of(&format!("tenant {i}")))
+        .collect();
+    let mut marked_order: Vec<String> = Vec::new();
+    let mut now = 0;
+    while marked_order.len() < keys.len() {
+        for key in &keys {
+            envoy.take_key(&worker, key, now);
+        }
+        for (slot, _) in &worker.state.borrow().wanted {
+            if !marked_order.contains(slot) {
+                marked_order.push(slot.clone());
+            }
+        }
+        now += MS;
+        assert!(now < 1000 * MS, "every key marked an ask");
+    }
+    let mut asked: Vec<String> = Vec::new();
+    let mut calls = Vec::new();
+    while let Some((request, SentAsks(sent))) = worker.on_tick(&envoy.policy.rules, now) {
+        calls.push(request.asks.len());
+        asked.extend(sent.into_iter().map(|s| s.slot));
+        now += MS;
+        assert!(calls.len() < 10, "the asks run out");
+    }
+    assert_eq!(calls, [MAX_ASKS, MAX_ASKS, 3]);
+    assert_eq!(
+        asked, marked_order,
+        "each key asked once, first marked first"
+    );
+}

@@ -57,34 +57,51 @@ impl Call {
     }
 }
 
-/// The slots the tick looks at: those requests marked as asked for (in the order marked),
-/// then the leases due a look.
-fn slots_to_look_at(state: &WorkerState, wanted: &[(String, u64)], now_us: u64) -> Vec<String> {
-    let mut slots: Vec<String> = Vec::new();
-    for (slot, _) in wanted {
-        if state.touched.contains_key(slot) && !slots.contains(slot) {
-            slots.push(slot.clone());
+/// Notes each mark in `wanted` on its allowance, if this worker touched it (a mark on
+/// another is not asked for).
+fn note_marks(state: &mut WorkerState, wanted: &[(String, u64)]) {
+    for (place, (slot, at)) in wanted.iter().enumerate() {
+        if let Some(touched) = state.touched.get_mut(slot) {
+            touched.marks.push((place, *at));
         }
     }
+}
+
+/// The slots the tick looks at: those requests marked as asked for (in the order first
+/// marked; see [`note_marks`]), then the leases due a look.
+fn slots_to_look_at(state: &WorkerState, wanted: &[(String, u64)], now_us: u64) -> Vec<String> {
+    let first_marked = |place: usize, slot: &str| {
+        state
+            .touched
+            .get(slot)
+            .and_then(|t| t.marks.first())
+            .is_some_and(|(first, _)| *first == place)
+    };
+    let mut slots: Vec<String> = wanted
+        .iter()
+        .enumerate()
+        .filter(|(place, (slot, _))| first_marked(*place, slot))
+        .map(|(_, (slot, _))| slot.clone())
+        .collect();
     slots.extend(
         state
             .touched
             .iter()
-            .filter(|(slot, t)| t.look_at_us <= now_us && !wanted.iter().any(|(w, _)| w == *slot))
+            .filter(|(_, t)| t.look_at_us <= now_us && t.marks.is_empty())
             .map(|(slot, _)| slot.clone()),
     );
     slots
 }
 
-/// What the tick at `now_us` does with allowance `a` of slot `slot`: ask for the mark in
-/// force if this worker made it (a mark that waited a whole ttl counts as lost, and another
-/// worker may have marked since), renew a lease about to end on a key in use, give back the
-/// units of one gone quiet. Returns the allowance to write, if changed.
+/// What the tick at `now_us` does with allowance `a`, whose slot this worker marked with
+/// `marks`: ask for the mark in force if this worker made it (a mark that waited a whole ttl
+/// counts as lost, and another worker may have marked since), renew a lease about to end on
+/// a key in use, give back the units of one gone quiet. Returns the allowance to write, if
+/// changed.
 fn step(
     mut a: Allowance,
-    slot: &str,
     config: &LeaseConfig,
-    wanted: &[(String, u64)],
+    marks: &[(usize, u64)],
     margin_us: u64,
     now_us: u64,
 ) -> (Option<Allowance>, TickStep) {
@@ -98,10 +115,7 @@ fn step(
         demand: a.demand_per_second(config.horizon),
         lease_until_us: a.lease_until_us,
     };
-    if wanted
-        .iter()
-        .any(|(w, at)| w == slot && *at == a.asking_since_us)
-    {
+    if marks.iter().any(|(_, at)| *at == a.asking_since_us) {
         return (None, TickStep::Ask(more));
     }
     match a.lease_ending(now_us, ttl, margin_us) {
@@ -140,6 +154,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         // A call carries at most MAX_ASKS, and a marked ask left out is sent at the next tick,
         // not forgotten (its key would go to the server request by request until the mark ran
         // out, a ttl later).
+        note_marks(&mut state, &wanted);
         let slots = slots_to_look_at(&state, &wanted, now_us);
         let mut call = Call::default();
         let mut looked_at = 0;
@@ -148,13 +163,25 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                 break;
             }
             looked_at += 1;
-            self.look(&mut state, rules, slot, &wanted, now_us, &mut call);
+            self.look(&mut state, rules, slot, now_us, &mut call);
         }
         self.ask_for_orphans(&mut state, rules, now_us, &mut call);
-        let left_out = &slots[looked_at..];
-        state
-            .wanted
-            .extend(wanted.into_iter().filter(|(w, _)| left_out.contains(w)));
+        // The marks of the slots the full call left out wait for the next tick, in the order
+        // marked (those looked at took theirs).
+        let mut kept = vec![false; wanted.len()];
+        for slot in &slots[looked_at..] {
+            if let Some(touched) = state.touched.get_mut(slot) {
+                for (place, _) in touched.marks.drain(..) {
+                    kept[place] = true;
+                }
+            }
+        }
+        state.wanted.extend(
+            wanted
+                .into_iter()
+                .zip(kept)
+                .filter_map(|(mark, kept)| kept.then_some(mark)),
+        );
         // Those left out of a full call go at the next short tick, whatever they wait for.
         state.short_of_units = !state.wanted.is_empty();
         let idle = state.touched.is_empty()
@@ -186,13 +213,15 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         state: &mut WorkerState,
         rules: &[Rule],
         slot: &str,
-        wanted: &[(String, u64)],
         now_us: u64,
         call: &mut Call,
     ) {
-        let Some(touched) = state.touched.get(slot) else {
+        let Some(touched) = state.touched.get_mut(slot) else {
             return;
         };
+        // Taken, looked at or not: a mark is asked for once.
+        let marks = std::mem::take(&mut touched.marks);
+        let touched = &*touched;
         let Some((rule, config)) = rules
             .get(touched.rule)
             .and_then(|r| Some((r, r.lease.as_ref()?)))
@@ -203,7 +232,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         let margin = self.margin_us();
         let id = touched.id.clone();
         let outcome = self.update(slot, |current| match current.filter(|a| a.id == id) {
-            Some(a) => step(a, slot, config, wanted, margin, now_us),
+            Some(a) => step(a, config, &marks, margin, now_us),
             None => (None, TickStep::Idle(None)),
         });
         match outcome {
