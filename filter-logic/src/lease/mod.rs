@@ -31,7 +31,7 @@ mod state;
 mod tests;
 mod tick;
 
-use state::{Orphan, Pursed, Sent, Touched, WorkerState};
+use state::{Orphan, Pursed, Sent, TickMarks, Touched, WorkerState};
 pub use tick::{SentAsks, grants};
 
 /// How often a write is retried after another worker changed the slot under it.
@@ -379,7 +379,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                 key: key.clone(),
                 id: id.clone(),
                 look_at_us: step.look_at_us,
-                marks: Vec::new(),
+                marks: TickMarks::default(),
             });
         }
         if let Some(purse) = purse {

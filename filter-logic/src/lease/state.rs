@@ -54,11 +54,45 @@ pub(super) struct Touched {
     /// When the tick must next look at it (its lease about to end, or long unused): until
     /// then the tick leaves its slot alone, unless it was asked for.
     pub(super) look_at_us: u64,
-    /// During a tick, the marks `wanted` holds for it: (where in `wanted`, the mark's time).
-    /// Kept here, not in a set of their own, for lookups without comparing every mark with
-    /// every allowance (37 ms a tick at 20,000 keys, under the lock every worker's take needs
-    /// in the module), and without another collection's code in the .wasm.
-    pub(super) marks: Vec<(usize, u64)>,
+    /// During a tick, the marks `wanted` holds for it. Kept here, not in a set of their own,
+    /// for lookups without comparing every mark with every allowance (37 ms a tick at 20,000
+    /// keys, under the lock every worker's take needs in the module), and without another
+    /// collection's code in the .wasm.
+    pub(super) marks: TickMarks,
+}
+
+/// An allowance's marks during one tick: (where in `wanted`, the mark's time). Those of an
+/// earlier tick count for none: a tick that panicked (the module catches it and goes on) left
+/// them, and they would keep the allowance from every later look.
+#[derive(Default)]
+pub(super) struct TickMarks {
+    tick: u64,
+    marks: Vec<(usize, u64)>,
+}
+
+impl TickMarks {
+    /// Notes a mark at `place` in `wanted`, made at `at`, for tick `tick`.
+    pub(super) fn note(&mut self, tick: u64, place: usize, at: u64) {
+        if self.tick != tick {
+            self.tick = tick;
+            self.marks.clear();
+        }
+        self.marks.push((place, at));
+    }
+
+    /// The marks of tick `tick`, first marked first.
+    pub(super) fn of(&self, tick: u64) -> &[(usize, u64)] {
+        if self.tick == tick { &self.marks } else { &[] }
+    }
+
+    /// The marks of tick `tick`, taken: each is dealt with once.
+    pub(super) fn take(&mut self, tick: u64) -> Vec<(usize, u64)> {
+        if self.tick == tick {
+            std::mem::take(&mut self.marks)
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// Units granted or given back that have no allowance to go to: given back at the next tick.
@@ -74,6 +108,8 @@ pub(super) struct Orphan {
 pub(super) struct WorkerState {
     /// By slot key: the allowances this worker used, which its tick looks after.
     pub(super) touched: BTreeMap<String, Touched>,
+    /// The ticks begun, to tell their marks apart ([`TickMarks`]).
+    pub(super) ticks: u64,
     /// Slot keys this worker marked as asked for, with the mark's time, to ask at the next
     /// tick if the mark is still the one in force.
     pub(super) wanted: Vec<(String, u64)>,

@@ -457,3 +457,15 @@ fn asks_beyond_a_call_s_worth_go_at_the_next_ticks_each_once_in_the_order_marked
         "each key asked once, first marked first"
     );
 }
+
+#[test]
+fn marks_an_earlier_tick_left_count_for_none() {
+    let mut marks = TickMarks::default();
+    marks.note(1, 0, 5);
+    assert_eq!(marks.of(1), &[(0, 5)]);
+    // Tick 1 never took them (it panicked, say): tick 2 sees none, and notes its own afresh.
+    assert!(marks.of(2).is_empty());
+    marks.note(2, 3, 7);
+    assert_eq!(marks.take(2), vec![(3, 7)]);
+    assert!(marks.of(2).is_empty(), "taken once");
+}

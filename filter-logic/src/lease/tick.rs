@@ -60,9 +60,10 @@ impl Call {
 /// Notes each mark in `wanted` on its allowance, if this worker touched it (a mark on
 /// another is not asked for).
 fn note_marks(state: &mut WorkerState, wanted: &[(String, u64)]) {
+    let tick = state.ticks;
     for (place, (slot, at)) in wanted.iter().enumerate() {
         if let Some(touched) = state.touched.get_mut(slot) {
-            touched.marks.push((place, *at));
+            touched.marks.note(tick, place, *at);
         }
     }
 }
@@ -74,7 +75,7 @@ fn slots_to_look_at(state: &WorkerState, wanted: &[(String, u64)], now_us: u64) 
         state
             .touched
             .get(slot)
-            .and_then(|t| t.marks.first())
+            .and_then(|t| t.marks.of(state.ticks).first())
             .is_some_and(|(first, _)| *first == place)
     };
     let mut slots: Vec<String> = wanted
@@ -87,7 +88,7 @@ fn slots_to_look_at(state: &WorkerState, wanted: &[(String, u64)], now_us: u64) 
         state
             .touched
             .iter()
-            .filter(|(_, t)| t.look_at_us <= now_us && t.marks.is_empty())
+            .filter(|(_, t)| t.look_at_us <= now_us && t.marks.of(state.ticks).is_empty())
             .map(|(slot, _)| slot.clone()),
     );
     slots
@@ -154,6 +155,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         // A call carries at most MAX_ASKS, and a marked ask left out is sent at the next tick,
         // not forgotten (its key would go to the server request by request until the mark ran
         // out, a ttl later).
+        state.ticks += 1;
         note_marks(&mut state, &wanted);
         let slots = slots_to_look_at(&state, &wanted, now_us);
         let mut call = Call::default();
@@ -168,10 +170,11 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         self.ask_for_orphans(&mut state, rules, now_us, &mut call);
         // The marks of the slots the full call left out wait for the next tick, in the order
         // marked (those looked at took theirs).
+        let tick = state.ticks;
         let mut kept = vec![false; wanted.len()];
         for slot in &slots[looked_at..] {
             if let Some(touched) = state.touched.get_mut(slot) {
-                for (place, _) in touched.marks.drain(..) {
+                for (place, _) in touched.marks.take(tick) {
                     kept[place] = true;
                 }
             }
@@ -220,7 +223,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             return;
         };
         // Taken, looked at or not: a mark is asked for once.
-        let marks = std::mem::take(&mut touched.marks);
+        let marks = touched.marks.take(state.ticks);
         let touched = &*touched;
         let Some((rule, config)) = rules
             .get(touched.rule)
