@@ -147,7 +147,8 @@ pub const CALLOUT_INIT_MISSING_REQUIRED_HEADERS: u32 = 1;
 pub const CALLOUT_INIT_CLUSTER_NOT_FOUND: u32 = 2;
 pub const CALLOUT_INIT_DUPLICATE_CALLOUT_ID: u32 = 3;
 /// Envoy's async client failed the request at once, as it does when no host of the cluster is
-/// healthy; it has then already delivered its local answer (a 503) to the callout hook, inline.
+/// healthy; for a filter's callout it has then already delivered its local answer (a 503) to
+/// the callout hook, inline (a configuration's callout gets none).
 pub const CALLOUT_INIT_CANNOT_CREATE_REQUEST: u32 = 4;
 // envoy_dynamic_module_type_http_callout_result
 pub const CALLOUT_SUCCESS: u32 = 0;
