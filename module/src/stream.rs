@@ -91,6 +91,7 @@ impl Stream {
         // Nearly always the configuration it served last: kept without touching its count.
         if !Arc::ptr_eq(&self.configured, configured) {
             self.configured = Arc::clone(configured);
+            self.request.policy_changed();
         }
         self.replied_locally = false;
         self.callout = None;

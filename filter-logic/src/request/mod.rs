@@ -55,11 +55,26 @@ pub enum Start {
 /// One request's checks and what has been decided of them.
 ///
 /// Its lists and buffers outlive the request: a host that keeps a `Request` for the next one
-/// ([`Request::start`] readies it) decides a request without allocating once they have grown.
+/// ([`Request::start`] readies it) decides a request without allocating once they have grown,
+/// and a request that repeats the last one's leased checks repeats its decision (see
+/// `repeatable`). A host that starts requests of another policy in the same `Request` tells it
+/// first ([`Request::policy_changed`]).
 pub struct Request<R> {
     planned: Vec<PlannedCheck>,
     /// Per planned check, its verdict when decided here from a lease.
     local: Vec<Option<Verdict>>,
+    /// Whether the last request was admitted at once from allowances alone: its checks and
+    /// their verdicts (`last_planned`, `last_local`), its record and its headers then decide
+    /// the next request that plans the same checks and whose allowances say the same, as
+    /// `conclude` would (it is a function of them and the policy). A hot key's requests are
+    /// decided so until its lease is renewed, without writing the record anew: Envoy evicts
+    /// the code between requests, and every line of it run costs a cache miss.
+    repeatable: bool,
+    last_planned: Vec<PlannedCheck>,
+    last_local: Vec<Option<Verdict>>,
+    /// How many requests repeated the last one's decision, for tests to tell.
+    #[cfg(test)]
+    repeats: usize,
     /// Units taken from allowances, each with the planned check it was taken for; given back
     /// if the request is denied.
     reservations: Vec<(usize, R)>,
@@ -82,6 +97,11 @@ impl<R> Default for Request<R> {
         Request {
             planned: Vec::new(),
             local: Vec::new(),
+            repeatable: false,
+            last_planned: Vec::new(),
+            last_local: Vec::new(),
+            #[cfg(test)]
+            repeats: 0,
             reservations: Vec::new(),
             asked: None,
             asked_at_ms: 0,
@@ -145,12 +165,19 @@ impl<R> Request<R> {
         let policy = glue.policy();
         self.asked = None;
         self.reservations.clear();
-        self.response_headers.clear();
+        let repeatable = std::mem::take(&mut self.repeatable);
+        if repeatable {
+            // The last request's checks and verdicts are kept, and the buffers of those
+            // before reused.
+            std::mem::swap(&mut self.planned, &mut self.last_planned);
+            std::mem::swap(&mut self.local, &mut self.last_local);
+        }
         if policy.plan_into(request, &mut self.planned) {
             glue.count_client_ip_fallback();
         }
         if self.planned.is_empty() {
             self.local.clear();
+            self.response_headers.clear();
             return Start::Decided(Act::Continue);
         }
         // One clock read for the whole request start: each is a host call.
@@ -158,13 +185,21 @@ impl<R> Request<R> {
         let now = now_us / 1000;
         self.asked_at_ms = now;
         self.decide_from_leases(glue, now_us);
+        if repeatable && self.planned == self.last_planned && self.local == self.last_local {
+            self.repeat(glue);
+            return Start::Decided(Act::Continue);
+        }
+        self.response_headers.clear();
         if let Some((hit, denial)) = self.cached_denial(glue, now) {
             self.give_back(glue);
             self.record_cache_hit(glue, hit);
             return Start::Decided(Act::Reply(denial));
         }
-        if self.local.iter().all(Option::is_some) || self.denied_here(glue) {
-            return Start::Decided(self.conclude(glue, Verdicts::Local));
+        let all_local = self.local.iter().all(Option::is_some);
+        if all_local || self.denied_here(glue) {
+            let act = self.conclude(glue, Verdicts::Local);
+            self.repeatable = all_local && matches!(act, Act::Continue);
+            return Start::Decided(act);
         }
         let remote = self
             .planned
@@ -175,6 +210,29 @@ impl<R> Request<R> {
         self.body.clear();
         write_decide_request(&mut self.body, remote);
         Start::Callout
+    }
+
+    /// The last request's conclusion, for one with the same checks and verdicts (see
+    /// `repeatable`): each was admitted from its allowance, none delayed, and the record and
+    /// headers it left stand.
+    fn repeat<G: Glue<Reservation = R>>(&mut self, glue: &G) {
+        for (p, v) in self.planned.iter().zip(&self.local) {
+            let allowed = v.is_some_and(|v| v.allowed);
+            let outcome = record::outcome(rule(glue, p).shadow, allowed, false);
+            glue.count_outcome(p.rule, outcome, false, true);
+        }
+        glue.record(&self.record);
+        self.repeatable = true;
+        #[cfg(test)]
+        {
+            self.repeats += 1;
+        }
+    }
+
+    /// The requests to come are of another policy than those before: none repeats the last
+    /// one's decision.
+    pub fn policy_changed(&mut self) {
+        self.repeatable = false;
     }
 
     /// The body of the callout [`Request::start`] asked for.

@@ -22,6 +22,9 @@ struct Memory {
     now_us: Cell<u64>,
     cache: RefCell<HashMap<String, Entry>>,
     units: Cell<u64>,
+    /// What the server had left at the lease's last grant, as the allowance reports it; by
+    /// default, the units it still holds.
+    granted_remaining: Cell<Option<u64>>,
     given_back: Cell<u64>,
     outcomes: RefCell<Vec<(usize, RuleOutcome)>>,
     records: RefCell<Vec<Vec<u8>>>,
@@ -34,6 +37,7 @@ fn memory(policy: &str) -> Memory {
         now_us: Cell::new(1_000_000_000),
         cache: RefCell::new(HashMap::new()),
         units: Cell::new(0),
+        granted_remaining: Cell::new(None),
         given_back: Cell::new(0),
         outcomes: RefCell::new(Vec::new()),
         records: RefCell::new(Vec::new()),
@@ -89,7 +93,7 @@ impl Glue for Memory {
                 Local::Taken {
                     reservation: 1,
                     limit: 100,
-                    remaining: n - 1,
+                    remaining: self.granted_remaining.get().unwrap_or(n - 1),
                 }
             }
         }
@@ -331,4 +335,84 @@ fn a_request_started_again_decides_as_a_new_one_would() {
     );
     assert!(new.4 > 0, "a denied request gave units back");
     assert_eq!(carried, new);
+}
+
+const LEASED: &str = r#"{"cluster": "sluice", "response": {"on_allowed": true}, "rules": [
+    {"name": "leased", "key": [{"header": "x-client"}],
+     "limit": {"algorithm": "gcra", "rate": 100, "per": "1s", "burst": 100},
+     "lease": {"horizon": "1s"}},
+    {"name": "watched", "shadow": true, "key": [{"header": "x-client"}],
+     "limit": {"algorithm": "gcra", "rate": 100, "per": "1s", "burst": 100},
+     "lease": {"horizon": "1s"}}]}"#;
+
+#[test]
+fn a_request_that_repeats_the_last_ones_leased_checks_decides_as_a_new_one_would() {
+    // A hot key's allowances say the same request after request until its lease is renewed
+    // (what the server had left at the grant): such a request repeats the last one's
+    // decision, its record and its headers. Between the repeats: another key, a renewal, and
+    // allowances run dry (a callout).
+    let steps = [
+        ("hot", Some(40)),
+        ("hot", Some(40)),
+        ("hot", Some(40)),
+        ("cold", Some(40)),
+        ("hot", Some(40)),
+        ("hot", Some(39)),
+        ("hot", Some(39)),
+        ("hot", None),
+        ("hot", Some(39)),
+        ("hot", Some(39)),
+    ];
+    let run = |carried: bool| {
+        let glue = memory(LEASED);
+        let mut kept = Request::default();
+        let mut acts = Vec::new();
+        for (name, granted_remaining) in steps {
+            // `None`: both allowances dry.
+            glue.units
+                .set(if granted_remaining.is_some() { 100 } else { 0 });
+            glue.granted_remaining.set(granted_remaining);
+            let mut new = Request::default();
+            let request = if carried { &mut kept } else { &mut new };
+            let mut done = decided(&glue, request, name);
+            done.push(format!("{:?}", request.response_headers()));
+            acts.push(done);
+        }
+        let outcomes = glue.outcomes.take();
+        (acts, glue.records.take(), outcomes, kept.repeats)
+    };
+    let (new, carried) = (run(false), run(true));
+    assert_eq!(
+        new.2.len(),
+        2 * steps.len(),
+        "each request counted once a rule"
+    );
+    assert!(
+        new.0[1][1].contains("x-ratelimit-remaining"),
+        "{:?}",
+        new.0[1]
+    );
+    assert_eq!(carried.0, new.0);
+    assert_eq!(carried.1, new.1);
+    assert_eq!(carried.2, new.2);
+    // The second and third hot, the second 39 and the last.
+    assert_eq!((new.3, carried.3), (0, 4));
+}
+
+#[test]
+fn a_request_of_another_policy_does_not_repeat_the_last_ones_decision() {
+    let first = memory(LEASED);
+    let renamed = memory(&LEASED.replace(r#""leased""#, r#""renamed""#));
+    for glue in [&first, &renamed] {
+        glue.units.set(10);
+        glue.granted_remaining.set(Some(5));
+    }
+    let mut request = Request::default();
+    let _ = decided(&first, &mut request, "a");
+    let _ = decided(&first, &mut request, "a");
+    assert_eq!(request.repeats, 1);
+    request.policy_changed();
+    let _ = decided(&renamed, &mut request, "a");
+    let record = String::from_utf8(renamed.records.take().concat()).unwrap();
+    assert!(record.contains(r#""rule":"renamed""#), "{record}");
 }
