@@ -213,8 +213,8 @@ impl<R> Request<R> {
     }
 
     /// The last request's conclusion, for one with the same checks and verdicts (see
-    /// `repeatable`): each was admitted from its allowance, none delayed, and the record and
-    /// headers it left stand.
+    /// `repeatable`): each check decided from its allowance (a shadow one may have denied),
+    /// the request admitted undelayed, and the record and headers it left stand.
     fn repeat<G: Glue<Reservation = R>>(&mut self, glue: &G) {
         for (p, v) in self.planned.iter().zip(&self.local) {
             let allowed = v.is_some_and(|v| v.allowed);
