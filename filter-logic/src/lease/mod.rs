@@ -236,12 +236,16 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
     }
 
     /// The period the tick wants for `state`, while anything needs it: the rules' tick, or,
-    /// while asks wait, the short `ask_tick` (see [`Leases::patient_asks`]).
+    /// while asks wait (see [`Leases::patient_asks`]) or more leases are due a look than the
+    /// last tick looked at, the short `ask_tick`.
     fn period(&self, state: &WorkerState) -> Option<Duration> {
-        if state.wanted.is_empty() {
+        if state.wanted.is_empty() && !state.more_due {
             return self.tick;
         }
-        let hurry = !self.patient || state.short_of_units || state.wanted.len() >= MAX_ASKS;
+        let hurry = !self.patient
+            || state.short_of_units
+            || state.more_due
+            || state.wanted.len() >= MAX_ASKS;
         match self.tick {
             Some(tick) if !hurry => Some(tick.max(self.ask_tick)),
             _ => Some(self.ask_tick),

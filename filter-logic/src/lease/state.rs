@@ -116,6 +116,8 @@ pub(super) struct WorkerState {
     /// A key whose ask waits in `wanted` ran out of units: its requests go to the server
     /// until the ask is answered, so the asks go at the next short tick, not the next tick.
     pub(super) short_of_units: bool,
+    /// More leases were due a look than the last tick looked at: the next tick is a short one.
+    pub(super) more_due: bool,
     /// By callout token.
     pub(super) in_flight: HashMap<u64, Vec<Sent>>,
     pub(super) orphans: Vec<Orphan>,

@@ -426,7 +426,8 @@ fn a_call_s_worth_of_patient_asks_go_at_the_short_tick() {
 fn asks_beyond_a_call_s_worth_go_at_the_next_ticks_each_once_in_the_order_marked() {
     let envoy = Envoy::new();
     let worker = envoy.worker().slot_per_key().patient_asks();
-    let keys: Vec<LimitKey> = (0..2 * MAX_ASKS + 3)
+    // More than a tick looks at: those beyond wait their turn too.
+    let keys: Vec<LimitKey> = (0..tick::MARKS_A_TICK + 2 * MAX_ASKS + 3)
         .map(|i| envoy.key_of(&format!("tenant {i}")))
         .collect();
     let mut marked_order: Vec<String> = Vec::new();
@@ -449,9 +450,11 @@ fn asks_beyond_a_call_s_worth_go_at_the_next_ticks_each_once_in_the_order_marked
         calls.push(request.asks.len());
         asked.extend(sent.into_iter().map(|s| s.slot));
         now += MS;
-        assert!(calls.len() < 10, "the asks run out");
+        assert!(calls.len() < 20, "the asks run out");
     }
-    assert_eq!(calls, [MAX_ASKS, MAX_ASKS, 3]);
+    let full_calls = tick::MARKS_A_TICK / MAX_ASKS + 2;
+    assert_eq!(calls[..full_calls], vec![MAX_ASKS; full_calls]);
+    assert_eq!(calls[full_calls..], [3]);
     assert_eq!(
         asked, marked_order,
         "each key asked once, first marked first"
@@ -468,4 +471,34 @@ fn marks_an_earlier_tick_left_count_for_none() {
     marks.note(2, 3, 7);
     assert_eq!(marks.take(2), vec![(3, 7)]);
     assert!(marks.of(2).is_empty(), "taken once");
+}
+
+#[test]
+fn leases_due_beyond_a_tick_s_worth_are_looked_at_on_the_short_ticks_after() {
+    // A tick's work is done under the module's lock every worker's take needs: thousands of
+    // keys gone quiet at once are forgotten a few calls' worth a tick, at the short tick.
+    let envoy = Envoy::new();
+    let seen = Rc::new(PeriodSeen::default());
+    let worker = envoy
+        .worker_ticked_by(Rc::clone(&seen))
+        .slot_per_key()
+        .patient_asks();
+    let keys = 2 * tick::MARKS_A_TICK + 5;
+    for i in 0..keys {
+        envoy.take_key(&worker, &envoy.key_of(&format!("tenant {i}")), 0);
+    }
+    assert!(worker.state.borrow().wanted.is_empty(), "no key asked");
+    let mut now = 10_000 * MS;
+    let mut left = Vec::new();
+    let mut periods = Vec::new();
+    while !worker.state.borrow().touched.is_empty() {
+        assert!(worker.on_tick(&envoy.policy.rules, now).is_none());
+        left.push(worker.state.borrow().touched.len());
+        periods.push(seen.0.get());
+        now += MS;
+        assert!(left.len() < 10, "every quiet key forgotten");
+    }
+    let tick = tick::MARKS_A_TICK;
+    assert_eq!(left, [keys - tick, keys - 2 * tick, 0]);
+    assert_eq!(periods, [Some(ASK_TICK), Some(ASK_TICK), None]);
 }
