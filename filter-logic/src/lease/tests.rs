@@ -427,7 +427,7 @@ fn asks_beyond_a_call_s_worth_go_at_the_next_ticks_each_once_in_the_order_marked
     let envoy = Envoy::new();
     let worker = envoy.worker().slot_per_key().patient_asks();
     // More than a tick looks at: those beyond wait their turn too.
-    let keys: Vec<LimitKey> = (0..tick::MARKS_A_TICK + 2 * MAX_ASKS + 3)
+    let keys: Vec<LimitKey> = (0..tick::SLOTS_A_TICK + 2 * MAX_ASKS + 3)
         .map(|i| envoy.key_of(&format!("tenant {i}")))
         .collect();
     let mut marked_order: Vec<String> = Vec::new();
@@ -452,7 +452,7 @@ fn asks_beyond_a_call_s_worth_go_at_the_next_ticks_each_once_in_the_order_marked
         now += MS;
         assert!(calls.len() < 20, "the asks run out");
     }
-    let full_calls = tick::MARKS_A_TICK / MAX_ASKS + 2;
+    let full_calls = tick::SLOTS_A_TICK / MAX_ASKS + 2;
     assert_eq!(calls[..full_calls], vec![MAX_ASKS; full_calls]);
     assert_eq!(calls[full_calls..], [3]);
     assert_eq!(
@@ -483,7 +483,7 @@ fn leases_due_beyond_a_tick_s_worth_are_looked_at_on_the_short_ticks_after() {
         .worker_ticked_by(Rc::clone(&seen))
         .slot_per_key()
         .patient_asks();
-    let keys = 2 * tick::MARKS_A_TICK + 5;
+    let keys = 2 * tick::SLOTS_A_TICK + 5;
     for i in 0..keys {
         envoy.take_key(&worker, &envoy.key_of(&format!("tenant {i}")), 0);
     }
@@ -498,7 +498,7 @@ fn leases_due_beyond_a_tick_s_worth_are_looked_at_on_the_short_ticks_after() {
         now += MS;
         assert!(left.len() < 10, "every quiet key forgotten");
     }
-    let tick = tick::MARKS_A_TICK;
-    assert_eq!(left, [keys - tick, keys - 2 * tick, 0]);
+    let per_tick = tick::SLOTS_A_TICK;
+    assert_eq!(left, [keys - per_tick, keys - 2 * per_tick, 0]);
     assert_eq!(periods, [Some(ASK_TICK), Some(ASK_TICK), None]);
 }

@@ -19,12 +19,12 @@ pub fn grants(request: &LeaseRequest, body: &[u8]) -> Result<Vec<LeaseGrant>, St
         .map_err(|e| e.to_string())
 }
 
-/// The most marks a tick looks at (in the order marked; the others wait for the next ticks),
-/// and the most leases due a look it looks at besides: a few calls' worth, for those that
-/// turn out to have nothing to ask. Each one looked at costs lookups by slot name under the
+/// The most marked slots a tick looks at (in the order marked; the others wait for the next
+/// ticks), and the most slots due a look it looks at besides: a few calls' worth, for those
+/// that turn out to have nothing to ask. Each one looked at costs lookups by slot name under the
 /// module's lock: with 20,000 keys marked at once, looking at all of them took 7 to 14 ms a
 /// tick.
-pub(super) const MARKS_A_TICK: usize = 4 * MAX_ASKS;
+pub(super) const SLOTS_A_TICK: usize = 4 * MAX_ASKS;
 
 /// The asks of one lease callout, kept by the root context until its answer.
 pub struct SentAsks(pub(super) Vec<Sent>);
@@ -76,7 +76,7 @@ fn note_marks(state: &mut WorkerState, wanted: &[(String, u64)]) {
 }
 
 /// The slots the tick looks at: those requests marked as asked for (in the order first
-/// marked; see [`note_marks`]), then up to [`MARKS_A_TICK`] of the leases due a look; and
+/// marked; see [`note_marks`]), then up to [`SLOTS_A_TICK`] of the leases due a look; and
 /// whether more are due than that.
 fn slots_to_look_at(
     state: &WorkerState,
@@ -101,7 +101,7 @@ fn slots_to_look_at(
         .iter()
         .filter(|(_, t)| t.look_at_us <= now_us && t.marks.of(state.ticks).is_empty())
         .map(|(slot, _)| slot);
-    slots.extend(due.by_ref().take(MARKS_A_TICK).cloned());
+    slots.extend(due.by_ref().take(SLOTS_A_TICK).cloned());
     (slots, due.next().is_some())
 }
 
@@ -163,7 +163,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         self.return_purses(rules, now_us);
         let mut state = self.state.borrow_mut();
         let mut wanted = std::mem::take(&mut state.wanted);
-        let later = wanted.split_off(wanted.len().min(MARKS_A_TICK));
+        let later = wanted.split_off(wanted.len().min(SLOTS_A_TICK));
         // A call carries at most MAX_ASKS, and a marked ask left out is sent at the next tick,
         // not forgotten (its key would go to the server request by request until the mark ran
         // out, a ttl later).
