@@ -31,7 +31,7 @@ mod state;
 mod tests;
 mod tick;
 
-use state::{Orphan, Pursed, Sent, TickMarks, Touched, WorkerState};
+use state::{Orphan, Pursed, Sent, TickMarks, Touched, UNQUEUED, WorkerState};
 pub use tick::{SentAsks, grants};
 
 /// How often a write is retried after another worker changed the slot under it.
@@ -383,6 +383,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                 key: key.clone(),
                 id: id.clone(),
                 look_at_us: step.look_at_us,
+                queued_us: UNQUEUED,
                 marks: TickMarks::default(),
             });
         }

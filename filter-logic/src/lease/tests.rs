@@ -8,7 +8,7 @@ use std::cell::Cell;
 use sluice_core::key::LimitKey;
 use sluice_core::lease::{Allowance, PURSE_UNITS};
 use sluice_core::policy::{HttpRequest, Policy};
-use sluice_core::wire::LeaseGrant;
+use sluice_core::wire::{LeaseGrant, LeaseRequest};
 
 use super::*;
 use crate::shared_data::MemorySharedData;
@@ -121,6 +121,23 @@ impl Envoy {
         Allowance::decode(&bytes).unwrap()
     }
 
+    /// Takes requests every ms from `from_us` until the worker's tick sends a call; the call,
+    /// and the time after.
+    fn first_call<T: LeaseTick>(
+        &self,
+        worker: &Leases<Rc<MemorySharedData>, T>,
+        from_us: u64,
+    ) -> ((LeaseRequest, SentAsks), u64) {
+        let mut now = from_us;
+        loop {
+            self.take(worker, now);
+            now += MS;
+            if let Some(call) = worker.on_tick(&self.policy.rules, now) {
+                return (call, now);
+            }
+        }
+    }
+
     /// Takes requests every ms from `from_us` until the worker marks an ask, then sends its
     /// tick's call and answers it with `granted` units for 1 s; the time after.
     fn lease<T: LeaseTick>(
@@ -129,18 +146,21 @@ impl Envoy {
         granted: u64,
         from_us: u64,
     ) -> u64 {
-        let mut now = from_us;
-        let (request, sent) = loop {
-            self.take(worker, now);
-            now += MS;
-            if let Some(call) = worker.on_tick(&self.policy.rules, now) {
-                break call;
-            }
-        };
+        self.lease_granting(worker, grant(granted), from_us)
+    }
+
+    /// As [`Envoy::lease`], answering with `grant`.
+    fn lease_granting<T: LeaseTick>(
+        &self,
+        worker: &Leases<Rc<MemorySharedData>, T>,
+        grant: LeaseGrant,
+        from_us: u64,
+    ) -> u64 {
+        let ((request, sent), now) = self.first_call(worker, from_us);
         assert_eq!(request.asks.len(), 1);
         assert!(request.asks[0].want > 0, "{:?}", request.asks[0]);
         worker.sent(7, sent);
-        worker.answered(7, Ok(vec![grant(granted)]), |_, _| {});
+        worker.answered(7, Ok(vec![grant]), |_, _| {});
         now
     }
 }
@@ -316,14 +336,7 @@ fn units_of_a_request_denied_by_another_rule_go_back_where_they_came_from() {
 fn units_granted_to_a_slot_another_key_took_are_given_back_at_the_next_tick() {
     let envoy = Envoy::new();
     let worker = envoy.worker();
-    let mut now = 0;
-    let (_, sent) = loop {
-        envoy.take(&worker, now);
-        now += MS;
-        if let Some(call) = worker.on_tick(&envoy.policy.rules, now) {
-            break call;
-        }
-    };
+    let ((_, sent), now) = envoy.first_call(&worker, 0);
     worker.sent(3, sent);
     // The slot goes to another key before the answer comes.
     let slot = worker.slot(&entry_id(&envoy.policy.rules[0].name, &envoy.key));
@@ -459,6 +472,51 @@ fn asks_beyond_a_call_s_worth_go_at_the_next_ticks_each_once_in_the_order_marked
         asked, marked_order,
         "each key asked once, first marked first"
     );
+}
+
+#[test]
+fn a_lease_shorter_than_the_ttl_is_renewed_before_it_ends() {
+    // Until its grant, the key's next look is a ttl (1 s) after its last request; the grant's
+    // shorter lease brings the look forward, to renew the lease before it ends.
+    let envoy = Envoy::new();
+    let worker = envoy.worker();
+    let short = LeaseGrant {
+        lease_ms: 300,
+        ..grant(100)
+    };
+    let mut now = envoy.lease_granting(&worker, short, MS);
+    let lease_until = envoy.allowance(&worker).lease_until_us;
+    assert!(lease_until <= now + 300 * MS, "{lease_until}");
+    // No request since: only the tick can see the lease's end coming.
+    let renewal = loop {
+        now += MS;
+        assert!(now < lease_until, "the lease ended with no renewal");
+        if let Some((request, _)) = worker.on_tick(&envoy.policy.rules, now) {
+            break request;
+        }
+    };
+    assert_eq!(renewal.asks.len(), 1);
+    assert_eq!(renewal.asks[0].key, envoy.key);
+    assert_eq!(renewal.asks[0].held, 100, "{:?}", renewal.asks[0]);
+}
+
+#[test]
+fn a_key_used_since_its_look_was_set_is_forgotten_a_ttl_after_its_last_use() {
+    // Its first use set its look a ttl (1 s) later; a use since put the look off, and the
+    // tick then finds it not yet due.
+    let envoy = Envoy::new();
+    let worker = envoy.worker().slot_per_key().patient_asks();
+    let key = envoy.key_of("tenant");
+    envoy.take_key(&worker, &key, 0);
+    envoy.take_key(&worker, &key, 600 * MS);
+    assert!(worker.state.borrow().wanted.is_empty(), "no key asked");
+    let left_after = |now_us| {
+        assert!(worker.on_tick(&envoy.policy.rules, now_us).is_none());
+        worker.state.borrow().touched.len()
+    };
+    assert_eq!(left_after(1_100 * MS), 1, "used 500 ms before");
+    assert_eq!(left_after(1_500 * MS), 1, "used 900 ms before");
+    assert_eq!(left_after(1_700 * MS), 0, "idle a ttl");
 }
 
 #[test]

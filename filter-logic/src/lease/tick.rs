@@ -76,18 +76,19 @@ fn note_marks(state: &mut WorkerState, wanted: &[(String, u64)]) {
 }
 
 /// The slots the tick looks at: those requests marked as asked for (in the order first
-/// marked; see [`note_marks`]), then up to [`SLOTS_A_TICK`] of the leases due a look; and
-/// whether more are due than that.
+/// marked; see [`note_marks`]), then up to [`SLOTS_A_TICK`] of the leases due a look, out of
+/// their queue until [`WorkerState::requeue`]; and whether more are due than that.
 fn slots_to_look_at(
-    state: &WorkerState,
+    state: &mut WorkerState,
     wanted: &[(String, u64)],
     now_us: u64,
 ) -> (Vec<String>, bool) {
+    let tick = state.ticks;
     let first_marked = |place: usize, slot: &str| {
         state
             .touched
             .get(slot)
-            .and_then(|t| t.marks.of(state.ticks).first())
+            .and_then(|t| t.marks.of(tick).first())
             .is_some_and(|(first, _)| *first == place)
     };
     let mut slots: Vec<String> = wanted
@@ -96,13 +97,9 @@ fn slots_to_look_at(
         .filter(|(place, (slot, _))| first_marked(*place, slot))
         .map(|(_, (slot, _))| slot.clone())
         .collect();
-    let mut due = state
-        .touched
-        .iter()
-        .filter(|(_, t)| t.look_at_us <= now_us && t.marks.of(state.ticks).is_empty())
-        .map(|(slot, _)| slot);
-    slots.extend(due.by_ref().take(SLOTS_A_TICK).cloned());
-    (slots, due.next().is_some())
+    let (due, more_due) = state.due(now_us, tick, SLOTS_A_TICK);
+    slots.extend(due);
+    (slots, more_due)
 }
 
 /// What the tick at `now_us` does with allowance `a`, whose slot this worker marked with
@@ -169,7 +166,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         // out, a ttl later).
         state.ticks += 1;
         note_marks(&mut state, &wanted);
-        let (slots, more_due) = slots_to_look_at(&state, &wanted, now_us);
+        let (slots, more_due) = slots_to_look_at(&mut state, &wanted, now_us);
         state.more_due = more_due;
         let mut call = Call::default();
         let mut looked_at = 0;
@@ -191,6 +188,9 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                     kept[place] = true;
                 }
             }
+        }
+        for slot in slots {
+            state.requeue(slot);
         }
         state.wanted.extend(
             wanted
@@ -284,19 +284,13 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                 match current.filter(|a| now_us.saturating_sub(a.last_seen_us) < ttl) {
                     Some(a) => {
                         let look_at = self.look_at(&a, ttl, now_us).max(now_us + margin / 2);
-                        if let Some(t) = state.touched.get_mut(slot) {
-                            t.look_at_us = look_at;
-                        }
+                        state.look_at(slot, look_at);
                     }
                     None if self.forget(slot, ttl, now_us) => {
                         state.touched.remove(slot);
                     }
                     // Not free yet (an ask out, or units under a lease): looked at again.
-                    None => {
-                        if let Some(t) = state.touched.get_mut(slot) {
-                            t.look_at_us = now_us + margin.max(1);
-                        }
-                    }
+                    None => state.look_at(slot, now_us + margin.max(1)),
                 }
             }
             // Every attempt lost the race to other workers: the next tick looks again.
@@ -444,10 +438,8 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                         _ => (None, false),
                     })
                     .unwrap_or(false);
-            if let (Some(look_at), Some(t)) =
-                (look_at, self.state.borrow_mut().touched.get_mut(&s.slot))
-            {
-                t.look_at_us = look_at;
+            if let Some(look_at) = look_at {
+                self.state.borrow_mut().look_at(&s.slot, look_at);
             }
             if !applied && grant.granted > 0 {
                 // The slot went to another key meanwhile: give these back at the next tick.
