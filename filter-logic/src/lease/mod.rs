@@ -363,7 +363,7 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         });
         let mut state = self.state.borrow_mut();
         if written && step.asked {
-            state.wanted.push((slot.clone(), now_us));
+            state.wanted.push_back((slot.clone(), now_us));
         }
         // Searched only where the flag can change the period: with a call's worth of asks
         // waiting the short tick is due anyway, and each tick sets the flag afresh. A search

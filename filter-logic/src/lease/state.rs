@@ -2,7 +2,7 @@
 //! sent, units with no allowance to go to, and its purses.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use sluice_core::key::{LimitKey, RuleName};
 use sluice_core::lease::Purse;
@@ -188,8 +188,9 @@ pub(super) struct WorkerState {
     /// The ticks begun, to tell their marks apart ([`TickMarks`]).
     pub(super) ticks: u64,
     /// Slot keys this worker marked as asked for, with the mark's time, to ask at the next
-    /// tick if the mark is still the one in force.
-    pub(super) wanted: Vec<(String, u64)>,
+    /// tick if the mark is still the one in force. A tick takes the first few off the front
+    /// and puts back those it left out: with thousands waiting, a `Vec` moved all of them.
+    pub(super) wanted: VecDeque<(String, u64)>,
     /// A key whose ask waits in `wanted` ran out of units: its requests go to the server
     /// until the ask is answered, so the asks go at the next short tick, not the next tick.
     pub(super) short_of_units: bool,

@@ -431,7 +431,7 @@ fn a_call_s_worth_of_patient_asks_go_at_the_short_tick() {
         ..WorkerState::default()
     };
     assert_eq!(worker.period(&state), Some(Duration::from_millis(25)));
-    state.wanted.push(("slot 64".to_owned(), 1));
+    state.wanted.push_back(("slot 64".to_owned(), 1));
     assert_eq!(worker.period(&state), Some(ASK_TICK));
 }
 

@@ -159,8 +159,8 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
     pub fn on_tick(&self, rules: &[Rule], now_us: u64) -> Option<(LeaseRequest, SentAsks)> {
         self.return_purses(rules, now_us);
         let mut state = self.state.borrow_mut();
-        let mut wanted = std::mem::take(&mut state.wanted);
-        let later = wanted.split_off(wanted.len().min(SLOTS_A_TICK));
+        let looked_for = state.wanted.len().min(SLOTS_A_TICK);
+        let wanted: Vec<(String, u64)> = state.wanted.drain(..looked_for).collect();
         // A call carries at most MAX_ASKS, and a marked ask left out is sent at the next tick,
         // not forgotten (its key would go to the server request by request until the mark ran
         // out, a ttl later).
@@ -192,13 +192,13 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
         for slot in slots {
             state.requeue(slot);
         }
-        state.wanted.extend(
-            wanted
-                .into_iter()
-                .zip(kept)
-                .filter_map(|(mark, kept)| kept.then_some(mark)),
-        );
-        state.wanted.extend(later);
+        let left_out = wanted
+            .into_iter()
+            .zip(kept)
+            .filter_map(|(mark, kept)| kept.then_some(mark));
+        for mark in left_out.rev() {
+            state.wanted.push_front(mark);
+        }
         // Those left out of a full call go at the next short tick, whatever they wait for.
         state.short_of_units = !state.wanted.is_empty();
         let idle = state.touched.is_empty()
