@@ -16,6 +16,7 @@ mod replay;
 mod scale;
 mod sections;
 mod server;
+mod tick;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -120,6 +121,8 @@ enum Command {
         #[arg(long, default_value_t = SCALE_RUNS)]
         runs: usize,
     },
+    /// The lease tick over thousands of keys, beside a request's take.
+    Tick,
     /// Everything, written to a Markdown file.
     All {
         /// Where to write the results.
@@ -263,6 +266,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             sections::lease_section(&Modules::built(), ChartDir::Scratch)?
         ),
         Command::Scale { runs } => print!("{}", scale::section(&scale::run(runs)?)?),
+        Command::Tick => print!("{}", tick::section(&tick::run()?)?),
         Command::Envoy {
             rounds,
             seconds,
@@ -352,6 +356,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 doc,
                 "## Lease mode\n\n{}",
                 sections::lease_section(&modules, ChartDir::Committed)?
+            )?;
+            eprintln!("bench: the lease tick at scale ...");
+            writeln!(
+                doc,
+                "## Lease mode: the tick at scale\n\n{}",
+                tick::section(&tick::run()?)?
             )?;
             writeln!(
                 doc,

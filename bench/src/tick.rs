@@ -1,0 +1,249 @@
+//! The lease tick at scale: the filter logic's tick over thousands of leased keys, as the
+//! native module runs it (its settings, one worker's leases over an in-memory store with
+//! Envoy's CAS semantics), beside a request's take in the same pass. In the module every
+//! worker's take waits on the lock the tick holds, so a tick's length is a stall of requests.
+//!
+//! Each pass: every key's first requests at one instant (each marks its key's ask), ticks a
+//! millisecond apart until every ask has gone out and been granted (a burst of new keys), then
+//! ticks 20 ms apart while every key holds its lease and none is due a look (the steady state).
+//! Time is virtual for the leases; only the work is timed.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use sluice_core::key::LimitKey;
+use sluice_core::policy::{HttpRequest, Policy};
+use sluice_core::wire::LeaseGrant;
+use sluice_filter_logic::lease::{Holder, LeaseTick, Leases};
+use sluice_filter_logic::shared_data::MemorySharedData;
+
+/// Keys in each setting.
+pub const KEYS: [usize; 2] = [1_000, 20_000];
+/// Passes of each setting.
+pub const PASSES: usize = 5;
+/// Requests each key makes at the start.
+const TAKES_A_KEY: usize = 3;
+/// Ticks in the steady state.
+const STEADY_TICKS: usize = 25;
+/// The module's settings (module/src/lease.rs).
+const ASK_AFTER: Duration = Duration::from_millis(20);
+const PURSE_UNITS: u64 = 64;
+/// Granted leases outlast the measured span: no look comes due for a lease's end.
+const LEASE_MS: u64 = 60_000;
+const MS: u64 = 1_000;
+
+const POLICY: &str = r#"{"cluster": "sluice", "rules": [{"name": "per-tenant",
+  "key": [{"header": "x-api-key"}],
+  "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000},
+  "lease": {"horizon": "500ms"}}]}"#;
+
+/// The bench drives the tick by hand.
+struct ByHand;
+
+impl LeaseTick for ByHand {
+    fn set_leasing(&self, _period: Option<Duration>) {}
+}
+
+/// One pass's figures, in µs.
+#[derive(Debug, Clone, Copy)]
+pub struct Pass {
+    /// A request's take of a key not yet leased (it marks the key's ask), on average.
+    pub take_us: f64,
+    /// Ticks until every key's ask had gone out.
+    pub burst_ticks: usize,
+    /// Those ticks together.
+    pub burst_total_us: f64,
+    /// Their median.
+    pub burst_median_us: f64,
+    /// The longest of them.
+    pub burst_longest_us: f64,
+    /// A tick with every key leased and none due a look: the median of the steady ticks.
+    pub steady_us: f64,
+}
+
+/// `PASSES` passes on each of [`KEYS`].
+pub fn run() -> anyhow::Result<Vec<(usize, Vec<Pass>)>> {
+    let policy = Policy::from_json(POLICY.as_bytes())?;
+    KEYS.iter()
+        .map(|&keys| {
+            // The first pass of a process pays for its memory's first use.
+            pass(&policy, keys)?;
+            let passes = (0..PASSES)
+                .map(|i| {
+                    eprintln!(
+                        "bench: the lease tick on {keys} keys, pass {} of {PASSES} ...",
+                        i + 1
+                    );
+                    pass(&policy, keys)
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok((keys, passes))
+        })
+        .collect()
+}
+
+fn key_of(policy: &Policy, tenant: usize) -> anyhow::Result<LimitKey> {
+    let request = HttpRequest {
+        headers: [(
+            Cow::Borrowed("x-api-key"),
+            Cow::Owned(format!("tenant-{tenant}").into_bytes()),
+        )]
+        .into_iter()
+        .collect(),
+        source_address: None,
+    };
+    let mut plan = policy.plan(&request);
+    anyhow::ensure!(
+        !plan.checks.is_empty(),
+        "the bench's rule matched no request"
+    );
+    Ok(plan.checks.remove(0).key)
+}
+
+fn pass(policy: &Policy, keys: usize) -> anyhow::Result<Pass> {
+    let rule = &policy.rules[0];
+    let config = rule
+        .lease
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("the bench's rule has no lease"))?;
+    let worker = Leases::new(
+        Rc::new(MemorySharedData::default()),
+        "bench".to_owned(),
+        Holder {
+            name: "envoy:1".to_owned(),
+            secret: "s".to_owned(),
+        },
+        &policy.rules,
+        ByHand,
+    )
+    .asking_after(ASK_AFTER)
+    .patient_asks()
+    .slot_per_key()
+    .purses_up_to(PURSE_UNITS);
+    let tenants = (0..keys)
+        .map(|k| key_of(policy, k))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+
+    let mut now = 10_000 * MS;
+    let started = Instant::now();
+    for _ in 0..TAKES_A_KEY {
+        for key in &tenants {
+            worker.take(0, rule, config, key, now);
+        }
+    }
+    let take_us = micros(started.elapsed()) / (TAKES_A_KEY * keys) as f64;
+
+    let mut burst = Vec::new();
+    let mut asked = 0;
+    while asked < keys {
+        anyhow::ensure!(
+            burst.len() < 4 * keys,
+            "{asked} of {keys} keys asked for after {} ticks",
+            burst.len()
+        );
+        now += MS;
+        let started = Instant::now();
+        let call = worker.on_tick(&policy.rules, now);
+        if let Some((request, sent)) = call {
+            asked += request.asks.len();
+            let grants = request
+                .asks
+                .iter()
+                .map(|ask| LeaseGrant {
+                    granted: ask.want,
+                    lease_ms: LEASE_MS,
+                    more_in_ms: 0,
+                    limit: ask.limit.capacity(),
+                    remaining: ask.limit.capacity(),
+                    pace_us: 0,
+                    kept: None,
+                    share_per_ks: 0,
+                    crowded: false,
+                })
+                .collect();
+            worker.sent(1, sent);
+            worker.answered(1, Ok(grants), |_, _| {});
+        }
+        burst.push(micros(started.elapsed()));
+    }
+
+    let mut steady = Vec::with_capacity(STEADY_TICKS);
+    for _ in 0..STEADY_TICKS {
+        now += 20 * MS;
+        let started = Instant::now();
+        let call = worker.on_tick(&policy.rules, now);
+        steady.push(micros(started.elapsed()));
+        anyhow::ensure!(
+            call.is_none(),
+            "a steady tick asked: {:?}",
+            call.map(|c| c.0)
+        );
+    }
+    Ok(Pass {
+        take_us,
+        burst_ticks: burst.len(),
+        burst_total_us: burst.iter().sum(),
+        burst_longest_us: burst.iter().copied().fold(0.0, f64::max),
+        burst_median_us: median(&mut burst),
+        steady_us: median(&mut steady),
+    })
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// `figure` of every pass: its median and range.
+fn spread(passes: &[Pass], figure: impl Fn(&Pass) -> f64) -> (f64, f64, f64) {
+    let mut values: Vec<f64> = passes.iter().map(figure).collect();
+    let mid = median(&mut values);
+    (mid, values[0], values[values.len() - 1])
+}
+
+/// The section of BENCHMARKS.md.
+pub fn section(results: &[(usize, Vec<Pass>)]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "The filter logic's lease tick as the native module runs it (its settings; one worker's leases over an in-memory store with Envoy's CAS semantics; the release build), on {} and {} keys, {PASSES} passes each; each cell the median with the range in brackets. In the module every worker's take waits on the lock a tick holds: a tick's length is a stall of requests. Each setting's first pass is not counted (it pays for its memory's first use). Each pass: every key's first {TAKES_A_KEY} requests at one instant (each key's first marks its ask), then ticks a millisecond apart, each call answered at once, until every key's ask has gone out (*burst*); then {STEADY_TICKS} ticks 20 ms apart with every key leased and no lease due a look (*steady*). *Take*: a request's take of a key not yet leased, the baseline of the same pass.\n",
+        KEYS[0], KEYS[1]
+    )?;
+    writeln!(
+        out,
+        "| keys | take µs | burst: ticks | burst: all ticks ms | burst: median tick µs | burst: longest tick µs | longest tick / take | steady tick µs | steady tick / take |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|")?;
+    let cell = |(mid, lo, hi): (f64, f64, f64), digits: usize| {
+        format!("{mid:.digits$} [{lo:.digits$} .. {hi:.digits$}]")
+    };
+    for (keys, passes) in results {
+        writeln!(
+            out,
+            "| {keys} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            cell(spread(passes, |p| p.take_us), 2),
+            cell(spread(passes, |p| p.burst_ticks as f64), 0),
+            cell(spread(passes, |p| p.burst_total_us / 1e3), 1),
+            cell(spread(passes, |p| p.burst_median_us), 0),
+            cell(spread(passes, |p| p.burst_longest_us), 0),
+            cell(spread(passes, |p| p.burst_longest_us / p.take_us), 0),
+            cell(spread(passes, |p| p.steady_us), 2),
+            cell(spread(passes, |p| p.steady_us / p.take_us), 2),
+        )?;
+    }
+    if let [(few, few_passes), (many, many_passes)] = results {
+        let ratio = |p: &[Pass]| spread(p, |p| p.steady_us).0;
+        writeln!(
+            out,
+            "\nA steady tick on {many} keys costs {:.2} times one on {few}: a tick looks at the leases due, not at every lease.",
+            ratio(many_passes) / ratio(few_passes)
+        )?;
+    }
+    Ok(out)
+}
