@@ -57,7 +57,7 @@ pub(super) struct Touched {
     /// [`WorkerState::look_at`] or [`WorkerState::touch`], which keep [`Looks`] in step.
     pub(super) look_at_us: u64,
     /// The time of its live entry in [`Looks`], at or before `look_at_us`; [`UNQUEUED`]
-    /// while a tick holds it out of the queue.
+    /// before it is first queued, and while [`WorkerState::due`] holds it out of the queue.
     pub(super) queued_us: u64,
     /// During a tick, the marks `wanted` holds for it. Kept here, not in a set of their own,
     /// for lookups without comparing every mark with every allowance (37 ms a tick at 20,000
@@ -238,9 +238,10 @@ impl WorkerState {
         }
     }
 
-    /// Up to `most` allowances due a look at `now_us` that tick `tick` has not marked, taken
-    /// out of the queue, soonest first; and whether more may be due. Each must go back with
-    /// [`WorkerState::requeue`] once looked at.
+    /// Up to `most` allowances due a look at `now_us` that tick `tick` has not marked, soonest
+    /// first; and whether more may be due. They stay queued at their looks, due again at the
+    /// next tick unless looking at them puts their looks off: a tick that panics half-way
+    /// (the module catches it and goes on) loses none of them.
     pub(super) fn due(&mut self, now_us: u64, tick: u64, most: usize) -> (Vec<String>, bool) {
         // Entries come due for allowances whose look was put off (every one used since it
         // was queued): thousands of them at once after a burst of new keys. Those are queued
@@ -260,12 +261,11 @@ impl WorkerState {
                 continue;
             };
             touched.queued_us = UNQUEUED;
-            // Put off since it was queued, or looked at this tick anyway for its marks.
-            if touched.look_at_us > now_us || !touched.marks.of(tick).is_empty() {
-                again.push(slot);
-            } else {
-                due.push(slot);
+            // Due, unless put off since it was queued or looked at this tick for its marks.
+            if touched.look_at_us <= now_us && touched.marks.of(tick).is_empty() {
+                due.push(slot.clone());
             }
+            again.push(slot);
         }
         let more = self.looks.any_due(now_us);
         for slot in again {
@@ -274,9 +274,9 @@ impl WorkerState {
         (due, more)
     }
 
-    /// Queues the allowance in `slot` again at its look, if a tick took it out of the queue
-    /// and this worker still has it.
-    pub(super) fn requeue(&mut self, slot: String) {
+    /// Queues the allowance in `slot` again at its look, where [`WorkerState::due`] took it
+    /// out of the queue.
+    fn requeue(&mut self, slot: String) {
         if let Some(touched) = self.touched.get_mut(&slot)
             && touched.queued_us == UNQUEUED
         {

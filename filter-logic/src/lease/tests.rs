@@ -520,6 +520,39 @@ fn a_key_used_since_its_look_was_set_is_forgotten_a_ttl_after_its_last_use() {
 }
 
 #[test]
+fn a_lease_due_a_look_when_a_tick_panicked_is_looked_at_by_the_next() {
+    // The module catches a panic and goes on: the leases the panicking tick was looking at
+    // are still due at the next.
+    let envoy = Envoy::new();
+    let worker = envoy.worker();
+    let mut now = envoy.lease(&worker, 100, MS);
+    let lease_until = envoy.allowance(&worker).lease_until_us;
+    let armed = Rc::new(Cell::new(true));
+    let trigger = Rc::clone(&armed);
+    envoy
+        .data
+        .interfere(move |_, _| assert!(!trigger.replace(false), "a bug in the tick's look"));
+    let tick = |now_us| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            worker.on_tick(&envoy.policy.rules, now_us)
+        }))
+    };
+    loop {
+        now += MS;
+        assert!(now < lease_until, "the lease ended with no look");
+        match tick(now) {
+            Err(_) => break,
+            Ok(call) => assert!(call.is_none(), "no request since the grant"),
+        }
+    }
+    let renewal = tick(now + MS).ok().flatten().map(|(request, _)| request);
+    assert!(
+        renewal.is_some_and(|r| r.asks.len() == 1 && r.asks[0].key == envoy.key),
+        "the next tick asks for the lease"
+    );
+}
+
+#[test]
 fn marks_an_earlier_tick_left_count_for_none() {
     let mut marks = TickMarks::default();
     marks.note(1, 0, 5);

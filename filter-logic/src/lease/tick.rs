@@ -76,8 +76,8 @@ fn note_marks(state: &mut WorkerState, wanted: &[(String, u64)]) {
 }
 
 /// The slots the tick looks at: those requests marked as asked for (in the order first
-/// marked; see [`note_marks`]), then up to [`SLOTS_A_TICK`] of the leases due a look, out of
-/// their queue until [`WorkerState::requeue`]; and whether more are due than that.
+/// marked; see [`note_marks`]), then up to [`SLOTS_A_TICK`] of the leases due a look; and
+/// whether more are due than that.
 fn slots_to_look_at(
     state: &mut WorkerState,
     wanted: &[(String, u64)],
@@ -188,9 +188,6 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
                     kept[place] = true;
                 }
             }
-        }
-        for slot in slots {
-            state.requeue(slot);
         }
         let left_out = wanted
             .into_iter()
