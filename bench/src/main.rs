@@ -16,6 +16,7 @@ mod replay;
 mod scale;
 mod sections;
 mod server;
+mod spread;
 mod tick;
 
 use std::fmt::Write as _;

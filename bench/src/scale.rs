@@ -7,6 +7,8 @@ use std::process::Command;
 
 use serde::Deserialize;
 
+use crate::spread::spread;
+
 /// Buckets each stream reports.
 pub const BUCKETS: usize = 50_000;
 /// Streams, as Envoys.
@@ -65,16 +67,6 @@ pub fn run(runs: usize) -> anyhow::Result<Vec<ScaleRun>> {
             Ok(serde_json::from_str(line)?)
         })
         .collect()
-}
-
-/// The median and the range of `values`.
-fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
-    values.sort_by(f64::total_cmp);
-    (
-        values[values.len() / 2],
-        values[0],
-        values[values.len() - 1],
-    )
 }
 
 /// The section: one row a figure, median and range over the runs, beside its bar.

@@ -19,6 +19,8 @@ use sluice_core::wire::LeaseGrant;
 use sluice_filter_logic::lease::{Holder, LeaseTick, Leases};
 use sluice_filter_logic::shared_data::MemorySharedData;
 
+use crate::spread::spread;
+
 /// Keys in each setting.
 pub const KEYS: [usize; 2] = [1_000, 20_000];
 /// Passes of each setting.
@@ -186,8 +188,8 @@ fn pass(policy: &Policy, keys: usize) -> anyhow::Result<Pass> {
         burst_ticks: burst.len(),
         burst_total_us: burst.iter().sum(),
         burst_longest_us: burst.iter().copied().fold(0.0, f64::max),
-        burst_median_us: median(&mut burst),
-        steady_us: median(&mut steady),
+        burst_median_us: spread(burst).0,
+        steady_us: spread(steady).0,
     })
 }
 
@@ -195,16 +197,9 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// `figure` of every pass: its median and range.
-fn spread(passes: &[Pass], figure: impl Fn(&Pass) -> f64) -> (f64, f64, f64) {
-    let mut values: Vec<f64> = passes.iter().map(figure).collect();
-    let mid = median(&mut values);
-    (mid, values[0], values[values.len() - 1])
+fn of_passes(passes: &[Pass], figure: impl Fn(&Pass) -> f64) -> (f64, f64, f64) {
+    spread(passes.iter().map(figure).collect())
 }
 
 /// The section of BENCHMARKS.md.
@@ -227,18 +222,18 @@ pub fn section(results: &[(usize, Vec<Pass>)]) -> anyhow::Result<String> {
         writeln!(
             out,
             "| {keys} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            cell(spread(passes, |p| p.take_us), 2),
-            cell(spread(passes, |p| p.burst_ticks as f64), 0),
-            cell(spread(passes, |p| p.burst_total_us / 1e3), 1),
-            cell(spread(passes, |p| p.burst_median_us), 0),
-            cell(spread(passes, |p| p.burst_longest_us), 0),
-            cell(spread(passes, |p| p.burst_longest_us / p.take_us), 0),
-            cell(spread(passes, |p| p.steady_us), 2),
-            cell(spread(passes, |p| p.steady_us / p.take_us), 2),
+            cell(of_passes(passes, |p| p.take_us), 2),
+            cell(of_passes(passes, |p| p.burst_ticks as f64), 0),
+            cell(of_passes(passes, |p| p.burst_total_us / 1e3), 1),
+            cell(of_passes(passes, |p| p.burst_median_us), 0),
+            cell(of_passes(passes, |p| p.burst_longest_us), 0),
+            cell(of_passes(passes, |p| p.burst_longest_us / p.take_us), 0),
+            cell(of_passes(passes, |p| p.steady_us), 2),
+            cell(of_passes(passes, |p| p.steady_us / p.take_us), 2),
         )?;
     }
     if let [(few, few_passes), (many, many_passes)] = results {
-        let ratio = |p: &[Pass]| spread(p, |p| p.steady_us).0;
+        let ratio = |p: &[Pass]| of_passes(p, |p| p.steady_us).0;
         writeln!(
             out,
             "\nA steady tick on {many} keys costs {:.2} times one on {few}: a tick looks at the leases due, not at every lease.",

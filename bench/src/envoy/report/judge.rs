@@ -3,14 +3,7 @@
 
 use std::fmt::Write as _;
 
-/// The median of `values` and their range.
-pub(super) fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
-    values.sort_by(f64::total_cmp);
-    let median = values.get(values.len() / 2).copied().unwrap_or(f64::NAN);
-    let low = values.first().copied().unwrap_or(f64::NAN);
-    let high = values.last().copied().unwrap_or(f64::NAN);
-    (median, low, high)
-}
+pub(super) use crate::spread::spread;
 
 /// Whether a single figure meets a bar.
 pub(super) fn plain(met: bool) -> &'static str {
