@@ -29,9 +29,6 @@ pub const PASSES: usize = 5;
 const TAKES_A_KEY: usize = 3;
 /// Ticks in the steady state.
 const STEADY_TICKS: usize = 25;
-/// The module's settings (module/src/lease.rs).
-const ASK_AFTER: Duration = Duration::from_millis(20);
-const PURSE_UNITS: u64 = 64;
 /// Granted leases outlast the measured span: no look comes due for a lease's end.
 const LEASE_MS: u64 = 60_000;
 const MS: u64 = 1_000;
@@ -120,10 +117,7 @@ fn pass(policy: &Policy, keys: usize) -> anyhow::Result<Pass> {
         &policy.rules,
         ByHand,
     )
-    .asking_after(ASK_AFTER)
-    .patient_asks()
-    .slot_per_key()
-    .purses_up_to(PURSE_UNITS);
+    .process_wide();
     let tenants = (0..keys)
         .map(|k| key_of(policy, k))
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -26,22 +26,6 @@ use crate::abi::{self, ConfigEnvoyPtr, ConfigSchedulerPtr};
 use crate::clock;
 use crate::envoy::log;
 
-/// How long an urgent ask waits to go out with others: one for a key with no units left, whose
-/// requests are decided per request meanwhile. One tick serves every worker, and on many keys
-/// each asks about twice a second: at the .wasm's 5 ms, 1,000 keys at 9,000 requests a second
-/// took 15 lease calls per 1,000 requests (`make bench`). The other asks wait for the next tick
-/// or a call's worth of them ([`Leases::patient_asks`]): at 20 ms for all, 1,000 keys at 6,900
-/// requests a second took 53 lease calls a second, 31 asks each.
-const ASK_AFTER: Duration = Duration::from_millis(20);
-
-/// The most units the purse of a key takes from its allowance at once (a quarter of what the
-/// allowance holds, at most this). One purse serves every worker here, where the .wasm keeps
-/// one a worker of 16: a take from the allowance decodes and encodes its record, about 2,000
-/// instructions, so the fewer the better; on a hot key with a small grant the quarter binds
-/// first (docs/performance-log.md). Its units are the holder's, granted, as before: the bound
-/// is the same.
-const PURSE_UNITS: u64 = 64;
-
 /// The leases of one configuration, for every worker.
 pub type ProcessLeases = Leases<Arc<ProcessData>, Arc<LeaseTicker>>;
 
@@ -70,10 +54,7 @@ impl ModuleLeases {
             rules,
             Arc::clone(&ticker),
         )
-        .asking_after(ASK_AFTER)
-        .patient_asks()
-        .slot_per_key()
-        .purses_up_to(PURSE_UNITS);
+        .process_wide();
         ModuleLeases {
             leases: Mutex::new(leases),
             ticker,
