@@ -31,7 +31,7 @@ mod state;
 mod tests;
 mod tick;
 
-use state::{Orphan, Pursed, Sent, TickMarks, Touched, UNQUEUED, WorkerState};
+use state::{Orphan, Pursed, Sent, Touched, WorkerState};
 pub use tick::{SentAsks, grants};
 
 /// How often a write is retried after another worker changed the slot under it.
@@ -402,14 +402,8 @@ impl<D: SharedData, T: LeaseTick> Leases<D, T> {
             state.short_of_units = true;
         }
         if local.is_some() {
-            state.touch(&slot, step.look_at_us, || Touched {
-                rule: rule_index,
-                name: rule.name.clone(),
-                key: key.clone(),
-                id: id.clone(),
-                look_at_us: step.look_at_us,
-                queued_us: UNQUEUED,
-                marks: TickMarks::default(),
+            state.touch(&slot, step.look_at_us, || {
+                Touched::new(rule_index, rule.name.clone(), key.clone(), id.clone())
             });
         }
         if let Some(purse) = purse {

@@ -66,6 +66,22 @@ pub(super) struct Touched {
     pub(super) marks: TickMarks,
 }
 
+impl Touched {
+    /// Allowance `id` of rule `rule` (`name`) for `key`, first used: its look is set, and
+    /// queued, by [`WorkerState::touch`].
+    pub(super) fn new(rule: usize, name: RuleName, key: LimitKey, id: String) -> Touched {
+        Touched {
+            rule,
+            name,
+            key,
+            id,
+            look_at_us: UNQUEUED,
+            queued_us: UNQUEUED,
+            marks: TickMarks::default(),
+        }
+    }
+}
+
 /// An allowance's marks during one tick: (where in `wanted`, the mark's time). Those of an
 /// earlier tick count for none: a tick that panicked (the module catches it and goes on) left
 /// them, and they would keep the allowance from every later look.
@@ -110,7 +126,7 @@ pub(super) struct Orphan {
 }
 
 /// A [`Touched`] with no entry in [`Looks`].
-pub(super) const UNQUEUED: u64 = u64::MAX;
+const UNQUEUED: u64 = u64::MAX;
 
 /// The allowances' looks to come, soonest first, so that a tick finds those due without
 /// walking every allowance (0.15 ms a tick at 20,000 keys, under the lock every worker's take
@@ -219,7 +235,7 @@ impl WorkerState {
     }
 
     /// Notes that the allowance in `slot` was used and when the tick must next look at it;
-    /// the first use remembers it, as `first` makes it.
+    /// the first use remembers it, as `first` makes it ([`Touched::new`]).
     pub(super) fn touch(&mut self, slot: &str, look_at_us: u64, first: impl FnOnce() -> Touched) {
         match self.touched.get_mut(slot) {
             Some(touched) => self.looks.look_at(touched, slot, look_at_us),
@@ -267,6 +283,7 @@ impl WorkerState {
             }
             again.push(slot);
         }
+        // Read before those taken out go back, some of them due still.
         let more = self.looks.any_due(now_us);
         for slot in again {
             self.requeue(slot);

@@ -10,6 +10,7 @@ use sluice_core::lease::{Allowance, PURSE_UNITS};
 use sluice_core::policy::{HttpRequest, Policy};
 use sluice_core::wire::{LeaseGrant, LeaseRequest};
 
+use super::state::TickMarks;
 use super::*;
 use crate::shared_data::MemorySharedData;
 
