@@ -20,4 +20,4 @@ pub mod shared_data;
 
 pub use glue::{Glue, Local};
 pub use read::{callout_headers, read_request, read_request_into};
-pub use request::{Act, Request, Start};
+pub use request::{Act, Repeating, Repeats, Request, Start};

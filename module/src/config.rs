@@ -3,6 +3,7 @@
 //! one stream, the requests' [`Glue`].
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice_core::deny_cache::{Entry, EntryId, fingerprint};
 use sluice_core::key::LimitKey;
@@ -25,6 +26,10 @@ use crate::lease::ModuleLeases;
 /// A validated configuration, shared by every worker (Envoy creates it on the main thread).
 pub struct Configured {
     pub policy: Policy,
+    /// This configuration's id among every one the process has made, from 1: what a
+    /// worker's repeatable decisions are kept under (see [`sluice_filter_logic::Repeats`]),
+    /// where an address could be a new configuration's in a freed one's place.
+    pub id: u64,
     pub cache: DenyCache,
     /// The leased rules' allowances; `None` when no rule leases.
     leases: Option<ModuleLeases>,
@@ -73,7 +78,9 @@ impl Configured {
             .iter()
             .any(|r| r.lease.is_some())
             .then(|| ModuleLeases::new(config.0, fingerprint(json), &policy.rules));
+        static MADE: AtomicU64 = AtomicU64::new(0);
         Ok(Configured {
+            id: MADE.fetch_add(1, Ordering::Relaxed) + 1,
             cache: DenyCache::new(policy.deny_cache_slots),
             leases,
             counters: Counters {

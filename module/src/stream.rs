@@ -4,6 +4,7 @@
 #![allow(unsafe_code)]
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use sluice_core::decision::Denial;
@@ -11,13 +12,18 @@ use sluice_core::policy::{FailureMode, HttpRequest, Policy};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::DECIDE_PATH;
 use sluice_filter_logic::answer::refused;
-use sluice_filter_logic::{Act, Request, Start, callout_headers, read_request_into};
+use sluice_filter_logic::{Act, Repeats, Request, Start, callout_headers, read_request_into};
 
 use sluice_filter_logic::lease::Reservation;
 
 use crate::config::{Configured, StreamGlue};
 use crate::envoy::Filter;
 use crate::hold;
+
+thread_local! {
+    /// This worker's decisions for its requests to repeat (see [`Repeats`]).
+    static REPEATS: RefCell<Repeats> = RefCell::new(Repeats::default());
+}
 
 /// Envoy's response code details for a sluice reply, in access logs' `%RESPONSE_CODE_DETAILS%`.
 const DETAILS: &str = "sluice_rate_limited";
@@ -91,7 +97,6 @@ impl Stream {
         // Nearly always the configuration it served last: kept without touching its count.
         if !Arc::ptr_eq(&self.configured, configured) {
             self.configured = Arc::clone(configured);
-            self.request.policy_changed();
         }
         self.replied_locally = false;
         self.callout = None;
@@ -132,7 +137,17 @@ impl Stream {
             // SAFETY: the request read ends with this block, within this hook, and nothing
             // changes the request's headers meanwhile.
             unsafe { read(filter, policy, &mut http_request) };
-            self.request.start(&glue, &http_request)
+            let (id, request) = (self.configured.id, &mut self.request);
+            // Without them while another stream's start is on this worker's stack (never:
+            // nothing in a start calls back into the module's hooks) or the worker is ending.
+            let repeated = REPEATS.try_with(|repeats| {
+                let mut repeats = repeats.try_borrow_mut().ok()?;
+                Some(request.start_repeating(&glue, &http_request, repeats.of(id)))
+            });
+            match repeated {
+                Ok(Some(start)) => start,
+                _ => request.start(&glue, &http_request),
+            }
         };
         let act = match start {
             Start::Decided(act) => act,

@@ -31,6 +31,7 @@ mod state;
 mod tests;
 mod tick;
 
+pub(crate) use state::PurseHasher;
 use state::{Orphan, Pursed, Sent, Touched, WorkerState};
 pub use tick::{SentAsks, grants};
 

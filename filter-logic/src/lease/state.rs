@@ -12,10 +12,10 @@ use sluice_core::lease::Purse;
 /// reach), where std's SipHash took about 250 instructions a take; in the .wasm std's, whose
 /// code the .wasm carries already.
 #[cfg(not(target_arch = "wasm32"))]
-pub(super) type PurseHasher = foldhash::fast::RandomState;
+pub(crate) type PurseHasher = foldhash::fast::RandomState;
 /// See the native definition.
 #[cfg(target_arch = "wasm32")]
-pub(super) type PurseHasher = std::collections::hash_map::RandomState;
+pub(crate) type PurseHasher = std::collections::hash_map::RandomState;
 
 /// One rule's purses, by key.
 pub(super) type Purses = HashMap<String, Pursed, PurseHasher>;

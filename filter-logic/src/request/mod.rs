@@ -16,8 +16,11 @@ use sluice_core::wire::{read_decide_response_into, write_decide_request};
 
 use crate::glue::{Glue, Local};
 
+mod repeats;
 #[cfg(test)]
 mod tests;
+
+pub use repeats::{Repeating, Repeats};
 
 /// What to do with the request once decided.
 #[derive(Debug)]
@@ -55,26 +58,13 @@ pub enum Start {
 /// One request's checks and what has been decided of them.
 ///
 /// Its lists and buffers outlive the request: a host that keeps a `Request` for the next one
-/// ([`Request::start`] readies it) decides a request without allocating once they have grown,
-/// and a request that repeats the last one's leased checks repeats its decision (see
-/// `repeatable`). A host that starts requests of another policy in the same `Request` tells it
-/// first ([`Request::policy_changed`]).
+/// ([`Request::start`] readies it) decides a request without allocating once they have grown.
+/// A host that keeps a worker's [`Repeats`] decides a request that repeats a kept one's leased
+/// checks and verdicts as that one was ([`Request::start_repeating`]).
 pub struct Request<R> {
     planned: Vec<PlannedCheck>,
     /// Per planned check, its verdict when decided here from a lease.
     local: Vec<Option<Verdict>>,
-    /// Whether the last request was admitted at once from allowances alone: its checks and
-    /// their verdicts (`last_planned`, `last_local`), its record and its headers then decide
-    /// the next request that plans the same checks and whose allowances say the same, as
-    /// `conclude` would (it is a function of them and the policy). A hot key's requests are
-    /// decided so until its lease is renewed, without writing the record anew: Envoy evicts
-    /// the code between requests, and every line of it run costs a cache miss.
-    repeatable: bool,
-    last_planned: Vec<PlannedCheck>,
-    last_local: Vec<Option<Verdict>>,
-    /// How many requests repeated the last one's decision, for tests to tell.
-    #[cfg(test)]
-    repeats: usize,
     /// Units taken from allowances, each with the planned check it was taken for; given back
     /// if the request is denied.
     reservations: Vec<(usize, R)>,
@@ -97,11 +87,6 @@ impl<R> Default for Request<R> {
         Request {
             planned: Vec::new(),
             local: Vec::new(),
-            repeatable: false,
-            last_planned: Vec::new(),
-            last_local: Vec::new(),
-            #[cfg(test)]
-            repeats: 0,
             reservations: Vec::new(),
             asked: None,
             asked_at_ms: 0,
@@ -162,16 +147,30 @@ impl<R> Request<R> {
     /// Whatever the request held before is forgotten: a host may start request after request
     /// in one `Request`.
     pub fn start<G: Glue<Reservation = R>>(&mut self, glue: &G, request: &HttpRequest) -> Start {
+        self.start_with(glue, request, None)
+    }
+
+    /// [`Request::start`], deciding a request admitted at once from allowances alone as the
+    /// decision `repeating` kept for the same checks and verdicts was, if it kept one, and
+    /// keeping its decision there if not (see [`Repeats`]).
+    pub fn start_repeating<G: Glue<Reservation = R>>(
+        &mut self,
+        glue: &G,
+        request: &HttpRequest,
+        repeating: Repeating<'_>,
+    ) -> Start {
+        self.start_with(glue, request, Some(repeating))
+    }
+
+    fn start_with<G: Glue<Reservation = R>>(
+        &mut self,
+        glue: &G,
+        request: &HttpRequest,
+        mut repeating: Option<Repeating<'_>>,
+    ) -> Start {
         let policy = glue.policy();
         self.asked = None;
         self.reservations.clear();
-        let repeatable = std::mem::take(&mut self.repeatable);
-        if repeatable {
-            // The last request's checks and verdicts are kept, and the buffers of those
-            // before reused.
-            std::mem::swap(&mut self.planned, &mut self.last_planned);
-            std::mem::swap(&mut self.local, &mut self.last_local);
-        }
         if policy.plan_into(request, &mut self.planned) {
             glue.count_client_ip_fallback();
         }
@@ -185,8 +184,10 @@ impl<R> Request<R> {
         let now = now_us / 1000;
         self.asked_at_ms = now;
         self.decide_from_leases(glue, now_us);
-        if repeatable && self.planned == self.last_planned && self.local == self.last_local {
-            self.repeat(glue);
+        if let Some(repeating) = &mut repeating
+            && let Some(kept) = repeating.find(&self.planned, &self.local)
+        {
+            self.repeat(glue, kept);
             return Start::Decided(Act::Continue);
         }
         self.response_headers.clear();
@@ -198,7 +199,17 @@ impl<R> Request<R> {
         let all_local = self.local.iter().all(Option::is_some);
         if all_local || self.denied_here(glue) {
             let act = self.conclude(glue, Verdicts::Local);
-            self.repeatable = all_local && matches!(act, Act::Continue);
+            if all_local
+                && matches!(act, Act::Continue)
+                && let Some(repeating) = &mut repeating
+            {
+                repeating.keep(
+                    &mut self.planned,
+                    &mut self.local,
+                    &mut self.record,
+                    &self.response_headers,
+                );
+            }
             return Start::Decided(act);
         }
         let remote = self
@@ -212,27 +223,17 @@ impl<R> Request<R> {
         Start::Callout
     }
 
-    /// The last request's conclusion, for one with the same checks and verdicts (see
-    /// `repeatable`): each check decided from its allowance (a shadow one may have denied),
+    /// The conclusion `kept`, for a request with the same checks and verdicts (see
+    /// [`Repeats`]): each check decided from its allowance (a shadow one may have denied),
     /// the request admitted undelayed, and the record and headers it left stand.
-    fn repeat<G: Glue<Reservation = R>>(&mut self, glue: &G) {
+    fn repeat<G: Glue<Reservation = R>>(&mut self, glue: &G, kept: &repeats::Decided) {
         for (p, v) in self.planned.iter().zip(&self.local) {
             let allowed = v.is_some_and(|v| v.allowed);
             let outcome = record::outcome(rule(glue, p).shadow, allowed, false);
             glue.count_outcome(p.rule, outcome, false, true);
         }
-        glue.record(&self.record);
-        self.repeatable = true;
-        #[cfg(test)]
-        {
-            self.repeats += 1;
-        }
-    }
-
-    /// The requests to come are of another policy than those before: none repeats the last
-    /// one's decision.
-    pub fn policy_changed(&mut self) {
-        self.repeatable = false;
+        glue.record(&kept.record);
+        repeats::copy_headers(&mut self.response_headers, &kept.headers);
     }
 
     /// The body of the callout [`Request::start`] asked for.

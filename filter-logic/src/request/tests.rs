@@ -12,7 +12,7 @@ use sluice_core::record::RuleOutcome;
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::write_decide_response;
 
-use super::{Act, Request, Start};
+use super::{Act, Repeats, Request, Start};
 use crate::glue::{Glue, Local};
 
 /// A glue whose deny cache is a map, whose lease on rule `leased` holds `units`, and which
@@ -260,7 +260,21 @@ fn an_answer_of_the_wrong_length_or_impossible_for_the_limit_is_refused() {
 
 /// What one request did: its start's callout body or act, and the act its answer led to.
 fn decided(glue: &Memory, request: &mut Request<u64>, name: &str) -> Vec<String> {
-    match request.start(glue, &client(name)) {
+    decided_repeating(glue, request, name, None)
+}
+
+/// [`decided`], with the worker's decisions to repeat of the policy known by the id given.
+fn decided_repeating(
+    glue: &Memory,
+    request: &mut Request<u64>,
+    name: &str,
+    repeats: Option<(&mut Repeats, u64)>,
+) -> Vec<String> {
+    let start = match repeats {
+        Some((repeats, policy)) => request.start_repeating(glue, &client(name), repeats.of(policy)),
+        None => request.start(glue, &client(name)),
+    };
+    match start {
         Start::Decided(act) => vec![format!("{act:?}")],
         Start::Callout => {
             let body = String::from_utf8_lossy(request.callout_body()).into_owned();
@@ -346,42 +360,45 @@ const LEASED: &str = r#"{"cluster": "sluice", "response": {"on_allowed": true}, 
      "lease": {"horizon": "1s"}}]}"#;
 
 #[test]
-fn a_request_that_repeats_the_last_ones_leased_checks_decides_as_a_new_one_would() {
+fn a_request_that_repeats_a_kept_decision_decides_as_a_new_one_would() {
     // A hot key's allowances say the same request after request until its lease is renewed
-    // (what the server had left at the grant): such a request repeats the last one's
-    // decision, its record and its headers. Between the repeats: another key, a renewal, and
-    // allowances run dry (a callout).
+    // (what the server had left at the grant): such a request repeats the decision kept for
+    // its key, its record and its headers, whichever keys came between. Between the repeats:
+    // a renewal, and allowances run dry (a callout).
     let steps = [
         ("hot", Some(40)),
+        ("warm", Some(40)),
         ("hot", Some(40)),
-        ("hot", Some(40)),
+        ("warm", Some(40)),
         ("cold", Some(40)),
         ("hot", Some(40)),
         ("hot", Some(39)),
+        ("warm", Some(39)),
         ("hot", Some(39)),
         ("hot", None),
         ("hot", Some(39)),
-        ("hot", Some(39)),
+        ("warm", Some(39)),
     ];
-    let run = |carried: bool| {
+    let run = |repeating: bool| {
         let glue = memory(LEASED);
-        let mut kept = Request::default();
+        let mut repeats = Repeats::default();
         let mut acts = Vec::new();
         for (name, granted_remaining) in steps {
             // `None`: both allowances dry.
             glue.units
                 .set(if granted_remaining.is_some() { 100 } else { 0 });
             glue.granted_remaining.set(granted_remaining);
-            let mut new = Request::default();
-            let request = if carried { &mut kept } else { &mut new };
-            let mut done = decided(&glue, request, name);
+            // A stream of its own for each request, as a worker's requests have.
+            let mut request = Request::default();
+            let kept = repeating.then_some((&mut repeats, 1));
+            let mut done = decided_repeating(&glue, &mut request, name, kept);
             done.push(format!("{:?}", request.response_headers()));
             acts.push(done);
         }
         let outcomes = glue.outcomes.take();
-        (acts, glue.records.take(), outcomes, kept.repeats)
+        (acts, glue.records.take(), outcomes, repeats.hits)
     };
-    let (new, carried) = (run(false), run(true));
+    let (new, repeated) = (run(false), run(true));
     assert_eq!(
         new.2.len(),
         2 * steps.len(),
@@ -392,31 +409,42 @@ fn a_request_that_repeats_the_last_ones_leased_checks_decides_as_a_new_one_would
         "{:?}",
         new.0[1]
     );
-    assert_eq!(carried.0, new.0);
-    assert_eq!(carried.1, new.1);
-    assert_eq!(carried.2, new.2);
-    // The second and third hot, the second 39 and the last (the run of new `Request`s keeps
-    // none, so its count says nothing).
-    assert_eq!(
-        carried.3, 4,
-        "requests that repeated the last one's decision"
-    );
+    assert_eq!(repeated.0, new.0);
+    assert_eq!(repeated.1, new.1);
+    assert_eq!(repeated.2, new.2);
+    // At 40: the second and third hot, the second warm; at 39: the second hot, the hot after
+    // the dry one, the second warm (the run without repeats keeps none, so its count says
+    // nothing).
+    assert_eq!(repeated.3, 6, "requests that repeated a kept decision");
 }
 
 #[test]
-fn a_request_of_another_policy_does_not_repeat_the_last_ones_decision() {
+fn a_request_of_another_policy_does_not_repeat_a_kept_decision() {
+    // The same rule's index and the same key, renamed: a new configuration, maybe at the
+    // address of the one it replaced.
     let first = memory(LEASED);
     let renamed = memory(&LEASED.replace(r#""leased""#, r#""renamed""#));
     for glue in [&first, &renamed] {
         glue.units.set(10);
         glue.granted_remaining.set(Some(5));
     }
-    let mut request = Request::default();
-    let _ = decided(&first, &mut request, "a");
-    let _ = decided(&first, &mut request, "a");
-    assert_eq!(request.repeats, 1);
-    request.policy_changed();
-    let _ = decided(&renamed, &mut request, "a");
+    let mut repeats = Repeats::default();
+    for _ in 0..2 {
+        let _ = decided_repeating(
+            &first,
+            &mut Request::default(),
+            "a",
+            Some((&mut repeats, 1)),
+        );
+    }
+    assert_eq!(repeats.hits, 1);
+    let _ = decided_repeating(
+        &renamed,
+        &mut Request::default(),
+        "a",
+        Some((&mut repeats, 2)),
+    );
+    assert_eq!(repeats.hits, 1, "another policy's decision is not repeated");
     let record = String::from_utf8(renamed.records.take().concat()).unwrap();
     assert!(record.contains(r#""rule":"renamed""#), "{record}");
 }
