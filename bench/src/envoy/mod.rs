@@ -355,17 +355,27 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
         // Round by round, as the CPU rounds go: a slow stretch of the machine then weighs on
         // every setup alike.
         for round in 0..instructions::ROUNDS {
-            let counted = instructions::COUNTED
+            let one_key = instructions::COUNTED.map(|setup| (setup, 1));
+            let hot_keys =
+                instructions::COUNTED_ON_HOT_KEYS.map(|setup| (setup, Keys::Hot.count()));
+            let counted = one_key
                 .into_iter()
-                .filter(|setup| named(only, *setup));
-            for setup in counted {
+                .chain(hot_keys)
+                .filter(|(setup, _)| named(only, *setup));
+            for (setup, keys) in counted {
                 eprintln!(
-                    "envoy: count {}/{}: {} under callgrind",
+                    "envoy: count {}/{}: {} on {keys} key(s) under callgrind",
                     round + 1,
                     instructions::ROUNDS,
                     setup.name()
                 );
-                counts.push(instructions::count(&stack.addresses, &wasm, setup, round)?);
+                counts.push(instructions::count(
+                    &stack.addresses,
+                    &wasm,
+                    setup,
+                    keys,
+                    round,
+                )?);
             }
         }
     }

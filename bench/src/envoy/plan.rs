@@ -150,6 +150,8 @@ pub struct Count {
     pub setup: Setup,
     /// In which round of counts (see `instructions::ROUNDS`).
     pub round: usize,
+    /// How many keys the requests cycled through: 1, or the hot keys' [`Keys::Hot`].
+    pub keys: usize,
     /// On the worker.
     pub worker: u64,
     /// On the main thread.
