@@ -118,7 +118,17 @@ buckets:
 
 /// The whole Envoy configuration of `setup`: its listener on `addresses.ingress`.
 pub fn envoy_yaml(setup: Setup, addresses: &Addresses, wasm: &Wasm<'_>) -> anyhow::Result<String> {
-    shared_envoy_yaml(&[(setup, addresses.ingress)], addresses, wasm)
+    envoy_yaml_leasing(setup, addresses, wasm, LEASE)
+}
+
+/// [`envoy_yaml`], with `lease` for the lease setups' rule in place of [`LEASE`].
+pub fn envoy_yaml_leasing(
+    setup: Setup,
+    addresses: &Addresses,
+    wasm: &Wasm<'_>,
+    lease: &str,
+) -> anyhow::Result<String> {
+    envoy_yaml_of(&[(setup, addresses.ingress)], addresses, wasm, lease)
 }
 
 /// One Envoy with a listener for each setup of `listeners`, on its address, so that the setups
@@ -129,9 +139,19 @@ pub fn shared_envoy_yaml(
     addresses: &Addresses,
     wasm: &Wasm<'_>,
 ) -> anyhow::Result<String> {
+    envoy_yaml_of(listeners, addresses, wasm, LEASE)
+}
+
+/// [`shared_envoy_yaml`], with `lease` for the lease setups' rule.
+fn envoy_yaml_of(
+    listeners: &[(Setup, SocketAddr)],
+    addresses: &Addresses,
+    wasm: &Wasm<'_>,
+    lease: &str,
+) -> anyhow::Result<String> {
     let ingresses = listeners
         .iter()
-        .map(|&(setup, address)| ingress(setup, address, wasm))
+        .map(|&(setup, address)| ingress(setup, address, wasm, lease))
         .collect::<anyhow::Result<String>>()?;
     let origin = listener(
         "origin",
@@ -176,7 +196,12 @@ pub const THREADED_SERVER_CLUSTER: &str = "sluice_threads";
 pub const RLS_CLUSTER: &str = "sluice_rls";
 
 /// `setup`'s listener on `address`: its filters, then the route to the origin.
-fn ingress(setup: Setup, address: SocketAddr, wasm: &Wasm<'_>) -> anyhow::Result<String> {
+fn ingress(
+    setup: Setup,
+    address: SocketAddr,
+    wasm: &Wasm<'_>,
+    lease: &str,
+) -> anyhow::Result<String> {
     let rate_limits = if matches!(setup, Setup::NativeGrpc | Setup::NativeGrpcLimited) {
         "
                   rate_limits:
@@ -189,7 +214,7 @@ fn ingress(setup: Setup, address: SocketAddr, wasm: &Wasm<'_>) -> anyhow::Result
         &format!("ingress_{}", setup.id()),
         address,
         &format!("route:\n                  cluster: upstream{rate_limits}"),
-        &http_filters(setup, wasm)?,
+        &http_filters(setup, wasm, lease)?,
     ))
 }
 
@@ -242,8 +267,9 @@ fn listener(name: &str, address: SocketAddr, action: &str, filters: &str) -> Str
     )
 }
 
-/// The HTTP filters `setup` puts before the router, as YAML list items.
-fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> anyhow::Result<String> {
+/// The HTTP filters `setup` puts before the router, as YAML list items, its rule leasing with
+/// `lease` where it leases.
+fn http_filters(setup: Setup, wasm: &Wasm<'_>, lease: &str) -> anyhow::Result<String> {
     Ok(match setup {
         Setup::NoFilter => String::new(),
         Setup::Noop => wasm_filter(setup, wasm.noop, "{}"),
@@ -258,12 +284,12 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> anyhow::Result<String> {
         Setup::SluiceModuleLease => dynamic_module_filter(
             "sluice",
             "sluice_module",
-            &sluice_policy(OPEN_LIMIT, Some(LEASE)),
+            &sluice_policy(OPEN_LIMIT, Some(lease)),
         ),
         Setup::SluiceModuleLeaseLimited => dynamic_module_filter(
             "sluice",
             "sluice_module",
-            &sluice_policy(&limit(), Some(LEASE)),
+            &sluice_policy(&limit(), Some(lease)),
         ),
         Setup::LocalRatelimit => "
           - name: envoy.filters.http.local_ratelimit
@@ -285,7 +311,7 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> anyhow::Result<String> {
             &policy_through(THREADED_SERVER_CLUSTER, OPEN_LIMIT, None),
         ),
         Setup::SluiceLease => {
-            wasm_filter(setup, wasm.sluice, &sluice_policy(OPEN_LIMIT, Some(LEASE)))
+            wasm_filter(setup, wasm.sluice, &sluice_policy(OPEN_LIMIT, Some(lease)))
         }
         Setup::SluiceDenying => {
             wasm_filter(setup, wasm.sluice, &sluice_policy(DENYING_LIMIT, None))
@@ -293,7 +319,7 @@ fn http_filters(setup: Setup, wasm: &Wasm<'_>) -> anyhow::Result<String> {
         Setup::SluiceLeaseLimited => wasm_filter(
             setup,
             wasm.sluice,
-            &sluice_policy(&limit(), Some(LEASE)),
+            &sluice_policy(&limit(), Some(lease)),
         ),
         Setup::NativeGrpc => native_ratelimit("bench"),
         Setup::NativeGrpcLimited => native_ratelimit("bench-limited"),
