@@ -141,12 +141,20 @@ impl Repeating<'_> {
 }
 
 /// Makes `into` a copy of `from`, in the strings `into` holds where it can.
+// Inlined down to its first test: a leased request's call went through a prologue and missed
+// in four cache lines to clear an empty list.
+#[inline(always)]
 pub(super) fn copy_headers(into: &mut Vec<(String, String)>, from: &[(String, String)]) {
     // Nearly always: the policy adds no headers to an admitted request's response.
     if from.is_empty() {
         into.clear();
-        return;
+    } else {
+        copy_some_headers(into, from);
     }
+}
+
+#[cold]
+fn copy_some_headers(into: &mut Vec<(String, String)>, from: &[(String, String)]) {
     into.truncate(from.len());
     let reused = into.len();
     for ((name, value), (from_name, from_value)) in into.iter_mut().zip(from) {
