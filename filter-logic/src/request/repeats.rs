@@ -64,6 +64,7 @@ impl Repeats {
         Repeating {
             repeats: self,
             policy,
+            hashed: None,
         }
     }
 
@@ -82,7 +83,7 @@ impl Repeats {
 impl Decided {
     #[inline(always)]
     fn holds(&self, policy: u64, planned: &[PlannedCheck], local: &[Option<Verdict>]) -> bool {
-        policy != 0 && self.policy == policy && self.planned == planned && self.local == local
+        self.policy == policy && self.planned == planned && self.local == local
     }
 }
 
@@ -90,6 +91,9 @@ impl Decided {
 pub struct Repeating<'a> {
     repeats: &'a mut Repeats,
     policy: u64,
+    /// The slot the checks [`Repeating::find`] looked for hash to, once it hashed them: where
+    /// [`Repeating::keep`] keeps their decision, without hashing them again.
+    hashed: Option<usize>,
 }
 
 impl Repeating<'_> {
@@ -101,9 +105,14 @@ impl Repeating<'_> {
         planned: &[PlannedCheck],
         local: &[Option<Verdict>],
     ) -> Option<&Decided> {
+        // An empty slot's policy: nothing is kept under it.
+        if self.policy == 0 {
+            return None;
+        }
         let repeats = &mut *self.repeats;
         if !repeats.slots[repeats.last].holds(self.policy, planned, local) {
             let slot = repeats.slot_of(planned);
+            self.hashed = Some(slot);
             if !repeats.slots[slot].holds(self.policy, planned, local) {
                 return None;
             }
@@ -118,15 +127,19 @@ impl Repeating<'_> {
 
     /// Keeps a decision's `planned` checks, `local` verdicts, `record` and `headers` for the
     /// requests to come, and leaves in the first three those of the decision it replaces, as
-    /// buffers to reuse: the request decided reads them no more.
+    /// buffers to reuse: the request decided reads them no more. The checks are those
+    /// [`Repeating::find`] looked for last, if it looked.
     pub(super) fn keep(
         &mut self,
         planned: &mut Vec<PlannedCheck>,
         local: &mut Vec<Option<Verdict>>,
         record: &mut Vec<u8>,
-        headers: &[(String, String)],
+        headers: &Vec<(String, String)>,
     ) {
-        let index = self.repeats.slot_of(planned);
+        let index = match self.hashed.take() {
+            Some(index) => index,
+            None => self.repeats.slot_of(planned),
+        };
         self.repeats.last = index;
         let slot = &mut self.repeats.slots[index];
         // Unclaimed while it changes: a panic between the swaps leaves it holding nothing.
@@ -144,7 +157,7 @@ impl Repeating<'_> {
 // Inlined down to its first test: a leased request's call went through a prologue and missed
 // in four cache lines to clear an empty list.
 #[inline(always)]
-pub(super) fn copy_headers(into: &mut Vec<(String, String)>, from: &[(String, String)]) {
+pub(super) fn copy_headers(into: &mut Vec<(String, String)>, from: &Vec<(String, String)>) {
     // Nearly always: the policy adds no headers to an admitted request's response.
     if from.is_empty() {
         into.clear();
@@ -154,12 +167,6 @@ pub(super) fn copy_headers(into: &mut Vec<(String, String)>, from: &[(String, St
 }
 
 #[cold]
-fn copy_some_headers(into: &mut Vec<(String, String)>, from: &[(String, String)]) {
-    into.truncate(from.len());
-    let reused = into.len();
-    for ((name, value), (from_name, from_value)) in into.iter_mut().zip(from) {
-        name.clone_from(from_name);
-        value.clone_from(from_value);
-    }
-    into.extend_from_slice(&from[reused..]);
+fn copy_some_headers(into: &mut Vec<(String, String)>, from: &Vec<(String, String)>) {
+    into.clone_from(from);
 }
