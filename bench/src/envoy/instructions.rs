@@ -46,6 +46,11 @@ pub const COUNTED_ON_HOT_KEYS: [Setup; 4] = [
 /// rounds at full speed do once in hundreds of requests.
 pub const COUNTED_LEASE: &str = r#"{"horizon": "20s"}"#;
 
+/// `setup`'s name as counted: a lease setup's with [`COUNTED_LEASE`].
+pub fn counted_name(setup: Setup) -> String {
+    setup.name_leasing(COUNTED_LEASE)
+}
+
 /// Requests counted in each setup, after the script's warm-up of 500.
 pub const REQUESTS: u64 = 2000;
 
@@ -105,7 +110,7 @@ pub fn count(
     if !output.status.success() {
         bail!(
             "scripts/envoy-instructions.sh failed for {} ({}): {}{}",
-            setup.name(),
+            counted_name(setup),
             output.status,
             stdout,
             String::from_utf8_lossy(&output.stderr)
@@ -115,7 +120,7 @@ pub fn count(
         read_count(&stdout, thread).with_context(|| {
             format!(
                 "scripts/envoy-instructions.sh printed no `{thread}:` count for {}: {stdout}",
-                setup.name()
+                counted_name(setup)
             )
         })
     };

@@ -367,7 +367,7 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
                     "envoy: count {}/{}: {} on {keys} key(s) under callgrind",
                     round + 1,
                     instructions::ROUNDS,
-                    setup.name()
+                    instructions::counted_name(setup)
                 );
                 counts.push(instructions::count(
                     &stack.addresses,

@@ -105,6 +105,12 @@ impl Setup {
 
     /// Its row's name.
     pub fn name(self) -> String {
+        self.name_leasing(LEASE)
+    }
+
+    /// Its row's name where its rule leases with `lease` (the lease setups when counted lease
+    /// with another horizon than [`LEASE`]).
+    pub fn name_leasing(self, lease: &str) -> String {
         match self {
             Setup::NoFilter => "no filter".into(),
             Setup::Noop => "no-op wasm filter".into(),
@@ -118,16 +124,16 @@ impl Setup {
             Setup::LocalRatelimit => "native `local_ratelimit` (per Envoy)".into(),
             Setup::Sluice => "sluice wasm, per request".into(),
             Setup::SluiceModule => "sluice module, per request".into(),
-            Setup::SluiceModuleLease => format!("sluice module, lease `{}`", LEASE),
+            Setup::SluiceModuleLease => format!("sluice module, lease `{lease}`"),
             Setup::SluiceThreads => {
                 format!("sluice wasm, per request; server `--threads {SERVER_THREADS}`")
             }
-            Setup::SluiceLease => format!("sluice wasm, lease `{}`", LEASE),
+            Setup::SluiceLease => format!("sluice wasm, lease `{lease}`"),
             Setup::NativeGrpc => "native `ratelimit` -> sluice-server gRPC".into(),
             Setup::SluiceDenying => "sluice wasm, per request, denying".into(),
-            Setup::SluiceLeaseLimited => format!("sluice wasm, lease `{}`", LEASE),
+            Setup::SluiceLeaseLimited => format!("sluice wasm, lease `{lease}`"),
             Setup::SluiceModuleLeaseLimited => {
-                format!("sluice module, lease `{}`", LEASE)
+                format!("sluice module, lease `{lease}`")
             }
             Setup::NativeGrpcLimited => "native `ratelimit` -> sluice-server gRPC".into(),
             Setup::RlqsLimited => "native `rate_limit_quota` -> sluice-server RLQS".into(),
