@@ -17,10 +17,10 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
     writeln!(
         out,
         "**In instructions.** Envoy under callgrind (`scripts/envoy-instructions.sh`), one worker, {} requests on one hot key after 500 to warm up, and the lease bar's setups again on {} hot keys, their requests interleaved as in the rounds above, for about as long after 5 s; the lease setups lease with `{}` when counted, their horizon forty times the rounds', as callgrind serves requests about a hundred times slower: a key's grant is its traffic over the horizon, and at the rounds' horizon a hot key under callgrind was granted a few units, refilled its purse every few requests and had its lease renewed every few dozen, work the rounds at full speed do once in hundreds of requests; every setup counted {} times, a round at a time, each cell the median with the range in brackets: a count moves by a few hundred instructions from run to run. *Worker*: the worker thread's instructions a request, what a request costs; *over no filter*: the worker's count less no filter's in the same round; *main*: the main thread's over the same span (stats, the module's lease tick and lease calls), work by the second that callgrind's slow pace spreads over some 40 times fewer requests than Envoy serves at full speed.\n\n| setup | worker | over no filter | main |\n|---|---|---|---|",
-        crate::envoy::instructions::REQUESTS,
+        instructions::REQUESTS,
         Keys::Hot.count(),
         instructions::COUNTED_LEASE,
-        crate::envoy::instructions::ROUNDS,
+        instructions::ROUNDS,
     )?;
     let mut counted: Vec<(Setup, usize)> = Vec::new();
     for count in &results.counts {
@@ -38,9 +38,9 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
             .into_iter()
             .map(|(_, added)| added)
             .collect();
-        let name = match keys {
-            1 => instructions::counted_name(setup),
-            keys => format!("{}, {keys} hot keys", instructions::counted_name(setup)),
+        let name = match (instructions::counted_name(setup), keys) {
+            (name, 1) => name,
+            (name, keys) => format!("{name}, {keys} hot keys"),
         };
         writeln!(
             out,
