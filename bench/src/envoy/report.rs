@@ -15,7 +15,7 @@ use crate::chart_dir::ChartDir;
 mod instructions;
 mod judge;
 
-use judge::{plain, plain_of, ratio_bar, spread, verdict};
+use judge::{plain, plain_of, ratio_bar, spread, verdict, verdict_where_judged, within_multiple};
 
 /// The chart of Envoy's added CPU.
 const CHART: &str = "envoy-cpu.svg";
@@ -313,25 +313,17 @@ fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::Result<()> 
     let noop = results.envoy_added_us(Keys::Hot, Setup::NoopModule);
     let floor = results.envoy_added_us(Keys::Hot, Setup::FloorModule);
     let local = results.envoy_added_us(Keys::Hot, Setup::LocalRatelimit);
-    let met: Vec<bool> = lease
-        .iter()
-        .zip(noop.iter().zip(&local))
-        .map(|(l, (n, lo))| *l <= 2.0 * n && *l <= lo + 3.0)
-        .collect();
+    let met = within_twice_and_local(&lease, &noop, &local);
     writeln!(
         out,
         "- Module lease mode on hot keys, Envoy CPU added at most twice the no-op module's and at most `local_ratelimit`'s plus 3 µs: {:.1} µs against {:.1} and {:.1} — {}.",
         spread(lease.clone()).0,
         spread(noop.clone()).0,
         spread(local.clone()).0,
-        verdict(&met)
+        verdict_where_judged(&met, "the no-op module")
     )?;
     let floor_over_noop: Vec<f64> = floor.iter().zip(&noop).map(|(f, n)| f / n).collect();
-    let met: Vec<bool> = lease
-        .iter()
-        .zip(floor.iter().zip(&local))
-        .map(|(l, (f, lo))| *l <= 2.0 * f && *l <= lo + 3.0)
-        .collect();
+    let met = within_twice_and_local(&lease, &floor, &local);
     // Whether the floor itself stays within `local_ratelimit`'s plus 3 µs: where it does not,
     // that bar sits below what any module of sluice's kind costs.
     let floor_within: Vec<bool> = floor
@@ -350,7 +342,7 @@ fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::Result<()> 
         spread(lease).0,
         spread(floor).0,
         spread(local).0,
-        verdict(&met)
+        verdict_where_judged(&met, "the floor module")
     )?;
     let calls: Vec<f64> = results
         .runs(Keys::Many, Setup::SluiceModuleLease)
@@ -365,6 +357,23 @@ fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::Result<()> 
         verdict(&met)
     )?;
     Ok(())
+}
+
+/// Per round, whether the lease's Envoy CPU added is at most twice `baseline`'s and at most
+/// `local_ratelimit`'s plus 3 µs: not met where it is over the latter, whatever the former;
+/// otherwise as [`within_multiple`] judges the former.
+fn within_twice_and_local(lease: &[f64], baseline: &[f64], local: &[f64]) -> Vec<Option<bool>> {
+    lease
+        .iter()
+        .zip(baseline.iter().zip(local))
+        .map(|(l, (b, lo))| {
+            if *l > lo + 3.0 {
+                Some(false)
+            } else {
+                within_multiple(*l, 2.0, *b)
+            }
+        })
+        .collect()
 }
 
 fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> {
@@ -403,17 +412,17 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
     rate_bar(out, results, Setup::SluiceLease, Setup::Noop, 0.9)?;
     let lease = results.envoy_added_us(Keys::Hot, Setup::SluiceLease);
     let noop = results.envoy_added_us(Keys::Hot, Setup::Noop);
-    let met: Vec<bool> = lease
+    let met: Vec<Option<bool>> = lease
         .iter()
         .zip(&noop)
-        .map(|(l, n)| *l <= 2.0 * n)
+        .map(|(l, n)| within_multiple(*l, 2.0, *n))
         .collect();
     writeln!(
         out,
         "- Lease mode on hot keys, Envoy CPU added at most twice the no-op filter's: {:.1} µs against {:.1} — {}.",
         spread(lease).0,
         spread(noop).0,
-        verdict(&met)
+        verdict_where_judged(&met, "the no-op filter")
     )?;
     let calls: Vec<f64> = results
         .runs(Keys::Many, Setup::SluiceLease)
@@ -480,4 +489,22 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         plain_of(&[module, none], module <= 1.2 * none)
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within_twice_and_local;
+
+    #[test]
+    fn a_lease_over_local_ratelimits_plus_3_us_fails_even_where_the_multiple_cannot_be_judged() {
+        // Rounds: within both; over twice the baseline; over `local_ratelimit`'s plus 3 µs with
+        // a baseline that added nothing; within it, the baseline having added nothing.
+        let lease = [3.0, 5.0, 4.5, -0.5];
+        let noop = [2.0, 2.0, -0.7, -0.7];
+        let local = [1.0, 3.0, 1.0, -1.4];
+        assert_eq!(
+            within_twice_and_local(&lease, &noop, &local),
+            [Some(true), Some(false), Some(false), None]
+        );
+    }
 }

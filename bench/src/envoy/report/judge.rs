@@ -35,6 +35,36 @@ pub(super) fn verdict(per_round: &[bool]) -> &'static str {
     }
 }
 
+/// Whether `figure` is at most `times` a baseline's Envoy CPU added, in one round: `None` where
+/// the baseline added none over no filter's (at most zero, as a no-op filter's does on a fast
+/// machine, within its noise). No multiple of that is a bar: twice a negative figure would
+/// hold a filter to costing less than no filter, and twice zero to a cost no measurement
+/// resolves.
+pub(super) fn within_multiple(figure: f64, times: f64, baseline: f64) -> Option<bool> {
+    (baseline > 0.0).then_some(figure <= times * baseline)
+}
+
+/// [`verdict`] over rounds of which those where the baseline named by `baseline` added no CPU
+/// (`None`, see [`within_multiple`]) are not judged, and the verdict says so.
+pub(super) fn verdict_where_judged(per_round: &[Option<bool>], baseline: &str) -> String {
+    let judged: Vec<bool> = per_round.iter().flatten().copied().collect();
+    let unjudged = per_round.len() - judged.len();
+    if unjudged == 0 {
+        return verdict(&judged).to_owned();
+    }
+    let why =
+        format!("{baseline} added no Envoy CPU over no filter's, and no multiple of that is a bar");
+    if judged.is_empty() {
+        format!("**not judged**: in every round {why}")
+    } else {
+        format!(
+            "over the {} rounds where it could be judged, {}; not judged in {unjudged}, where {why}",
+            judged.len(),
+            verdict(&judged),
+        )
+    }
+}
+
 /// A bar on a ratio at most `max` in every round: its median, range (to `digits` places) and
 /// verdict.
 pub(super) fn ratio_bar(
@@ -57,6 +87,31 @@ pub(super) fn ratio_bar(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_multiple_of_a_baseline_that_added_nothing_is_not_judged() {
+        assert_eq!(within_multiple(3.0, 2.0, 2.0), Some(true));
+        assert_eq!(within_multiple(5.0, 2.0, 2.0), Some(false));
+        assert_eq!(
+            within_multiple(-0.5, 2.0, -0.7),
+            None,
+            "twice a negative is no bar"
+        );
+        assert_eq!(within_multiple(0.0, 2.0, 0.0), None);
+        let noop = "the no-op module";
+        assert_eq!(
+            verdict_where_judged(&[Some(true), Some(true)], noop),
+            "**met** in every round"
+        );
+        assert_eq!(
+            verdict_where_judged(&[None, None, None], noop),
+            "**not judged**: in every round the no-op module added no Envoy CPU over no filter's, and no multiple of that is a bar"
+        );
+        assert_eq!(
+            verdict_where_judged(&[Some(true), None, Some(false)], noop),
+            "over the 2 rounds where it could be judged, **not met**: the rounds straddle it; not judged in 1, where the no-op module added no Envoy CPU over no filter's, and no multiple of that is a bar"
+        );
+    }
 
     #[test]
     fn a_bar_on_a_figure_left_unmeasured_says_so_rather_than_not_met() {
