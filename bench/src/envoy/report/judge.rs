@@ -57,9 +57,12 @@ pub(super) fn verdict_where_judged(per_round: &[Option<bool>], baseline: &str) -
     if judged.is_empty() {
         format!("**not judged**: in every round {why}")
     } else {
+        let judged_in = match judged.len() {
+            1 => "the one round".to_owned(),
+            n => format!("the {n} rounds"),
+        };
         format!(
-            "over the {} rounds where it could be judged, {}; not judged in {unjudged}, where {why}",
-            judged.len(),
+            "over {judged_in} where it could be judged, {}; not judged in {unjudged}, where {why}",
             verdict(&judged),
         )
     }
@@ -106,6 +109,10 @@ mod tests {
         assert_eq!(
             verdict_where_judged(&[None, None, None], noop),
             "**not judged**: in every round the no-op module added no Envoy CPU over no filter's, and no multiple of that is a bar"
+        );
+        assert_eq!(
+            verdict_where_judged(&[None, Some(false), None], noop),
+            "over the one round where it could be judged, **not met** in any round; not judged in 2, where the no-op module added no Envoy CPU over no filter's, and no multiple of that is a bar"
         );
         assert_eq!(
             verdict_where_judged(&[Some(true), None, Some(false)], noop),
