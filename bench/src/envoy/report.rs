@@ -15,7 +15,10 @@ use crate::chart_dir::ChartDir;
 mod instructions;
 mod judge;
 
-use judge::{plain, plain_of, ratio_bar, spread, verdict, verdict_where_judged, within_multiple};
+use judge::{
+    plain, plain_of, ratio_bar, spread, verdict, verdict_where_judged, within_local,
+    within_multiple, within_twice_and_local,
+};
 
 /// The chart of Envoy's added CPU.
 const CHART: &str = "envoy-cpu.svg";
@@ -315,14 +318,14 @@ fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::Result<()> 
     let local = results.envoy_added_us(Keys::Hot, Setup::LocalRatelimit);
     let met = within_twice_and_local(&lease, &noop, &local);
     // Said apart: where the multiple cannot be judged, this half still can.
-    let within_local = lease
+    let rounds_within_local = lease
         .iter()
         .zip(&local)
-        .filter(|(l, lo)| **l <= **lo + 3.0)
+        .filter(|(l, lo)| within_local(**l, **lo))
         .count();
     writeln!(
         out,
-        "- Module lease mode on hot keys, Envoy CPU added at most twice the no-op module's and at most `local_ratelimit`'s plus 3 µs: {:.1} µs against {:.1} and {:.1} — {} (within `local_ratelimit`'s plus 3 µs in {within_local} of {} rounds).",
+        "- Module lease mode on hot keys, Envoy CPU added at most twice the no-op module's and at most `local_ratelimit`'s plus 3 µs: {:.1} µs against {:.1} and {:.1} — {} (within `local_ratelimit`'s plus 3 µs in {rounds_within_local} of {} rounds).",
         spread(lease.clone()).0,
         spread(noop.clone()).0,
         spread(local.clone()).0,
@@ -336,7 +339,7 @@ fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::Result<()> 
     let floor_within: Vec<bool> = floor
         .iter()
         .zip(&local)
-        .map(|(f, lo)| *f <= lo + 3.0)
+        .map(|(f, lo)| within_local(*f, *lo))
         .collect();
     let (ratio, low, high) = spread(floor_over_noop);
     writeln!(
@@ -364,23 +367,6 @@ fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::Result<()> 
         verdict(&met)
     )?;
     Ok(())
-}
-
-/// Per round, whether the lease's Envoy CPU added is at most twice `baseline`'s and at most
-/// `local_ratelimit`'s plus 3 µs: not met where it is over the latter, whatever the former;
-/// otherwise as [`within_multiple`] judges the former.
-fn within_twice_and_local(lease: &[f64], baseline: &[f64], local: &[f64]) -> Vec<Option<bool>> {
-    lease
-        .iter()
-        .zip(baseline.iter().zip(local))
-        .map(|(l, (b, lo))| {
-            if *l > lo + 3.0 {
-                Some(false)
-            } else {
-                within_multiple(*l, 2.0, *b)
-            }
-        })
-        .collect()
 }
 
 fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> {
@@ -496,22 +482,4 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         plain_of(&[module, none], module <= 1.2 * none)
     )?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::within_twice_and_local;
-
-    #[test]
-    fn a_lease_over_local_ratelimits_plus_3_us_fails_even_where_the_multiple_cannot_be_judged() {
-        // Rounds: within both; over twice the baseline; over `local_ratelimit`'s plus 3 µs with
-        // a baseline that added nothing; within it, the baseline having added nothing.
-        let lease = [3.0, 5.0, 4.5, -0.5];
-        let noop = [2.0, 2.0, -0.7, -0.7];
-        let local = [1.0, 3.0, 1.0, -1.4];
-        assert_eq!(
-            within_twice_and_local(&lease, &noop, &local),
-            [Some(true), Some(false), Some(false), None]
-        );
-    }
 }

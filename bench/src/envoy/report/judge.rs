@@ -68,6 +68,36 @@ pub(super) fn verdict_where_judged(per_round: &[Option<bool>], baseline: &str) -
     }
 }
 
+/// How far over `local_ratelimit`'s Envoy CPU added a leased module may go, in µs.
+const OVER_LOCAL_US: f64 = 3.0;
+
+/// Whether Envoy CPU added `figure` is at most `local_ratelimit`'s `local` plus
+/// [`OVER_LOCAL_US`].
+pub(super) fn within_local(figure: f64, local: f64) -> bool {
+    figure <= local + OVER_LOCAL_US
+}
+
+/// Per round, whether the lease's Envoy CPU added is at most twice `baseline`'s and at most
+/// `local_ratelimit`'s plus 3 µs: not met where it is over the latter, whatever the former;
+/// otherwise as [`within_multiple`] judges the former.
+pub(super) fn within_twice_and_local(
+    lease: &[f64],
+    baseline: &[f64],
+    local: &[f64],
+) -> Vec<Option<bool>> {
+    lease
+        .iter()
+        .zip(baseline.iter().zip(local))
+        .map(|(l, (b, lo))| {
+            if within_local(*l, *lo) {
+                within_multiple(*l, 2.0, *b)
+            } else {
+                Some(false)
+            }
+        })
+        .collect()
+}
+
 /// A bar on a ratio at most `max` in every round: its median, range (to `digits` places) and
 /// verdict.
 pub(super) fn ratio_bar(
@@ -117,6 +147,19 @@ mod tests {
         assert_eq!(
             verdict_where_judged(&[Some(true), None, Some(false)], noop),
             "over the 2 rounds where it could be judged, **not met**: the rounds straddle it; not judged in 1, where the no-op module added no Envoy CPU over no filter's, and no multiple of that is a bar"
+        );
+    }
+
+    #[test]
+    fn a_lease_over_local_ratelimits_plus_3_us_fails_even_where_the_multiple_cannot_be_judged() {
+        // Rounds: within both; over twice the baseline; over `local_ratelimit`'s plus 3 µs with
+        // a baseline that added nothing; within it, the baseline having added nothing.
+        let lease = [3.0, 5.0, 4.5, -0.5];
+        let noop = [2.0, 2.0, -0.7, -0.7];
+        let local = [1.0, 3.0, 1.0, -1.4];
+        assert_eq!(
+            within_twice_and_local(&lease, &noop, &local),
+            [Some(true), Some(false), Some(false), None]
         );
     }
 
