@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::Router;
-use axum::body::{Body, Bytes, HttpBody};
+use axum::body::{Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -17,6 +17,7 @@ use sluice_core::wire::{
     write_decide_response,
 };
 
+use crate::answer_body::answer_body;
 use crate::app_state::AppState;
 use crate::clock;
 use crate::engine::LeaseError;
@@ -112,9 +113,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// A 200 answer with a JSON body already written, as `axum::Json` would send it.
-fn json(body: Vec<u8>) -> Response {
-    let mut response = Response::new(Body::from(body));
+/// A 200 answer to a request of `version` with a JSON body already written, as `axum::Json`
+/// would send it, but for the `content-length` HTTP/2 does without ([`answer_body`]).
+fn json(version: http::Version, body: Vec<u8>) -> Response {
+    let mut response = Response::new(answer_body(version, Bytes::from(body)));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -177,7 +179,7 @@ async fn decide<B: HttpBody<Data = Bytes>>(
             state.metrics.decision_time(started.elapsed());
             let mut body = Vec::with_capacity(16 + 112 * response.results.len());
             write_decide_response(&mut body, &response.results);
-            json(body)
+            json(parts.version, body)
         }
         Err(e) => {
             if let Some(left_out) = state.failure_warnings.decide.due(clock::monotonic()) {

@@ -21,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+mod answer_body;
 pub mod app_state;
 pub mod busy_poll;
 pub mod clock;

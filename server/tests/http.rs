@@ -254,6 +254,24 @@ async fn cleartext_http2_is_served_like_http1() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_over_http2_is_framed_by_its_stream_and_over_http1_by_its_length() {
+    // Each header of the answer is work for Envoy on every request; HTTP/2 needs no length.
+    let redis = RedisServer::start().unwrap();
+    let server = server(Topology::Standalone(redis.url()), |_| {}).await;
+    let body = one_check("r", "k", LIMIT);
+    let h2 = Http::h2c().decide(&server.url(), &body, &[]).await;
+    assert_eq!(h2.version, http::Version::HTTP_2);
+    assert_eq!(h2.status, 200, "{}", h2.body);
+    assert_eq!(h2.content_length, None);
+    assert_eq!(h2.content_type, "application/json");
+    assert_eq!(h2.json()["results"][0]["remaining"], 4);
+    let h1 = Http::http1().decide(&server.url(), &body, &[]).await;
+    assert_eq!(h1.version, http::Version::HTTP_11);
+    assert_eq!(h1.content_length, Some(h1.body.len().to_string()));
+    assert_eq!(h1.json()["results"][0]["remaining"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_without_a_content_type_is_read_as_json() {
     // The filters send none (filter-logic's `callout_headers`).
     let redis = RedisServer::start().unwrap();

@@ -12,10 +12,11 @@ use std::convert::Infallible;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, Method, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use prost::Message;
 use tonic::Status;
 
+use crate::answer_body::FramedByStream;
 use crate::app_state::AppState;
 use crate::envoy_api::ratelimit::{RateLimitRequest, SHOULD_RATE_LIMIT};
 use crate::inbound::whole_body;
@@ -100,8 +101,8 @@ fn reply(message: &[u8]) -> Response {
     framed.extend_from_slice(message);
     let mut trailers = HeaderMap::with_capacity(1);
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
-    let body =
-        Full::new(Bytes::from(framed)).with_trailers(async { Some(Ok::<_, Infallible>(trailers)) });
+    let body = FramedByStream::new(Bytes::from(framed))
+        .with_trailers(async { Some(Ok::<_, Infallible>(trailers)) });
     let mut response = Response::new(Body::new(body));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

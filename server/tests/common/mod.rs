@@ -60,6 +60,7 @@ pub struct Answer {
     pub body: String,
     pub version: http::Version,
     pub content_type: String,
+    pub content_length: Option<String>,
 }
 
 impl Answer {
@@ -117,12 +118,17 @@ impl Http {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
+        let content_length = response
+            .headers()
+            .get("content-length")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let body = response.into_body().collect().await.unwrap().to_bytes();
         Ok(Answer {
             status,
             body: String::from_utf8_lossy(&body).into_owned(),
             version,
             content_type,
+            content_length,
         })
     }
 
