@@ -18,7 +18,7 @@ use sluice_server::RunningServer;
 use sluice_server::envoy_api::protobuf::UInt64Value;
 use sluice_server::envoy_api::ratelimit::{
     Code, DescriptorEntry, RateLimitClient, RateLimitDescriptor, RateLimitRequest,
-    RateLimitResponse,
+    RateLimitResponse, SHOULD_RATE_LIMIT,
 };
 use sluice_server::rls::RlsState;
 use sluice_server::rls::config::WatchedConfig;
@@ -159,6 +159,36 @@ async fn every_algorithm_server(domain: &str) -> (tempfile::TempDir, RedisServer
     )
     .await;
     (dir, redis, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_framed_by_its_stream_without_a_content_length() {
+    // A header Envoy's gRPC client would decode and check on every answer, for nothing the
+    // stream's end does not say.
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+    let (_dir, _redis, server) = start(&[("d.yaml", yaml)], 0, false).await;
+    let message = prost::Message::encode_to_vec(&request("d", vec![descriptor(&[("k", "v")])]));
+    let mut framed = vec![0];
+    framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(&message);
+    let answer = Http::h2c()
+        .send(
+            "POST",
+            &format!("{}{SHOULD_RATE_LIMIT}", server.url()),
+            &[("content-type", "application/grpc"), ("te", "trailers")],
+            framed,
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.content_type, "application/grpc");
+    assert_eq!(answer.content_length, None);
+    let (prefix, reply) = answer.body_bytes.split_at(5);
+    assert_eq!(
+        prefix[1..],
+        u32::try_from(reply.len()).unwrap().to_be_bytes()
+    );
+    let reply: RateLimitResponse = prost::Message::decode(reply).unwrap();
+    assert_eq!(reply.overall_code, Code::Ok as i32);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

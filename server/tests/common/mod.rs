@@ -58,6 +58,8 @@ pub struct Http {
 pub struct Answer {
     pub status: u16,
     pub body: String,
+    /// The body as it came, for answers that are not text.
+    pub body_bytes: Bytes,
     pub version: http::Version,
     pub content_type: String,
     pub content_length: Option<String>,
@@ -126,6 +128,7 @@ impl Http {
         Ok(Answer {
             status,
             body: String::from_utf8_lossy(&body).into_owned(),
+            body_bytes: body,
             version,
             content_type,
             content_length,
