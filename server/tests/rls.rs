@@ -22,6 +22,7 @@ use sluice_server::envoy_api::ratelimit::{
 };
 use sluice_server::rls::RlsState;
 use sluice_server::rls::config::WatchedConfig;
+use sluice_server::rls::unary;
 use sluice_server::store::Topology;
 use tonic::transport::Channel;
 
@@ -168,25 +169,19 @@ async fn an_answer_is_framed_by_its_stream_without_a_content_length() {
     let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
     let (_dir, _redis, server) = start(&[("d.yaml", yaml)], 0, false).await;
     let message = prost::Message::encode_to_vec(&request("d", vec![descriptor(&[("k", "v")])]));
-    let mut framed = vec![0];
-    framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
-    framed.extend_from_slice(&message);
     let answer = Http::h2c()
         .send(
             "POST",
             &format!("{}{SHOULD_RATE_LIMIT}", server.url()),
             &[("content-type", "application/grpc"), ("te", "trailers")],
-            framed,
+            unary::framed(&message),
         )
         .await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.content_type, "application/grpc");
     assert_eq!(answer.content_length, None);
-    let (prefix, reply) = answer.body_bytes.split_at(5);
-    assert_eq!(
-        prefix[1..],
-        u32::try_from(reply.len()).unwrap().to_be_bytes()
-    );
+    // The prefix's length is the whole rest of the body.
+    let reply = unary::message(&answer.body_bytes).unwrap();
     let reply: RateLimitResponse = prost::Message::decode(reply).unwrap();
     assert_eq!(reply.overall_code, Code::Ok as i32);
 }

@@ -68,8 +68,8 @@ pub async fn answer<B: HttpBody<Data = Bytes>>(
     }
 }
 
-/// The one message of a unary call's body.
-fn message(body: &[u8]) -> Result<&[u8], Status> {
+/// The one message of a unary call's body (or of its answer's).
+pub fn message(body: &[u8]) -> Result<&[u8], Status> {
     let Some((prefix, message)) = body.split_first_chunk::<PREFIX_BYTES>() else {
         return Err(Status::internal("Missing request message."));
     };
@@ -88,8 +88,8 @@ fn message(body: &[u8]) -> Result<&[u8], Status> {
     Ok(message)
 }
 
-/// A gRPC answer of `message`, with the trailers saying the call succeeded.
-fn reply(message: &[u8]) -> Response {
+/// `message` as a unary call's body (or its answer's): uncompressed, after its length.
+pub fn framed(message: &[u8]) -> Vec<u8> {
     let mut framed = Vec::with_capacity(PREFIX_BYTES + message.len());
     framed.push(0);
     // Messages past 4 GiB do not exist here: the largest answer is a few kilobytes.
@@ -99,9 +99,14 @@ fn reply(message: &[u8]) -> Response {
             .to_be_bytes(),
     );
     framed.extend_from_slice(message);
+    framed
+}
+
+/// A gRPC answer of `message`, with the trailers saying the call succeeded.
+fn reply(message: &[u8]) -> Response {
     let mut trailers = HeaderMap::with_capacity(1);
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
-    let body = FramedByStream::new(Bytes::from(framed))
+    let body = FramedByStream::new(Bytes::from(framed(message)))
         .with_trailers(async { Some(Ok::<_, Infallible>(trailers)) });
     let mut response = Response::new(Body::new(body));
     response.headers_mut().insert(

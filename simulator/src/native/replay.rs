@@ -23,6 +23,7 @@ use sluice_core::wire::REPLAY_TIME_HEADER;
 use sluice_server::envoy_api::ratelimit::{
     Code, DescriptorEntry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse,
 };
+use sluice_server::rls::unary;
 
 use super::{Descriptor, FilterCall, NativeConfig};
 use crate::connect::{Endpoint, HttpClient};
@@ -377,15 +378,7 @@ async fn should_rate_limit(
     message: &RateLimitRequest,
     time_us: i64,
 ) -> Result<RateLimitResponse, String> {
-    let encoded = message.encode_to_vec();
-    let mut body = Vec::with_capacity(5 + encoded.len());
-    body.push(0);
-    body.extend_from_slice(
-        &u32::try_from(encoded.len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
-    body.extend_from_slice(&encoded);
+    let body = unary::framed(&message.encode_to_vec());
     let request = http::Request::post(format!(
         "http://{}{SHOULD_RATE_LIMIT}",
         endpoint.authority(cluster)
