@@ -3,12 +3,17 @@
 //! (held for a lookup or a write, never across a call into Envoy).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice_core::deny_cache::{Entry, EntryId, slot_of, slot_of_written};
 
 /// The cache of one configuration: `None` slots when it is off.
 pub struct DenyCache {
     slots: Box<[Mutex<Option<Entry>>]>,
+    /// The latest end of any denial ever remembered: past it no slot holds a live one, and a
+    /// lookup answers without hashing the id or taking a lock. Most of the time nothing is
+    /// denied, and then a request's lookup is this one load.
+    live_until_ms: AtomicU64,
 }
 
 impl DenyCache {
@@ -16,6 +21,7 @@ impl DenyCache {
     pub fn new(slots: u32) -> DenyCache {
         DenyCache {
             slots: (0..slots).map(|_| Mutex::new(None)).collect(),
+            live_until_ms: AtomicU64::new(0),
         }
     }
 
@@ -32,6 +38,12 @@ impl DenyCache {
 
     /// The live denial of `id`, if the cache holds one at `now_ms`.
     pub fn lookup(&self, id: EntryId<'_>, now_ms: u64) -> Option<Entry> {
+        // Relaxed: a lookup that reads the bound before another worker raises it misses a
+        // denial remembered at that very moment, as a lookup a moment earlier would; that
+        // costs a callout, never a wrong answer.
+        if self.live_until_ms.load(Ordering::Relaxed) <= now_ms {
+            return None;
+        }
         // A poisoned slot (a panic while it was held) still holds a whole entry: writes are
         // one assignment.
         let slot = self
@@ -50,6 +62,8 @@ impl DenyCache {
         };
         let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
         if entry.should_replace(slot.as_ref(), now_ms) {
+            self.live_until_ms
+                .fetch_max(entry.until_ms, Ordering::Relaxed);
             *slot = Some(entry.clone());
         }
     }
@@ -57,7 +71,7 @@ impl DenyCache {
 
 #[cfg(test)]
 mod tests {
-    use sluice_core::deny_cache::{Entry, EntryId};
+    use sluice_core::deny_cache::{Entry, EntryId, slot_of};
     use sluice_core::key::{LimitKey, RuleName};
 
     use super::DenyCache;
@@ -113,6 +127,32 @@ mod tests {
             "the longer stays"
         );
         assert!(cache.lookup(EntryId::new(&rule, &b), 10).is_none());
+    }
+
+    #[test]
+    fn a_denial_is_found_while_a_longer_one_of_another_key_lives() {
+        let cache = DenyCache::new(64);
+        let (rule, long) = names("per-ip", "long");
+        let short = (0..)
+            .map(|i| LimitKey::from_parts([format!("short-{i}").as_bytes()]))
+            .find(|key| {
+                slot_of(EntryId::new(&rule, key), 64) != slot_of(EntryId::new(&rule, &long), 64)
+            })
+            .expect("a key in another slot");
+        cache.remember(&denial("per-ip", long.as_str(), 9_000), 0);
+        cache.remember(&denial("per-ip", short.as_str(), 1_000), 0);
+        assert_eq!(
+            cache
+                .lookup(EntryId::new(&rule, &short), 999)
+                .map(|e| e.until_ms),
+            Some(1_000)
+        );
+        assert!(cache.lookup(EntryId::new(&rule, &short), 1_000).is_none());
+        assert!(cache.lookup(EntryId::new(&rule, &long), 8_999).is_some());
+        assert!(
+            cache.lookup(EntryId::new(&rule, &long), 9_000).is_none(),
+            "past every denial"
+        );
     }
 
     #[test]
