@@ -105,8 +105,10 @@ impl Repeating<'_> {
         planned: &[PlannedCheck],
         local: &[Option<Verdict>],
     ) -> Option<&Decided> {
-        // An empty slot's policy: nothing is kept under it.
-        if self.policy == 0 {
+        // An empty slot's policy: nothing is kept under it. And a decision is kept only for
+        // checks all decided here: a request with a check to ask about (every request of a
+        // policy without leases) has none to find, and its keys are not hashed.
+        if self.policy == 0 || local.iter().any(Option::is_none) {
             return None;
         }
         let repeats = &mut *self.repeats;
