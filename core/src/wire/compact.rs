@@ -193,9 +193,9 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// All of `body`: `head`, a list of items read by `item`, and the closing `}`.
-    fn whole<T>(
+    fn whole<T, const N: usize>(
         body: &'a [u8],
-        head: &[u8],
+        head: &[u8; N],
         item: impl FnMut(&mut Self) -> Option<T>,
     ) -> Option<Vec<T>> {
         let mut items = Vec::with_capacity(4);
@@ -204,9 +204,9 @@ impl<'a> Reader<'a> {
     }
 
     /// [`Reader::whole`], the items in `items`, in place of what it held.
-    fn whole_into<T>(
+    fn whole_into<T, const N: usize>(
         body: &'a [u8],
-        head: &[u8],
+        head: &[u8; N],
         item: impl FnMut(&mut Self) -> Option<T>,
         items: &mut Vec<T>,
     ) -> Option<()> {
@@ -237,9 +237,12 @@ impl<'a> Reader<'a> {
         Some(())
     }
 
-    fn literal(&mut self, expected: &[u8]) -> Option<()> {
-        let end = self.at.checked_add(expected.len())?;
-        (self.bytes.get(self.at..end)? == expected).then(|| self.at = end)
+    // Of a length known when compiled: compared as an array, a few word loads inline, where a
+    // slice's compare called `memcmp` (an answer has a dozen literals).
+    fn literal<const N: usize>(&mut self, expected: &[u8; N]) -> Option<()> {
+        let end = self.at.checked_add(N)?;
+        let found: &[u8; N] = self.bytes.get(self.at..end)?.try_into().ok()?;
+        (found == expected).then(|| self.at = end)
     }
 
     fn eat(&mut self, b: u8) -> bool {
