@@ -81,7 +81,7 @@ pub fn message(body: &[u8]) -> Result<&[u8], Status> {
     let length = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
     if message.len() != length {
         return Err(Status::internal(format!(
-            "the request body holds {} bytes after its prefix, which says {length}: a unary call carries one whole message",
+            "the body holds {} bytes after its prefix, which says {length}: a unary call and its answer each carry one whole message",
             message.len()
         )));
     }

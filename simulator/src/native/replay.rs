@@ -420,9 +420,8 @@ async fn should_rate_limit(
             grpc_status.as_deref().unwrap_or("missing")
         ));
     }
-    let message = data
-        .get(5..)
-        .ok_or_else(|| "the answer holds no message".to_owned())?;
+    let message = unary::message(&data)
+        .map_err(|status| format!("the answer's message: {}", status.message()))?;
     RateLimitResponse::decode(message)
         .map_err(|e| format!("the answer is not a RateLimitResponse: {e}"))
 }
