@@ -147,8 +147,9 @@ pub const CALLOUT_INIT_MISSING_REQUIRED_HEADERS: u32 = 1;
 pub const CALLOUT_INIT_CLUSTER_NOT_FOUND: u32 = 2;
 pub const CALLOUT_INIT_DUPLICATE_CALLOUT_ID: u32 = 3;
 /// Envoy's async client failed the request at once, as it does when no host of the cluster is
-/// healthy; for a filter's callout it has then already delivered its local answer (a 503) to
-/// the callout hook, inline (a configuration's callout gets none).
+/// healthy. Envoy 1.40 then calls no callout hook for it (every call of the hook logged, one
+/// per callout sent, none for these); an Envoy that answered it inline, from within the post,
+/// would find that answer left to the post's error (`envoy::posting`).
 pub const CALLOUT_INIT_CANNOT_CREATE_REQUEST: u32 = 4;
 // envoy_dynamic_module_type_http_callout_result
 pub const CALLOUT_SUCCESS: u32 = 0;

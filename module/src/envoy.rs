@@ -236,9 +236,10 @@ impl Filter {
     /// Posts `body` through `cluster` for this stream; its answer comes to
     /// `on_http_filter_http_callout_done`. The callout's id, or why Envoy would not send it.
     ///
-    /// A callout Envoy fails at once (no healthy host) is answered inline, from within this
-    /// call, before its id is known: while it runs, [`posting`] says so for this filter, and
-    /// the hook leaves that answer to this call's error.
+    /// A callout Envoy fails at once (no healthy host) could be answered inline, from within
+    /// this call, before its id is known (Envoy 1.40 does not answer it at all): while it
+    /// runs, [`posting`] says so for this filter, and the hook would leave that answer to this
+    /// call's error.
     pub fn post<'a>(
         &self,
         cluster: &str,
@@ -294,7 +295,7 @@ thread_local! {
 }
 
 /// Whether `filter`'s hook on this thread is in [`Filter::post`]: a callout answer for it now
-/// is Envoy's inline answer to a callout it failed at once, whose stream the posting hook
+/// would be an inline answer to a callout Envoy failed at once, whose stream the posting hook
 /// holds.
 pub fn posting(filter: FilterEnvoyPtr) -> bool {
     !filter.is_null() && POSTING.get() == filter as usize

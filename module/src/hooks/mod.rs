@@ -49,10 +49,10 @@ fn guarded_with<T>(log: impl FnOnce(&str), hook: &str, fallback: T, body: impl F
 ///
 /// Envoy calls one stream's hooks on one worker, but may call one from within another's call
 /// into Envoy: letting a paused request go on or replying runs the filter chain on (a local
-/// reply's response headers come inline), and a callout Envoy fails at once is answered
-/// inline, from within the post. So a hook uses the stream only while it runs the module's
-/// code: it lets a request go on or replies once done with it ([`stream::carry_out`]), and
-/// leaves an inline callout answer alone ([`envoy::posting`]).
+/// reply's response headers come inline), and a callout Envoy fails at once could be answered
+/// inline, from within the post (Envoy 1.40 does not answer it). So a hook uses the stream
+/// only while it runs the module's code: it lets a request go on or replies once done with it
+/// ([`stream::carry_out`]), and leaves an inline callout answer alone ([`envoy::posting`]).
 ///
 /// # Safety
 /// `ptr` must be one `on_http_filter_new` returned and `on_http_filter_destroy` has not yet
@@ -154,8 +154,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     body_chunks: *const EnvoyBuffer,
     body_chunks_size: usize,
 ) {
-    // Envoy's inline answer to a callout it failed at once, from within the post: the posting
-    // hook has the stream, and the post's error decides the request.
+    // An inline answer to a callout Envoy failed at once, from within the post (1.40 sends
+    // none): the posting hook has the stream, and the post's error decides the request.
     if envoy::posting(filter_envoy) {
         return;
     }
