@@ -425,3 +425,65 @@ async fn should_rate_limit(
     RateLimitResponse::decode(message)
         .map_err(|e| format!("the answer is not a RateLimitResponse: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use axum::response::IntoResponse;
+
+    use super::*;
+
+    /// A service that answers every call with `body`, saying the call succeeded.
+    async fn answering(body: Vec<u8>) -> Endpoint {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(move || async move {
+            let headers = [("content-type", "application/grpc"), ("grpc-status", "0")];
+            (headers, body).into_response()
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Endpoint::Tcp(address.to_string())
+    }
+
+    async fn call(endpoint: &Endpoint) -> Result<RateLimitResponse, String> {
+        let authority = endpoint.authority("ratelimit");
+        let client = HttpClient::new(HashMap::from([(authority, endpoint.clone())]));
+        should_rate_limit(
+            &client,
+            endpoint,
+            "ratelimit",
+            &RateLimitRequest::default(),
+            0,
+        )
+        .await
+    }
+
+    /// The prefix gives the message's length: bytes past it were read as part of the message
+    /// (protobuf's last field wins, so an OK answer followed by `overall_code: OVER_LIMIT`
+    /// read as over the limit), and an answer cut short failed only as bad protobuf.
+    #[tokio::test]
+    async fn an_answer_is_refused_unless_its_prefix_gives_its_length() {
+        let answer = RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            ..RateLimitResponse::default()
+        };
+        let body = unary::framed(&answer.encode_to_vec());
+        let whole = call(&answering(body.clone()).await).await;
+        assert_eq!(whole.map(|r| r.overall_code), Ok(Code::Ok as i32));
+
+        let over_limit = RateLimitResponse {
+            overall_code: Code::OverLimit as i32,
+            ..RateLimitResponse::default()
+        };
+        let mut longer = body.clone();
+        longer.extend_from_slice(&over_limit.encode_to_vec());
+        let mut shorter = body;
+        shorter.pop();
+        for (body, holds) in [(longer, "holds 4 bytes"), (shorter, "holds 1 bytes")] {
+            let why = call(&answering(body).await).await.unwrap_err();
+            assert!(why.starts_with("the answer's message: "), "{why}");
+            assert!(why.contains(holds) && why.contains("which says 2"), "{why}");
+        }
+    }
+}
