@@ -122,7 +122,7 @@ enum Command {
         #[arg(long, default_value_t = SCALE_RUNS)]
         runs: usize,
     },
-    /// The lease tick over thousands of keys, beside a request's take.
+    /// The lease tick over thousands of keys, beside a request's take; every core taking at once.
     Tick,
     /// Everything, written to a Markdown file.
     All {
@@ -267,7 +267,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             sections::lease_section(&Modules::built(), ChartDir::Scratch)?
         ),
         Command::Scale { runs } => print!("{}", scale::section(&scale::run(runs)?)?),
-        Command::Tick => print!("{}", tick::section(&tick::run()?)?),
+        Command::Tick => print!(
+            "{}",
+            tick::section(&tick::run()?, &tick::contention::run()?)?
+        ),
         Command::Envoy {
             rounds,
             seconds,
@@ -362,7 +365,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(
                 doc,
                 "## Lease mode: the tick at scale\n\n{}",
-                tick::section(&tick::run()?)?
+                tick::section(&tick::run()?, &tick::contention::run()?)?
             )?;
             writeln!(
                 doc,

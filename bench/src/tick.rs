@@ -6,7 +6,8 @@
 //! Each pass: every key's first requests at one instant (each marks its key's ask), ticks a
 //! millisecond apart until every ask has gone out and been granted (a burst of new keys), then
 //! ticks 20 ms apart while every key holds its lease and none is due a look (the steady state).
-//! Time is virtual for the leases; only the work is timed.
+//! Time is virtual for the leases; only the work is timed. Beside it, every core taking from
+//! leased keys at once ([`contention`]).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -15,11 +16,13 @@ use std::time::{Duration, Instant};
 
 use sluice_core::key::LimitKey;
 use sluice_core::policy::{HttpRequest, Policy};
-use sluice_core::wire::LeaseGrant;
+use sluice_core::wire::{LeaseAsk, LeaseGrant};
 use sluice_filter_logic::lease::{Holder, LeaseTick, Leases};
-use sluice_filter_logic::shared_data::MemorySharedData;
+use sluice_filter_logic::shared_data::{MemorySharedData, SharedData};
 
 use crate::spread::spread;
+
+pub mod contention;
 
 /// Keys in each setting.
 pub const KEYS: [usize; 2] = [1_000, 20_000];
@@ -101,14 +104,11 @@ fn key_of(policy: &Policy, tenant: usize) -> anyhow::Result<LimitKey> {
     Ok(plan.checks.remove(0).key)
 }
 
-fn pass(policy: &Policy, keys: usize) -> anyhow::Result<Pass> {
-    let rule = &policy.rules[0];
-    let config = rule
-        .lease
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("the bench's rule has no lease"))?;
-    let worker = Leases::new(
-        Rc::new(MemorySharedData::default()),
+/// One set of leases over `data`, for `policy`'s rules, as the module keeps them: the whole
+/// process's.
+fn module_leases<D: SharedData>(data: D, policy: &Policy) -> Leases<D, ByHand> {
+    Leases::new(
+        data,
         "bench".to_owned(),
         Holder {
             name: "envoy:1".to_owned(),
@@ -117,7 +117,37 @@ fn pass(policy: &Policy, keys: usize) -> anyhow::Result<Pass> {
         &policy.rules,
         ByHand,
     )
-    .process_wide();
+    .process_wide()
+}
+
+/// Grants for `asks`: each `granted(ask)` units for `lease_ms`, at its limit, unpaced.
+fn grant_each(
+    asks: &[LeaseAsk],
+    granted: impl Fn(&LeaseAsk) -> u64,
+    lease_ms: u64,
+) -> Vec<LeaseGrant> {
+    asks.iter()
+        .map(|ask| LeaseGrant {
+            granted: granted(ask),
+            lease_ms,
+            more_in_ms: 0,
+            limit: ask.limit.capacity(),
+            remaining: ask.limit.capacity(),
+            pace_us: 0,
+            kept: None,
+            share_per_ks: 0,
+            crowded: false,
+        })
+        .collect()
+}
+
+fn pass(policy: &Policy, keys: usize) -> anyhow::Result<Pass> {
+    let rule = &policy.rules[0];
+    let config = rule
+        .lease
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("the bench's rule has no lease"))?;
+    let worker = module_leases(Rc::new(MemorySharedData::default()), policy);
     let tenants = (0..keys)
         .map(|k| key_of(policy, k))
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -144,21 +174,7 @@ fn pass(policy: &Policy, keys: usize) -> anyhow::Result<Pass> {
         let call = worker.on_tick(&policy.rules, now);
         if let Some((request, sent)) = call {
             asked += request.asks.len();
-            let grants = request
-                .asks
-                .iter()
-                .map(|ask| LeaseGrant {
-                    granted: ask.want,
-                    lease_ms: LEASE_MS,
-                    more_in_ms: 0,
-                    limit: ask.limit.capacity(),
-                    remaining: ask.limit.capacity(),
-                    pace_us: 0,
-                    kept: None,
-                    share_per_ks: 0,
-                    crowded: false,
-                })
-                .collect();
+            let grants = grant_each(&request.asks, |ask| ask.want, LEASE_MS);
             worker.sent(1, sent);
             worker.answered(1, Ok(grants), |_, _| {});
         }
@@ -196,8 +212,11 @@ fn of_passes(passes: &[Pass], figure: impl Fn(&Pass) -> f64) -> (f64, f64, f64) 
     spread(passes.iter().map(figure).collect())
 }
 
-/// The section of BENCHMARKS.md.
-pub fn section(results: &[(usize, Vec<Pass>)]) -> anyhow::Result<String> {
+/// The section of BENCHMARKS.md: the tick's `results` and the takes at once of `contention`.
+pub fn section(
+    results: &[(usize, Vec<Pass>)],
+    contention: &[(usize, Vec<f64>)],
+) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
         out,
@@ -234,5 +253,13 @@ pub fn section(results: &[(usize, Vec<Pass>)]) -> anyhow::Result<String> {
             ratio(many_passes) / ratio(few_passes)
         )?;
     }
+    writeln!(
+        out,
+        "\nEvery worker's leased request takes the module's one lock once. Takes of {} leased hot keys as the module makes them (its leases behind its lock, its allowances in process memory), {} a thread in a tight loop, on one thread and then on one a core, all at once; {} passes each after one not counted, each cell the median with the range in brackets. With every core taking at once, the lock moves between cores on every take: the rate in all is about what the lock can serve a whole Envoy on this machine, however many workers take.\n\n{}",
+        contention::KEYS,
+        contention::TAKES,
+        contention::PASSES,
+        contention::rows(contention)
+    )?;
     Ok(out)
 }

@@ -16,6 +16,6 @@ mod config;
 mod envoy;
 mod hold;
 pub mod hooks;
-mod lease;
+pub mod lease;
 mod spares;
 mod stream;
