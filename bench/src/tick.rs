@@ -9,20 +9,19 @@
 //! Time is virtual for the leases; only the work is timed. Beside it, every core taking from
 //! leased keys at once ([`contention`]).
 
-use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use sluice_core::key::LimitKey;
-use sluice_core::policy::{HttpRequest, Policy};
-use sluice_core::wire::{LeaseAsk, LeaseGrant};
-use sluice_filter_logic::lease::{Holder, LeaseTick, Leases};
-use sluice_filter_logic::shared_data::{MemorySharedData, SharedData};
+use sluice_core::policy::Policy;
+use sluice_filter_logic::shared_data::MemorySharedData;
 
 use crate::spread::spread;
 
 pub mod contention;
+mod setup;
+
+use setup::{POLICY, grant_each, key_of, module_leases};
 
 /// Keys in each setting.
 pub const KEYS: [usize; 2] = [1_000, 20_000];
@@ -35,18 +34,6 @@ const STEADY_TICKS: usize = 25;
 /// Granted leases outlast the measured span: no look comes due for a lease's end.
 const LEASE_MS: u64 = 60_000;
 const MS: u64 = 1_000;
-
-const POLICY: &str = r#"{"cluster": "sluice", "rules": [{"name": "per-tenant",
-  "key": [{"header": "x-api-key"}],
-  "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000},
-  "lease": {"horizon": "500ms"}}]}"#;
-
-/// The bench drives the tick by hand.
-struct ByHand;
-
-impl LeaseTick for ByHand {
-    fn set_leasing(&self, _period: Option<Duration>) {}
-}
 
 /// One pass's figures, in µs.
 #[derive(Debug, Clone, Copy)]
@@ -82,61 +69,6 @@ pub fn run() -> anyhow::Result<Vec<(usize, Vec<Pass>)>> {
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             Ok((keys, passes))
-        })
-        .collect()
-}
-
-fn key_of(policy: &Policy, tenant: usize) -> anyhow::Result<LimitKey> {
-    let request = HttpRequest {
-        headers: [(
-            Cow::Borrowed("x-api-key"),
-            Cow::Owned(format!("tenant-{tenant}").into_bytes()),
-        )]
-        .into_iter()
-        .collect(),
-        source_address: None,
-    };
-    let mut plan = policy.plan(&request);
-    anyhow::ensure!(
-        !plan.checks.is_empty(),
-        "the bench's rule matched no request"
-    );
-    Ok(plan.checks.remove(0).key)
-}
-
-/// One set of leases over `data`, for `policy`'s rules, as the module keeps them: the whole
-/// process's.
-fn module_leases<D: SharedData>(data: D, policy: &Policy) -> Leases<D, ByHand> {
-    Leases::new(
-        data,
-        "bench".to_owned(),
-        Holder {
-            name: "envoy:1".to_owned(),
-            secret: "s".to_owned(),
-        },
-        &policy.rules,
-        ByHand,
-    )
-    .process_wide()
-}
-
-/// Grants for `asks`: each `granted(ask)` units for `lease_ms`, at its limit, unpaced.
-fn grant_each(
-    asks: &[LeaseAsk],
-    granted: impl Fn(&LeaseAsk) -> u64,
-    lease_ms: u64,
-) -> Vec<LeaseGrant> {
-    asks.iter()
-        .map(|ask| LeaseGrant {
-            granted: granted(ask),
-            lease_ms,
-            more_in_ms: 0,
-            limit: ask.limit.capacity(),
-            remaining: ask.limit.capacity(),
-            pace_us: 0,
-            kept: None,
-            share_per_ks: 0,
-            crowded: false,
         })
         .collect()
 }

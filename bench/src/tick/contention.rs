@@ -12,7 +12,7 @@ use sluice_filter_logic::Local;
 use sluice_filter_logic::lease::Leases;
 use sluice_module::lease::ProcessData;
 
-use super::{ByHand, POLICY, grant_each, key_of, module_leases};
+use super::setup::{ByHand, POLICY, grant_each, key_of, module_leases};
 use crate::spread::spread;
 
 /// Hot keys the takes cycle through.
