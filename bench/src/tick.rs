@@ -21,7 +21,7 @@ use crate::spread::spread;
 pub mod contention;
 mod setup;
 
-use setup::{POLICY, grant_each, key_of, module_leases};
+use setup::{POLICY, grant_each, key_of, leased_rule, module_leases};
 
 /// Keys in each setting.
 pub const KEYS: [usize; 2] = [1_000, 20_000];
@@ -74,11 +74,7 @@ pub fn run() -> anyhow::Result<Vec<(usize, Vec<Pass>)>> {
 }
 
 fn pass(policy: &Policy, keys: usize) -> anyhow::Result<Pass> {
-    let rule = &policy.rules[0];
-    let config = rule
-        .lease
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("the bench's rule has no lease"))?;
+    let (rule, config) = leased_rule(policy)?;
     let worker = module_leases(Rc::new(MemorySharedData::default()), policy);
     let tenants = (0..keys)
         .map(|k| key_of(policy, k))

@@ -4,6 +4,7 @@
 //! taking at once is what the lock can serve a whole Envoy, however many workers it has.
 
 use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
 use std::time::Instant;
 
 use sluice_core::key::LimitKey;
@@ -12,7 +13,7 @@ use sluice_filter_logic::Local;
 use sluice_filter_logic::lease::Leases;
 use sluice_module::lease::ProcessData;
 
-use super::setup::{ByHand, POLICY, grant_each, key_of, module_leases};
+use super::setup::{ByHand, POLICY, grant_each, key_of, leased_rule, module_leases};
 use crate::spread::spread;
 
 /// Hot keys the takes cycle through.
@@ -31,10 +32,9 @@ type Shared = Mutex<Leases<Arc<ProcessData>, ByHand>>;
 
 /// For one thread and for one a core: the takes a second, in all, of each pass.
 pub fn run() -> anyhow::Result<Vec<(usize, Vec<f64>)>> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = thread::available_parallelism().map_or(1, |n| n.get());
     let policy = Policy::from_json(POLICY.as_bytes())?;
     let (leases, keys, now) = leased(&policy)?;
-    let (leases, keys, policy) = (Arc::new(leases), Arc::new(keys), Arc::new(policy));
     let mut counts: Vec<usize> = vec![1, cores];
     counts.dedup();
     counts
@@ -53,11 +53,7 @@ pub fn run() -> anyhow::Result<Vec<(usize, Vec<f64>)>> {
 
 /// [`KEYS`] keys, each leased [`GRANTED`] units; the instant the takes are made at.
 fn leased(policy: &Policy) -> anyhow::Result<(Shared, Vec<LimitKey>, u64)> {
-    let rule = &policy.rules[0];
-    let config = rule
-        .lease
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("the bench's rule has no lease"))?;
+    let (rule, config) = leased_rule(policy)?;
     let leases = module_leases(Arc::new(ProcessData::default()), policy);
     let keys = (0..KEYS)
         .map(|k| key_of(policy, k))
@@ -91,48 +87,41 @@ fn leased(policy: &Policy) -> anyhow::Result<(Shared, Vec<LimitKey>, u64)> {
 
 /// `threads` threads taking [`TAKES`] each at once, each under the lock: takes a second in all.
 fn pass(
-    leases: &Arc<Shared>,
-    keys: &Arc<Vec<LimitKey>>,
-    policy: &Arc<Policy>,
+    leases: &Shared,
+    keys: &[LimitKey],
+    policy: &Policy,
     now: u64,
     threads: usize,
 ) -> anyhow::Result<f64> {
-    let start = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|thread| {
-            let (leases, keys, policy, start) = (
-                Arc::clone(leases),
-                Arc::clone(keys),
-                Arc::clone(policy),
-                Arc::clone(&start),
-            );
-            std::thread::spawn(move || {
-                let rule = &policy.rules[0];
-                let config = rule.lease.as_ref()?;
-                start.wait();
-                let mut taken = 0;
-                for n in 0..TAKES {
-                    // Threads start on different keys, as workers serve different requests.
-                    let key = &keys[(n + thread * KEYS / threads.max(1)) % KEYS];
-                    let leases = leases.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Local::Taken { .. } = leases.take(0, rule, config, key, now) {
-                        taken += 1;
-                    }
-                }
-                Some(taken)
+    let (rule, config) = leased_rule(policy)?;
+    let start = Barrier::new(threads + 1);
+    let (taken, seconds) = thread::scope(|scope| {
+        let takers: Vec<_> = (0..threads)
+            .map(|taker| {
+                let start = &start;
+                scope.spawn(move || {
+                    start.wait();
+                    (0..TAKES)
+                        .filter(|n| {
+                            // Takers start on different keys, as workers serve different
+                            // requests.
+                            let key = &keys[(n + taker * KEYS / threads) % KEYS];
+                            let leases = leases.lock().unwrap_or_else(|e| e.into_inner());
+                            matches!(leases.take(0, rule, config, key, now), Local::Taken { .. })
+                        })
+                        .count()
+                })
             })
-        })
-        .collect();
-    start.wait();
-    let started = Instant::now();
-    let mut taken = 0;
-    for handle in handles {
-        let joined = handle
-            .join()
-            .map_err(|_| anyhow::anyhow!("a taking thread panicked"))?;
-        taken += joined.ok_or_else(|| anyhow::anyhow!("the bench's rule has no lease"))?;
-    }
-    let seconds = started.elapsed().as_secs_f64();
+            .collect();
+        start.wait();
+        let started = Instant::now();
+        let taken = takers
+            .into_iter()
+            .map(|taker| taker.join())
+            .sum::<Result<usize, _>>();
+        (taken, started.elapsed().as_secs_f64())
+    });
+    let taken = taken.map_err(|_| anyhow::anyhow!("a taking thread panicked"))?;
     anyhow::ensure!(
         taken == threads * TAKES,
         "{taken} of {} takes were admitted from a lease that held every one",

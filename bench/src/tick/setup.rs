@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use sluice_core::key::LimitKey;
-use sluice_core::policy::{HttpRequest, Policy};
+use sluice_core::lease::LeaseConfig;
+use sluice_core::policy::{HttpRequest, Policy, Rule};
 use sluice_core::wire::{LeaseAsk, LeaseGrant};
 use sluice_filter_logic::lease::{Holder, LeaseTick, Leases};
 use sluice_filter_logic::shared_data::SharedData;
@@ -15,6 +16,19 @@ pub const POLICY: &str = r#"{"cluster": "sluice", "rules": [{"name": "per-tenant
   "key": [{"header": "x-api-key"}],
   "limit": {"algorithm": "gcra", "rate": 1000, "per": "1s", "burst": 1000},
   "lease": {"horizon": "500ms"}}]}"#;
+
+/// [`POLICY`]'s one rule and its lease.
+pub fn leased_rule(policy: &Policy) -> anyhow::Result<(&Rule, &LeaseConfig)> {
+    let rule = policy
+        .rules
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("the bench's policy has no rule"))?;
+    let config = rule
+        .lease
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("the bench's rule has no lease"))?;
+    Ok((rule, config))
+}
 
 /// The bench drives the tick by hand.
 pub struct ByHand;
