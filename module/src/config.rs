@@ -3,7 +3,7 @@
 //! one stream, the requests' [`Glue`].
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use sluice_core::deny_cache::{Entry, EntryId, fingerprint};
 use sluice_core::key::LimitKey;
@@ -31,6 +31,9 @@ pub struct Configured {
     /// where an address could be a new configuration's in a freed one's place.
     pub id: u64,
     pub cache: DenyCache,
+    /// Whether Envoy has let go of the configuration (`config_destroy`): the streams kept for
+    /// the next requests then let go of it too ([`crate::spares`]).
+    retired: AtomicBool,
     /// The leased rules' allowances; `None` when no rule leases.
     leases: Option<ModuleLeases>,
     counters: Counters,
@@ -82,6 +85,7 @@ impl Configured {
         Ok(Configured {
             id: MADE.fetch_add(1, Ordering::Relaxed) + 1,
             cache: DenyCache::new(policy.deny_cache_slots),
+            retired: AtomicBool::new(false),
             leases,
             counters: Counters {
                 callouts: config.define_counter(stat_names::CALLOUTS),
@@ -162,12 +166,29 @@ impl Configured {
         });
     }
 
-    /// The configuration is going away: its leases' tick stops.
+    /// The configuration is going away: its leases' tick stops, and every worker lets go of
+    /// the streams it kept that hold it.
     pub fn stop(&self) {
         if let Some(leases) = &self.leases {
             leases.stop();
         }
+        self.retired.store(true, Ordering::Release);
+        RETIRED.fetch_add(1, Ordering::Release);
     }
+
+    /// Whether Envoy has let go of the configuration.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+}
+
+/// How many configurations Envoy has let go of, since the module was loaded.
+static RETIRED: AtomicU64 = AtomicU64::new(0);
+
+/// How many configurations Envoy has let go of: when it moves, a worker looks for the streams
+/// it kept that hold one.
+pub fn retirements() -> u64 {
+    RETIRED.load(Ordering::Acquire)
 }
 
 /// Adds `by` to `counter` from the main thread.

@@ -102,6 +102,11 @@ impl Stream {
         self.callout = None;
     }
 
+    /// Whether the configuration this stream last served is one Envoy has let go of.
+    pub fn serves_retired(&self) -> bool {
+        self.configured.is_retired()
+    }
+
     /// Decides the request by the failure mode alone (after a panic, when its state cannot be
     /// trusted).
     pub fn decide_by_failure_mode(&mut self, filter: Filter) -> Then {
