@@ -273,48 +273,95 @@ impl Plugin {
     }
 }
 
+/// `plugin`'s `typed_config`: JSON, which is also YAML wherever a value goes.
+pub fn plugin_typed_config(plugin: &Plugin) -> serde_json::Value {
+    let string_value = |value: &str| serde_json::json!({"@type": "type.googleapis.com/google.protobuf.StringValue", "value": value});
+    let [name, root_id, vm_id] = &plugin.names;
+    match plugin.way {
+        Way::Wasm => {
+            let mut vm_config = serde_json::json!({
+                "vm_id": vm_id,
+                "runtime": "envoy.wasm.runtime.v8",
+                "code": {"local": {"filename": plugin.wasm}},
+            });
+            if let Some(configuration) = &plugin.vm_configuration {
+                vm_config["configuration"] = string_value(configuration);
+            }
+            serde_json::json!({
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+                "config": {
+                    "name": name,
+                    "root_id": root_id,
+                    "failure_policy": plugin.failure_policy,
+                    "vm_config": vm_config,
+                    "configuration": string_value(&plugin.configuration),
+                },
+            })
+        }
+        Way::Module => sluice_harness::dynamic_module_typed_config(
+            name,
+            "sluice_module",
+            &plugin.configuration,
+        ),
+    }
+}
+
 /// A minimal Envoy config around `plugin`: listener `ingress` on a free port, the plugin, the
 /// router to `upstream`, and the plugin's callout cluster (HTTP/2) at `server`; the access log
 /// (see [`ACCESS_LOG`]) has a line a request, its status and sluice's decision record.
 pub fn plugin_config(plugin: &Plugin, server: SocketAddr, upstream: SocketAddr) -> String {
-    let quoted = |text: &str| serde_json::to_string(text).expect("a JSON string");
-    let vm_configuration = plugin
-        .vm_configuration
-        .as_deref()
-        .map(|c| {
-            format!(
-                "configuration: {{\"@type\": type.googleapis.com/google.protobuf.StringValue, value: {}}}",
-                quoted(c)
-            )
-        })
-        .unwrap_or_default();
-    let [name, root_id, vm_id] = &plugin.names;
-    let filter = match plugin.way {
-        Way::Wasm => format!(
-            r#"
+    let filter = sluice_harness::http_filter(&plugin.names[0], &plugin_typed_config(plugin));
+    config_around(&filter, plugin, server, upstream)
+}
+
+/// [`plugin_config`] with the plugin's configuration discovered (ECDS, as Istio and Envoy
+/// Gateway push a filter's configuration) from file `resource`, which [`publish_discovered`]
+/// writes: Envoy takes each new version of the file as the filter's new configuration.
+pub fn discovered_plugin_config(
+    plugin: &Plugin,
+    server: SocketAddr,
+    upstream: SocketAddr,
+    resource: &Path,
+) -> String {
+    let type_url = plugin_typed_config(plugin)["@type"].clone();
+    let filter = format!(
+        r#"
           - name: {name}
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: {name}
-                root_id: {root_id}
-                failure_policy: {failure_policy}
-                vm_config:
-                  vm_id: {vm_id}
-                  runtime: envoy.wasm.runtime.v8
-                  code: {{local: {{filename: {wasm}}}}}
-                  {vm_configuration}
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: {configuration}"#,
-            wasm = plugin.wasm.display(),
-            failure_policy = plugin.failure_policy,
-            configuration = quoted(&plugin.configuration),
-        ),
-        Way::Module => {
-            sluice_harness::dynamic_module_filter(name, "sluice_module", &plugin.configuration)
-        }
-    };
+            config_discovery:
+              config_source:
+                path_config_source: {{path: {path}}}
+                resource_api_version: V3
+              type_urls: [{type_url}]"#,
+        name = plugin.names[0],
+        path = serde_json::Value::from(resource.display().to_string()),
+    );
+    // A discovered configuration is asked for by a node, which Envoy then requires.
+    format!(
+        "node: {{id: sluice-test, cluster: sluice-test}}\n{}",
+        config_around(&filter, plugin, server, upstream)
+    )
+}
+
+/// Writes `plugin`'s configuration to `resource` for [`discovered_plugin_config`]'s Envoy,
+/// whole at once (a file moved into place), as Envoy's file watch asks.
+pub fn publish_discovered(plugin: &Plugin, resource: &Path) {
+    let resources = serde_json::json!({"resources": [{
+        "@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+        "name": plugin.names[0],
+        "typed_config": plugin_typed_config(plugin),
+    }]});
+    let staged = resource.with_extension("staged");
+    std::fs::write(&staged, resources.to_string()).expect("the staged configuration");
+    std::fs::rename(&staged, resource).expect("the configuration moved into place");
+}
+
+/// The Envoy config of [`plugin_config`] with `filter` (a YAML list item) for the plugin.
+fn config_around(
+    filter: &str,
+    plugin: &Plugin,
+    server: SocketAddr,
+    upstream: SocketAddr,
+) -> String {
     format!(
         r#"
 admin:

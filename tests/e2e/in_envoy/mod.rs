@@ -15,3 +15,4 @@ mod native_model;
 mod quota_model;
 pub mod rlqs;
 mod shipped;
+mod update;

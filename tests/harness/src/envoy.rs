@@ -45,22 +45,37 @@ pub fn module_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/module"))
 }
 
-/// An HTTP filter loading the dynamic module `lib<module>.so` (from [`module_dir`]) as filter
-/// `name` with `configuration` (a string, such as sluice's JSON policy); a YAML list item for
-/// a connection manager's `http_filters`.
+/// The `typed_config` of an HTTP filter loading the dynamic module `lib<module>.so` (from
+/// [`module_dir`]) as filter `name` with `configuration` (a string, such as sluice's JSON
+/// policy): JSON, which is also YAML wherever a value goes.
+pub fn dynamic_module_typed_config(
+    name: &str,
+    module: &str,
+    configuration: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+        "dynamic_module_config": {"name": module},
+        "filter_name": name,
+        "filter_config": {
+            "@type": "type.googleapis.com/google.protobuf.StringValue",
+            "value": configuration,
+        },
+    })
+}
+
+/// That filter as a YAML list item for a connection manager's `http_filters`.
 pub fn dynamic_module_filter(name: &str, module: &str, configuration: &str) -> String {
-    let configuration = serde_json::Value::String(configuration.to_owned());
-    format!(
-        r#"
-          - name: {name}
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
-              dynamic_module_config: {{name: {module}}}
-              filter_name: {name}
-              filter_config:
-                "@type": type.googleapis.com/google.protobuf.StringValue
-                value: {configuration}"#
+    http_filter(
+        name,
+        &dynamic_module_typed_config(name, module, configuration),
     )
+}
+
+/// HTTP filter `name` with `typed_config` as a YAML list item for a connection manager's
+/// `http_filters`, indented as the configs here indent it.
+pub fn http_filter(name: &str, typed_config: &serde_json::Value) -> String {
+    format!("\n          - name: {name}\n            typed_config: {typed_config}")
 }
 
 /// The `envoy` binary: `SLUICE_ENVOY`, else the project's virtualenv, else `PATH`.

@@ -37,8 +37,8 @@ mod wait;
 
 pub use cluster::{RedisCluster, SlotMove, SlotOwners, key_slot};
 pub use envoy::{
-    ACCESS_LOG, ENVOY_VERSION, Envoy, dynamic_module_filter, envoy_binary, module_dir,
-    validate as validate_envoy_config,
+    ACCESS_LOG, ENVOY_VERSION, Envoy, dynamic_module_filter, dynamic_module_typed_config,
+    envoy_binary, http_filter, module_dir, validate as validate_envoy_config,
 };
 pub use error::HarnessError;
 pub use proxy::ForwardingProxy;
