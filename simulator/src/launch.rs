@@ -30,6 +30,16 @@ pub struct ServedConfigs {
     pub rlqs: Option<rlqs::config::WatchedConfig>,
 }
 
+/// A replay-mode server's settings against the Redis at `redis_url`. A replay decides in the
+/// trace's time, so what it decides must not depend on how fast this machine answers: Redis is
+/// given two seconds a call, not the 100 ms production's callers want.
+pub fn replay_server_config(redis_url: impl Into<String>) -> ServerConfig {
+    let mut config = ServerConfig::standalone(redis_url);
+    config.replay_time = true;
+    config.redis_timeout = Duration::from_secs(2);
+    config
+}
+
 /// The server (and Redis) a replay talks to.
 pub struct Services {
     redis: Option<RedisServer>,
@@ -69,9 +79,7 @@ impl Services {
                 (Some(started), url)
             }
         };
-        let mut config = ServerConfig::standalone(redis_url.clone());
-        config.replay_time = true;
-        config.redis_timeout = Duration::from_secs(2);
+        let mut config = replay_server_config(redis_url.clone());
         // A Redis started here is empty and this run's alone, so its keys keep the server's
         // default names, and the memory report gives what production's keys take. In a Redis
         // the user gives, a fresh prefix per run: a replay must not read state an earlier one

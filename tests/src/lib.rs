@@ -20,7 +20,7 @@ use std::process::Command;
 
 use sluice_harness::RedisServer;
 use sluice_host::envoy::{Completed, Envoy};
-use sluice_server::{RunningServer, ServerConfig};
+use sluice_server::RunningServer;
 use sluice_sim::connect::Endpoint;
 use sluice_sim::replay::Observer;
 use sluice_sim::trace::TraceRecord;
@@ -132,8 +132,7 @@ impl Stack {
     pub fn start(policy: &str) -> Stack {
         let redis = RedisServer::start().expect("redis-server must be installed");
         let runtime = runtime();
-        let mut config = ServerConfig::standalone(redis.url());
-        config.replay_time = true;
+        let config = sluice_sim::launch::replay_server_config(redis.url());
         let server = runtime
             .block_on(sluice_server::spawn(config, ([127, 0, 0, 1], 0).into()))
             .expect("sluice-server");
