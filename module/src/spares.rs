@@ -32,6 +32,18 @@ struct Spares {
     retired_seen: u64,
 }
 
+impl Spares {
+    /// Drops the kept streams of configurations let go of, `retired` being
+    /// [`config::retirements`] now. Out of line: it runs once a push, and every request
+    /// passes by it.
+    #[cold]
+    #[inline(never)]
+    fn drop_retired(&mut self, retired: u64) {
+        self.retired_seen = retired;
+        self.streams.retain(|stream| !stream.serves_retired());
+    }
+}
+
 thread_local! {
     static SPARES: RefCell<Spares> = const {
         RefCell::new(Spares {
@@ -47,8 +59,7 @@ pub fn stream(configured: &Arc<Configured>) -> Box<Stream> {
         let mut spares = spares.borrow_mut();
         let retired = config::retirements();
         if retired != spares.retired_seen {
-            spares.retired_seen = retired;
-            spares.streams.retain(|stream| !stream.serves_retired());
+            spares.drop_retired(retired);
         }
         spares.streams.pop()
     });
