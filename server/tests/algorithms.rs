@@ -12,7 +12,7 @@ use redis::aio::MultiplexedConnection;
 use sluice_core::limit::{Algorithm, Limit};
 use sluice_core::verdict::Verdict;
 use sluice_core::wire::DecideRequest;
-use sluice_harness::RedisServer;
+use sluice_harness::{RedisServer, clear_of_window_end};
 use sluice_server::engine::Engine;
 use sluice_server::metrics::Metrics;
 use sluice_server::scripts::{ScriptCall, ScriptTime, decode_reply};
@@ -64,26 +64,13 @@ async fn burst(redis: &RedisServer, limit: &Limit, key: &str, times: &[ScriptTim
         .count()
 }
 
-/// Waits until Redis' clock is not within `margin` of a window boundary, so that a burst of a
-/// fixed window falls in one window.
-async fn away_from_boundary(redis: &RedisServer, window: Duration, margin: Duration) {
-    let mut c = connections(redis, 1).await.pop().unwrap();
-    loop {
-        let now_us = read_time_us(&mut c).await.unwrap() as u64;
-        let into = Duration::from_micros(now_us % window.as_micros() as u64);
-        if into > margin && window - into > margin {
-            return;
-        }
-        tokio::time::sleep(margin).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_concurrent_requests_admit_exactly_the_limit_on_redis_time() {
     let redis = RedisServer::start().unwrap();
     for algorithm in Algorithm::ALL {
         if algorithm == Algorithm::FixedWindow {
-            away_from_boundary(&redis, Duration::from_secs(3600), Duration::from_secs(30)).await;
+            // The burst must fall in one window of the hour.
+            clear_of_window_end(Duration::from_secs(3600), Duration::from_secs(30));
         }
         let admitted = burst(
             &redis,

@@ -17,8 +17,9 @@ use sluice_server::engine::Engine;
 use sluice_server::metrics::Metrics;
 use sluice_server::store::Topology;
 
-const A: &str = r#"{"algorithm":"fixed_window","limit":5,"window":"1m"}"#;
-const B: &str = r#"{"algorithm":"fixed_window","limit":1,"window":"1m"}"#;
+// Windows as long as a limit's may be: no test here sees one turn over and admit again.
+const A: &str = r#"{"algorithm":"fixed_window","limit":5,"window":"30d"}"#;
+const B: &str = r#"{"algorithm":"fixed_window","limit":1,"window":"30d"}"#;
 
 /// A request with rule `a` on the client and rule `b` (with `b_extra` fields) on the route.
 fn two_rules(b_extra: &str) -> String {
@@ -53,8 +54,7 @@ async fn send(http: &Http, url: &str, body: &str, times: usize) -> Vec<Answer> {
 
 /// The count `b` holds for the route, read from whichever node has the key.
 fn b_count(nodes: &[&RedisServer], prefix: &str) -> u64 {
-    // B: a fixed window of 1 a minute.
-    let key = format!("{prefix}:{{b:route}}:fw:1/60000");
+    let key = common::prefixed_state_key(prefix, "b", "route", B);
     for node in nodes {
         // `<window>:<count>` on the node that owns the key; a MOVED error on the others.
         let value = node.cli(&["GET", &key]).unwrap();
@@ -151,8 +151,8 @@ async fn between_the_cluster_phases_a_race_costs_at_most_the_request_cost_on_eac
     let store = common::connected_store(Topology::Cluster(cluster.urls())).await;
     let metrics = Arc::new(Metrics::default());
     let engine = Engine::new(store, "race".to_owned(), Arc::clone(&metrics));
-    let tight = r#"{"algorithm":"fixed_window","limit":1,"window":"1m"}"#;
-    let loose = r#"{"algorithm":"fixed_window","limit":100,"window":"1m"}"#;
+    let tight = r#"{"algorithm":"fixed_window","limit":1,"window":"30d"}"#;
+    let loose = r#"{"algorithm":"fixed_window","limit":100,"window":"30d"}"#;
     let request = |cost: u64| {
         DecideRequest::from_json(
             format!(

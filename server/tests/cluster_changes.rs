@@ -15,9 +15,19 @@ use common::{Http, one_check, state_key};
 use sluice_harness::{ForwardingProxy, RedisCluster, key_slot};
 use sluice_server::store::{ScriptCalls, Store, Topology};
 
-/// Counts every request for an hour, and never denies one here.
-const COUNTING: &str = r#"{"algorithm":"fixed_window","limit":1000000000,"window":"1h"}"#;
+/// Counts every request, and never denies one here. Its window is the longest a limit may
+/// have, and each test that counts in it starts clear of its end
+/// ([`clear_of_the_counting_window_end`]): with an hour's window, a failover test once saw the
+/// hour turn, and a key of a primary that stayed up kept 16 of its 29 counts.
+const COUNTING: &str = r#"{"algorithm":"fixed_window","limit":1000000000,"window":"30d"}"#;
 const COUNTING_LIMIT: u64 = 1_000_000_000;
+const COUNTING_WINDOW: Duration = Duration::from_secs(30 * 86_400);
+
+/// Waits, if it must, until the window of [`COUNTING`] (and of every fixed window here) has
+/// longer left than any test here takes.
+fn clear_of_the_counting_window_end() {
+    sluice_harness::clear_of_window_end(COUNTING_WINDOW, Duration::from_secs(120));
+}
 
 /// The Redis key of the load's `key` (a fixed window).
 fn load_key(key: &str) -> String {
@@ -43,6 +53,7 @@ async fn decide(http: &Http, server: &str, body: &str) -> (u16, Option<u64>) {
 /// is used here: the slot's old owner sends the client on with `ASK` once the key has moved).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_keeps_its_count_through_each_step_of_its_slot_moving() {
+    clear_of_the_counting_window_end();
     let cluster = RedisCluster::start().unwrap();
     let urls: Vec<String> = cluster
         .nodes()
@@ -55,7 +66,7 @@ async fn a_key_keeps_its_count_through_each_step_of_its_slot_moving() {
             common::server(Topology::Cluster(urls.clone()), |c| c.script_calls = calls).await;
         let server = running.url();
         let rule = format!("moving-{calls:?}").to_lowercase();
-        let limit = r#"{"algorithm":"fixed_window","limit":9,"window":"1h"}"#;
+        let limit = r#"{"algorithm":"fixed_window","limit":9,"window":"30d"}"#;
         let body = one_check(&rule, "k", limit);
         let redis_key = state_key(&rule, "k", limit);
         let slot = key_slot(&redis_key);
@@ -207,6 +218,7 @@ async fn counts_found(server: &str, keys: impl Iterator<Item = &String>) -> Hash
 /// them is failed, and no count is lost or counted twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resharding_under_load_fails_no_request_and_keeps_every_count() {
+    clear_of_the_counting_window_end();
     let cluster = RedisCluster::start().unwrap();
     // Redirections and counts are what this tests, not latency: in full test runs on two
     // cores, every key's calls (not only the moving slots') were seen to stall together for
@@ -279,6 +291,7 @@ enum Failing {
 }
 
 async fn assert_followed_to_replica(node_args: &[&str], failing: Failing) {
+    clear_of_the_counting_window_end();
     let mut cluster = RedisCluster::start_with_replicas(node_args).unwrap();
     // Which keys fail is what this tests, not latency: on two busy cores, a key of a primary
     // that stayed up was seen past the default 100 ms (503, 580 ms after the crash).
@@ -373,6 +386,7 @@ async fn assert_followed_to_replica(node_args: &[&str], failing: Failing) {
 /// which goes silent as the host would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_gone_silent_and_failed_over_is_found_at_its_replica() {
+    clear_of_the_counting_window_end();
     let mut cluster =
         RedisCluster::start_with_replicas(&["--cluster-require-full-coverage", "no"]).unwrap();
     let key = state_key("r", "k", COUNTING);

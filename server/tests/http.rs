@@ -9,7 +9,9 @@ use common::{Http, calls, one_check, server};
 use sluice_harness::RedisServer;
 use sluice_server::store::Topology;
 
-const LIMIT: &str = r#"{"algorithm":"fixed_window","limit":5,"window":"1m"}"#;
+/// Five requests, in a window long enough (the longest a limit may have) that no test here
+/// sees it turn over and admit five more.
+const LIMIT: &str = r#"{"algorithm":"fixed_window","limit":5,"window":"30d"}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_400_naming_the_problem_and_never_reach_redis() {
@@ -201,7 +203,8 @@ async fn metrics_ask_for_the_token_when_told_to_and_health_never_does() {
 async fn a_caller_supplied_time_is_refused_unless_the_server_replays() {
     let redis = RedisServer::start().unwrap();
     let http = Http::http1();
-    let body = one_check("r", "k", LIMIT);
+    let per_minute = r#"{"algorithm":"fixed_window","limit":5,"window":"1m"}"#;
+    let body = one_check("r", "k", per_minute);
     let live = server(Topology::Standalone(redis.url()), |_| {}).await;
     let refused = http
         .decide(
@@ -370,8 +373,8 @@ async fn a_denied_request_counts_each_check_by_its_outcome() {
     let redis = RedisServer::start().unwrap();
     let server = server(Topology::Standalone(redis.url()), |_| {}).await;
     let http = Http::http1();
-    let tight = r#"{"algorithm":"fixed_window","limit":1,"window":"1m"}"#;
-    let loose = r#"{"algorithm":"fixed_window","limit":100,"window":"1m"}"#;
+    let tight = r#"{"algorithm":"fixed_window","limit":1,"window":"30d"}"#;
+    let loose = r#"{"algorithm":"fixed_window","limit":100,"window":"30d"}"#;
     let body = format!(
         r#"{{"checks":[{{"rule":"shadow","key":"c","limit":{tight},"shadow":true}},{{"rule":"per-ip","key":"c","limit":{tight}}},{{"rule":"per-route","key":"r","limit":{loose}}}]}}"#
     );

@@ -654,17 +654,3 @@ impl Default for MutualTls {
         MutualTls::new()
     }
 }
-
-/// Returns once the current minute has at least `needed` left, waiting for the next one if
-/// not: a test counting on a fixed one-minute window (Redis' clock is this machine's) must not
-/// see it turn over, which admits a fresh window's requests in the middle of the test.
-pub fn clear_of_a_minute_boundary(needed: Duration) {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let left =
-        Duration::from_secs(60) - Duration::from_millis((since_epoch.as_millis() % 60_000) as u64);
-    if left < needed {
-        std::thread::sleep(left + Duration::from_millis(100));
-    }
-}

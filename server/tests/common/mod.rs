@@ -177,8 +177,13 @@ pub fn one_check(rule: &str, key: &str, limit: &str) -> String {
 
 /// The Redis key the server keeps for `rule` and `key` under `limit` (JSON).
 pub fn state_key(rule: &str, key: &str, limit_json: &str) -> String {
+    prefixed_state_key(DEFAULT_KEY_PREFIX, rule, key, limit_json)
+}
+
+/// As [`state_key`], for a server whose keys start with `prefix`.
+pub fn prefixed_state_key(prefix: &str, rule: &str, key: &str, limit_json: &str) -> String {
     redis_key(
-        DEFAULT_KEY_PREFIX,
+        prefix,
         &RuleName::new(rule).unwrap(),
         &LimitKey::from_parts([key.as_bytes()]),
         &limit(limit_json),

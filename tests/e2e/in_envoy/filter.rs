@@ -5,10 +5,10 @@
 use std::time::{Duration, Instant};
 
 use sluice_e2e::real_envoy::{
-    Backends, MutualTls, Plugin, Way, burst, clear_of_a_minute_boundary, count_status, eventually,
-    get, plugin_config, start_envoy, try_start_envoy,
+    Backends, MutualTls, Plugin, Way, burst, count_status, eventually, get, plugin_config,
+    start_envoy, try_start_envoy,
 };
-use sluice_harness::Envoy;
+use sluice_harness::{Envoy, clear_of_window_end};
 
 /// Workers per Envoy: more than one, so that they really run side by side.
 pub const WORKERS: usize = 2;
@@ -16,6 +16,9 @@ pub const WORKERS: usize = 2;
 /// What a test on a fixed one-minute window needs of its minute: Envoy's start and its
 /// requests, with room to spare (one such test failed when its window turned over mid-test).
 const MINUTE_WINDOW_TEST: Duration = Duration::from_secs(15);
+
+/// The window of the fixed-window limits these tests count on.
+const MINUTE: Duration = Duration::from_secs(60);
 
 /// Runs each `fn name(way) { ... }` as two tests, `name::wasm` and `name::module`: the same
 /// assertions for both builds of the filter.
@@ -84,7 +87,7 @@ fn connections_per_worker(envoy: &Envoy) -> Vec<u64> {
 
 both_ways! {
     fn a_limit_holds_across_two_workers_with_the_x_ratelimit_headers(way) {
-        clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
+        clear_of_window_end(MINUTE, MINUTE_WINDOW_TEST);
         let backends = Backends::start(&[]);
         let envoy = envoy_with(
             way,
@@ -131,7 +134,7 @@ both_ways! {
 
 both_ways! {
     fn the_ietf_style_sends_ratelimit_policy_and_ratelimit_fields(way) {
-        clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
+        clear_of_window_end(MINUTE, MINUTE_WINDOW_TEST);
         let backends = Backends::start(&[]);
         let envoy = envoy_with(
             way,
@@ -172,7 +175,7 @@ both_ways! {
 
 both_ways! {
     fn several_rules_are_decided_in_one_callout_all_or_nothing(way) {
-        clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
+        clear_of_window_end(MINUTE, MINUTE_WINDOW_TEST);
         let backends = Backends::start(&[]);
         let envoy = envoy_with(
             way,
@@ -218,7 +221,7 @@ both_ways! {
 
 both_ways! {
     fn the_deny_cache_is_shared_by_the_workers(way) {
-        clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
+        clear_of_window_end(MINUTE, MINUTE_WINDOW_TEST);
         let backends = Backends::start(&[]);
         let envoy = envoy_with(
             way,
@@ -382,7 +385,7 @@ both_ways! {
 
 both_ways! {
     fn the_filter_reaches_sluice_server_over_tls_with_a_client_certificate(way) {
-        clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
+        clear_of_window_end(MINUTE, MINUTE_WINDOW_TEST);
         let tls = MutualTls::new();
         let server_args = tls.server_args();
         let args: Vec<&str> = server_args.iter().map(String::as_str).collect();
@@ -415,7 +418,7 @@ both_ways! {
 
 both_ways! {
     fn a_forwarded_address_in_any_form_a_proxy_writes_is_limited_and_garbage_falls_back_to_the_peer(way) {
-        clear_of_a_minute_boundary(MINUTE_WINDOW_TEST);
+        clear_of_window_end(MINUTE, MINUTE_WINDOW_TEST);
         let backends = Backends::start(&[]);
         // Envoy appends the peer (use_remote_address), so the load balancer's entry is 2 hops in.
         let envoy = envoy_with(

@@ -34,6 +34,7 @@ mod server;
 mod tls;
 mod upstream;
 mod wait;
+mod window;
 
 pub use cluster::{RedisCluster, SlotMove, SlotOwners, key_slot};
 pub use envoy::{
@@ -46,3 +47,4 @@ pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::{RedisServer, free_port};
 pub use tls::TlsFiles;
 pub use upstream::{UPSTREAM_BODY, Upstream};
+pub use window::clear_of_window_end;
