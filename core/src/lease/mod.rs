@@ -87,6 +87,10 @@ impl LeaseConfig {
 /// slot, is never let through in a bunch.
 pub const PACE_SLACK: u64 = 32;
 
+/// The fewest units a key must use in a horizon to be leased: a quieter key's grants would
+/// each cover a request or none, so its requests are decided one by one by the server.
+pub const LEASED_FROM_UNITS_A_HORIZON: u64 = 2;
+
 /// What [`Allowance::take`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Take {
@@ -299,7 +303,7 @@ impl Allowance {
         let held = self.held(now_us);
         let target = self.target(config);
         let ttl = config.terms.ttl.as_micros().unsigned_abs();
-        if self.expected() < 2
+        if self.expected() < LEASED_FROM_UNITS_A_HORIZON
             || held.saturating_mul(2) >= target
             || self.is_asking(now_us, ttl)
             || now_us < self.next_ask_us
