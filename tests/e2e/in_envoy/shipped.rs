@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use sluice_e2e::real_envoy::{
-    Backends, any_port, burst, count_status, localize, repo_root, start_envoy,
+    Backends, PATIENT_REDIS, any_port, burst, count_status, localize, repo_root, start_envoy,
 };
 use sluice_harness::http;
 use sluice_harness::{Envoy, validate_envoy_config};
@@ -32,9 +32,21 @@ pub(super) fn pointed_at(name: &str, backends: &Backends) -> String {
     )
 }
 
+/// `config` with the shipped filter's timeout for sluice-server, `shipped`, made `patient`: the
+/// shipped filters give the server 0.1 s, what a release build answers in well under a
+/// millisecond; the tests' server is a debug build on a machine the other tests share, and one
+/// call of a run has been seen to take longer. Every call still has to be answered.
+fn with_patient_timeout(config: &str, shipped: &str, patient: &str) -> String {
+    assert!(config.contains(shipped), "the filter's timeout moved");
+    config.replace(shipped, patient)
+}
+
+/// sluice-server with the shipped descriptors, giving Redis time as [`PATIENT_REDIS`] does.
 fn ratelimit_backends() -> Backends {
     let rls = repo_root().join("envoy/ratelimit");
-    Backends::start(&["--rls-config", rls.to_str().expect("a UTF-8 path")])
+    let mut args = vec!["--rls-config", rls.to_str().expect("a UTF-8 path")];
+    args.extend_from_slice(PATIENT_REDIS);
+    Backends::start(&args)
 }
 
 /// The shipped configs and the server flags each needs (the compose files' settings).
@@ -139,8 +151,10 @@ fn smoke(envoy: &Envoy, retry_after: bool) -> (usize, usize) {
 
 #[test]
 fn the_shipped_wasm_config_limits_a_burst_as_the_compose_smoke_test_checks() {
-    let backends = Backends::start(&[]);
-    let envoy = Envoy::start(&pointed_at("envoy.yaml", &backends), 2).expect("Envoy starts");
+    let backends = Backends::start(PATIENT_REDIS);
+    let config = pointed_at("envoy.yaml", &backends);
+    let config = with_patient_timeout(&config, r#""timeout": "100ms""#, r#""timeout": "3s""#);
+    let envoy = Envoy::start(&config, 2).expect("Envoy starts");
     let ingress = envoy.listener("ingress").expect("ingress");
     let first = http::get(ingress, "/", &[]).expect("an answer");
     assert_eq!(first.status, 200, "{first:?}");
@@ -161,8 +175,10 @@ fn the_shipped_wasm_config_limits_a_burst_as_the_compose_smoke_test_checks() {
 
 #[test]
 fn the_shipped_module_config_limits_a_burst_as_the_wasm_config_does() {
-    let backends = Backends::start(&[]);
-    let envoy = start_envoy(&pointed_at("envoy-module.yaml", &backends), 2);
+    let backends = Backends::start(PATIENT_REDIS);
+    let config = pointed_at("envoy-module.yaml", &backends);
+    let config = with_patient_timeout(&config, r#""timeout": "100ms""#, r#""timeout": "3s""#);
+    let envoy = start_envoy(&config, 2);
     let ingress = envoy.listener("ingress").expect("ingress");
     let first = http::get(ingress, "/", &[]).expect("an answer");
     assert_eq!(first.status, 200, "{first:?}");
@@ -182,15 +198,11 @@ fn the_shipped_module_config_limits_a_burst_as_the_wasm_config_does() {
 #[test]
 fn the_shipped_ratelimit_config_limits_a_burst_through_sluice_servers_grpc_api() {
     let backends = ratelimit_backends();
-    // The shipped filter gives the server 0.1 s, what a release build answers in well under a
-    // millisecond; the tests' server is a debug build on a machine the other tests share, and
-    // one call of a run has been seen to take longer. Every call still has to be answered.
-    let config = pointed_at("envoy-ratelimit.yaml", &backends);
-    assert!(
-        config.contains("timeout: 0.1s"),
-        "the filter's timeout moved"
+    let config = with_patient_timeout(
+        &pointed_at("envoy-ratelimit.yaml", &backends),
+        "timeout: 0.1s",
+        "timeout: 3s",
     );
-    let config = config.replace("timeout: 0.1s", "timeout: 1s");
     let envoy = Envoy::start(&config, 2).expect("Envoy starts");
     let ingress = envoy.listener("ingress").expect("ingress");
     assert_eq!(http::get(ingress, "/", &[]).expect("an answer").status, 200);
