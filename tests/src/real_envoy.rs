@@ -99,6 +99,11 @@ pub struct Backends {
 }
 
 impl Backends {
+    /// As [`Backends::start`], the server giving Redis time as [`PATIENT_REDIS`] says.
+    pub fn start_patient(server_args: &[&str]) -> Backends {
+        Backends::start(&[server_args, PATIENT_REDIS].concat())
+    }
+
     /// Starts them, the server with `server_args` (sluice-server's own flags, besides
     /// `--redis`).
     pub fn start(server_args: &[&str]) -> Backends {

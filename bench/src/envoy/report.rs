@@ -17,7 +17,7 @@ mod judge;
 mod lease;
 
 use judge::{plain, plain_of, ratio_bar, spread, verdict, verdict_where_judged, within_multiple};
-use lease::{key_traffic, module_lease_bars, rate_bar};
+use lease::{calls_bar, module_lease_bars, rate_bar};
 
 /// The chart of Envoy's added CPU.
 const CHART: &str = "envoy-cpu.svg";
@@ -305,19 +305,7 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         spread(noop).0,
         verdict_where_judged(&met, "the no-op filter")
     )?;
-    let calls: Vec<f64> = results
-        .runs(Keys::Many, Setup::SluiceLease)
-        .iter()
-        .map(Run::calls_per_1000)
-        .collect();
-    let met: Vec<bool> = calls.iter().map(|c| *c <= 50.0).collect();
-    writeln!(
-        out,
-        "- Lease mode on 1,000 keys, at most 50 calls per 1,000 requests: {:.0} — {}{}.",
-        spread(calls).0,
-        verdict(&met),
-        key_traffic(results, Setup::SluiceLease)?
-    )?;
+    calls_bar(out, results, "Lease mode", Setup::SluiceLease, 50, 0)?;
     module_lease_bars(out, results)?;
     ratio_bar(
         out,

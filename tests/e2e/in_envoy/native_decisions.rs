@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sluice_e2e::real_envoy::{Backends, PATIENT_REDIS};
+use sluice_e2e::real_envoy::Backends;
 use sluice_harness::Envoy;
 use sluice_server::rls::config::WatchedConfig;
 use sluice_sim::launch::{ServedConfigs, Services};
@@ -90,9 +90,7 @@ fn compare(name: &str, records: &[TraceRecord]) {
     for (file, text) in limits() {
         std::fs::write(rls.join(file), text).expect("the limits");
     }
-    let mut args = vec!["--rls-config", rls.to_str().expect("UTF-8")];
-    args.extend_from_slice(PATIENT_REDIS);
-    let backends = Backends::start(&args);
+    let backends = Backends::start_patient(&["--rls-config", rls.to_str().expect("UTF-8")]);
     let config = native_config("", ROUTES, &FILTERS, &backends);
     let envoy = Envoy::start(&config, 2).expect("Envoy");
     let (late, real_statuses) = send_on_schedule(&envoy, records);

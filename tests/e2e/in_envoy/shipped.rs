@@ -44,9 +44,7 @@ fn with_patient_timeout(config: &str, shipped: &str, patient: &str) -> String {
 /// sluice-server with the shipped descriptors, giving Redis time as [`PATIENT_REDIS`] does.
 fn ratelimit_backends() -> Backends {
     let rls = repo_root().join("envoy/ratelimit");
-    let mut args = vec!["--rls-config", rls.to_str().expect("a UTF-8 path")];
-    args.extend_from_slice(PATIENT_REDIS);
-    Backends::start(&args)
+    Backends::start_patient(&["--rls-config", rls.to_str().expect("a UTF-8 path")])
 }
 
 /// The shipped configs and the server flags each needs (the compose files' settings).

@@ -106,18 +106,38 @@ pub(super) fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::
         spread(local).0,
         verdict_where_judged(&met, "the floor module")
     )?;
+    calls_bar(
+        out,
+        results,
+        "Module lease mode",
+        Setup::SluiceModuleLease,
+        10,
+        1,
+    )
+}
+
+/// `setup`'s lease on 1,000 keys makes at most `most` calls per 1,000 requests, round by round,
+/// shown with `decimals`, and how busy each key was beside it.
+pub(super) fn calls_bar(
+    out: &mut String,
+    results: &Results,
+    label: &str,
+    setup: Setup,
+    most: u32,
+    decimals: usize,
+) -> anyhow::Result<()> {
     let calls: Vec<f64> = results
-        .runs(Keys::Many, Setup::SluiceModuleLease)
+        .runs(Keys::Many, setup)
         .iter()
         .map(Run::calls_per_1000)
         .collect();
-    let met: Vec<bool> = calls.iter().map(|c| *c <= 10.0).collect();
+    let met: Vec<bool> = calls.iter().map(|c| *c <= f64::from(most)).collect();
     writeln!(
         out,
-        "- Module lease mode on 1,000 keys, at most 10 calls per 1,000 requests: {:.1} — {}{}.",
+        "- {label} on 1,000 keys, at most {most} calls per 1,000 requests: {:.decimals$} — {}{}.",
         spread(calls).0,
         verdict(&met),
-        key_traffic(results, Setup::SluiceModuleLease)?
+        key_traffic(results, setup)?
     )?;
     Ok(())
 }
@@ -125,7 +145,7 @@ pub(super) fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::
 /// What each of the 1,000 keys sent in one lease horizon under `setup`, beside the least a key
 /// is leased from: the closed-loop load's rate, and so this, follows the machine's speed, and
 /// below that least a key's requests are decided one by one, each a call.
-pub(super) fn key_traffic(results: &Results, setup: Setup) -> anyhow::Result<String> {
+fn key_traffic(results: &Results, setup: Setup) -> anyhow::Result<String> {
     let lease: RawLease = serde_json::from_str(LEASE)?;
     let horizon_s = lease.horizon.as_millis() as f64 / 1000.0;
     let per_horizon: Vec<f64> = results
