@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sluice_e2e::real_envoy::{Backends, PATIENT_REDIS, Way, eventually};
+use sluice_e2e::real_envoy::{Backends, Way, eventually};
 use sluice_e2e::{Stack, decision_record, shared_trace};
 use sluice_harness::http;
 use sluice_sim::Topology;
@@ -128,7 +128,7 @@ pub(super) fn send_on_schedule(
 /// Both sides' tallies of `records`, Envoy's with the filter built `way`, and the sender's
 /// lateness.
 fn decide_both(way: Way, records: &[TraceRecord]) -> (Tally, Tally, Duration) {
-    let backends = Backends::start(PATIENT_REDIS);
+    let backends = Backends::start(&[]);
     let envoy = envoy_with(way, &backends, &policy(), "FAIL_CLOSED");
     let (late, _) = send_on_schedule(&envoy, records);
     eventually(

@@ -90,7 +90,7 @@ fn compare(name: &str, records: &[TraceRecord]) {
     for (file, text) in limits() {
         std::fs::write(rls.join(file), text).expect("the limits");
     }
-    let backends = Backends::start_patient(&["--rls-config", rls.to_str().expect("UTF-8")]);
+    let backends = Backends::start(&["--rls-config", rls.to_str().expect("UTF-8")]);
     let config = native_config("", ROUTES, &FILTERS, &backends);
     let envoy = Envoy::start(&config, 2).expect("Envoy");
     let (late, real_statuses) = send_on_schedule(&envoy, records);

@@ -9,9 +9,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::real_envoy::{
-    Backends, MutualTls, PATIENT_REDIS, burst, count_status, get, repo_root,
-};
+use sluice_e2e::real_envoy::{Backends, MutualTls, burst, count_status, get, repo_root};
 use sluice_harness::{Envoy, http};
 
 use super::filter::WORKERS;
@@ -254,9 +252,9 @@ fn server_metric(backends: &Backends, name: &str) -> f64 {
 fn envoys_keep_their_shares_while_redis_is_down_and_resubscribe_after_a_server_restart() {
     let dir = tempfile::tempdir().expect("a directory");
     std::fs::write(dir.path().join("edge.yaml"), TEN).expect("the configuration");
-    // Long enough a Redis timeout that the old server is still trying when Redis returns.
-    let patient: Vec<String> = PATIENT_REDIS.iter().map(|&flag| flag.to_owned()).collect();
-    let mut backends = rlqs_backends_with(dir.path(), &patient);
+    // The server gives Redis two seconds a call (as every `Backends`' does): long enough that
+    // the old server is still trying when Redis returns.
+    let mut backends = rlqs_backends(dir.path());
     let config = shipped_rlqs_config(&backends);
     let config = match std::env::var("EXPIRED") {
         Ok(v) => config.replace("reuse_last_assignment: {}", &v),

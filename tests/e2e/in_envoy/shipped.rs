@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use sluice_e2e::real_envoy::{
-    Backends, PATIENT_REDIS, any_port, burst, count_status, localize, repo_root, start_envoy,
+    Backends, any_port, burst, count_status, localize, repo_root, start_envoy,
 };
 use sluice_harness::http;
 use sluice_harness::{Envoy, validate_envoy_config};
@@ -41,10 +41,10 @@ fn with_patient_timeout(config: &str, shipped: &str, patient: &str) -> String {
     config.replace(shipped, patient)
 }
 
-/// sluice-server with the shipped descriptors, giving Redis time as [`PATIENT_REDIS`] does.
+/// sluice-server with the shipped descriptors.
 fn ratelimit_backends() -> Backends {
     let rls = repo_root().join("envoy/ratelimit");
-    Backends::start_patient(&["--rls-config", rls.to_str().expect("a UTF-8 path")])
+    Backends::start(&["--rls-config", rls.to_str().expect("a UTF-8 path")])
 }
 
 /// The shipped configs and the server flags each needs (the compose files' settings).
@@ -149,7 +149,7 @@ fn smoke(envoy: &Envoy, retry_after: bool) -> (usize, usize) {
 
 #[test]
 fn the_shipped_wasm_config_limits_a_burst_as_the_compose_smoke_test_checks() {
-    let backends = Backends::start(PATIENT_REDIS);
+    let backends = Backends::start(&[]);
     let config = pointed_at("envoy.yaml", &backends);
     let config = with_patient_timeout(&config, r#""timeout": "100ms""#, r#""timeout": "3s""#);
     let envoy = Envoy::start(&config, 2).expect("Envoy starts");
@@ -173,7 +173,7 @@ fn the_shipped_wasm_config_limits_a_burst_as_the_compose_smoke_test_checks() {
 
 #[test]
 fn the_shipped_module_config_limits_a_burst_as_the_wasm_config_does() {
-    let backends = Backends::start(PATIENT_REDIS);
+    let backends = Backends::start(&[]);
     let config = pointed_at("envoy-module.yaml", &backends);
     let config = with_patient_timeout(&config, r#""timeout": "100ms""#, r#""timeout": "3s""#);
     let envoy = start_envoy(&config, 2);
