@@ -13,8 +13,11 @@
 # running (sluice-server, Redis); HEADER (default `x-api-key: k1`) goes on every request. With
 # KEYS above 1 (default 1), the requests cycle through that many values of HEADER instead,
 # its value with `-0`, `-1`, ... appended, as a few hot keys' requests interleave; wrk sends
-# them (h2load sends one set of headers), for about as long as REQUESTS take, and the count is
-# what it had answered. Envoy
+# them (h2load sends one set of headers) for about as long as REQUESTS take. Either way the
+# count is divided by the requests URL's listener completed over the span, by Envoy's own
+# counter: wrk stops with up to four requests in flight, which Envoy finishes within the span
+# (1,934 completed to wrk's 1,930 in one count), and divided by what wrk saw answered their
+# work moved a request's count by up to 0.2 %, a few hundred of Envoy's instructions. Envoy
 # runs with one worker; under callgrind it starts in about a minute and serves a few hundred
 # requests a second. Prints, on three lines (the last three unless CACHE is set):
 #   worker: N instructions a request
@@ -49,6 +52,7 @@ cache_sim=()
 valgrind --tool=callgrind "${cache_sim[@]}" --smc-check=all --separate-threads=yes \
   --callgrind-out-file="$out/callgrind.out" \
   "$envoy" -c "$config" --concurrency 1 --use-dynamic-base-id --log-level error \
+  --admin-address-path "$out/admin" \
   >"$out/envoy.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 150); do
@@ -68,24 +72,38 @@ request = function()
   return wrk.format("GET", nil, {[name] = value .. "-" .. (sent % keys)})
 end
 EOF
-# Under callgrind Envoy serves 100 to 200 requests a second.
-paced=$((requests / 100))
+# The requests URL's listener has completed, by Envoy's per-listener counter, which names the
+# listener by its address: `listener.127.0.0.1_PORT.http.PREFIX.downstream_rq_completed`.
+listener=$(sed -E 's#^[a-z]+://##; s#/.*##; s#:#_#' <<<"$url")
+completed() {
+  curl -s "http://$(cat "$out/admin")/stats?filter=^listener\\.${listener//./\\.}\\.http\\..*\\.downstream_rq_completed$" |
+    awk -F': ' '{ s += $2 } END { print s + 0 }'
+}
+# Loads URL with about $1 requests: h2load sends that many, wrk sends for as long as they take
+# (under callgrind Envoy serves 100 to 200 requests a second).
+load() {
+  if [ "$keys" -gt 1 ]; then
+    wrk -t1 -c4 -d"$(($1 / 100))s" -s "$out/keys.lua" "$url" | grep -E 'requests in' >&2
+  else
+    h2load --h1 -n "$1" -c 4 -H "$header" "$url" | grep -E '^status codes' >&2
+  fi
+}
 echo "envoy-instructions: Envoy is up; warming up" >&2
-if [ "$keys" -gt 1 ]; then
-  wrk -t1 -c4 -d5s -s "$out/keys.lua" "$url" >/dev/null
-else
-  h2load --h1 -n 500 -c 4 -H "$header" "$url" >/dev/null
-fi
+load 500
+# A client stops with requests in flight: they finish before the span starts, and before it ends.
+sleep 1
+before=$(completed)
 callgrind_control -z "$pid" >/dev/null 2>&1
-if [ "$keys" -gt 1 ]; then
-  echo "envoy-instructions: counting ${paced} s of requests on $keys keys" >&2
-  requests=$(wrk -t1 -c4 -d"${paced}s" -s "$out/keys.lua" "$url" | awk '/requests in/ {print $1}')
-  echo "envoy-instructions: $requests answered" >&2
-else
-  echo "envoy-instructions: counting $requests requests" >&2
-  h2load --h1 -n "$requests" -c 4 -H "$header" "$url" | grep -E '^status codes' >&2
-fi
+echo "envoy-instructions: counting about $requests requests on $keys key(s)" >&2
+load "$requests"
+sleep 1
 callgrind_control -d "$pid" >/dev/null 2>&1
+requests=$(($(completed) - before))
+echo "envoy-instructions: the listener completed $requests" >&2
+if [ "$requests" -le 0 ]; then
+  echo "envoy-instructions: Envoy counted no request completed by the listener at $listener" >&2
+  exit 1
+fi
 sleep 2
 # The dump is one file a thread (callgrind.out.1-NN), each with its `summary:` line. The main
 # thread is the first; the worker, serving every request, counts the most: the files' counts

@@ -356,8 +356,8 @@ pub fn run(modules: &Modules, options: &Options) -> anyhow::Result<Results> {
         // every setup alike.
         for round in 0..instructions::ROUNDS {
             let one_key = instructions::COUNTED.map(|setup| (setup, 1));
-            let hot_keys =
-                instructions::COUNTED_ON_HOT_KEYS.map(|setup| (setup, Keys::Hot.count()));
+            let hot_keys = instructions::COUNTED_ON_HOT_KEYS
+                .map(|setup| (setup, instructions::COUNTED_HOT_KEYS));
             let counted = one_key
                 .into_iter()
                 .chain(hot_keys)

@@ -16,8 +16,9 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
     }
     writeln!(
         out,
-        "**In instructions.** Envoy under callgrind (`scripts/envoy-instructions.sh`), one worker, {} requests on one hot key after 500 to warm up, and the lease bar's setups again on {} hot keys, their requests interleaved as in the rounds above, for about as long after 5 s; the lease setups lease with `{}` when counted, their horizon forty times the rounds', as callgrind serves requests about a hundred times slower: a key's grant is its traffic over the horizon, and at the rounds' horizon a hot key under callgrind was granted a few units, refilled its purse every few requests and had its lease renewed every few dozen, work the rounds at full speed do once in hundreds of requests; every setup counted {} times, a round at a time, each cell the median with the range in brackets: a count moves by a few hundred instructions from run to run. *Worker*: the worker thread's instructions a request, what a request costs; *over no filter*: the worker's count less no filter's in the same round; *main*: the main thread's over the same span (stats, the module's lease tick and lease calls), work by the second that callgrind's slow pace spreads over some 40 times fewer requests than Envoy serves at full speed.\n\n| setup | worker | over no filter | main |\n|---|---|---|---|",
+        "**In instructions.** Envoy under callgrind (`scripts/envoy-instructions.sh`), one worker, {} requests on one hot key after 500 to warm up, and the lease bar's setups again on {} hot keys, their requests interleaved as in the rounds above (fewer keys than the rounds' {}: at callgrind's pace of 70 to 140 requests a second each of 10 keys came about once in the leases' 100 ms tick, and its purse went back to the allowance and was filled again between its requests, which a hot key at full speed never does), for about as long after 5 s, each count divided by the requests Envoy's listener completed (its own counter); the lease setups lease with `{}` when counted, their horizon forty times the rounds', as callgrind serves requests about a hundred times slower: a key's grant is its traffic over the horizon, and at the rounds' horizon a hot key under callgrind was granted a few units, refilled its purse every few requests and had its lease renewed every few dozen, work the rounds at full speed do once in hundreds of requests; every setup counted {} times, a round at a time, each cell the median with the range in brackets: a count moves by a few hundred instructions from run to run. *Worker*: the worker thread's instructions a request, what a request costs; *over no filter*: the worker's count less no filter's in the same round; *main*: the main thread's over the same span (stats, the module's lease tick and lease calls), work by the second that callgrind's slow pace spreads over some 40 times fewer requests than Envoy serves at full speed.\n\n| setup | worker | over no filter | main |\n|---|---|---|---|",
         instructions::REQUESTS,
+        instructions::COUNTED_HOT_KEYS,
         Keys::Hot.count(),
         instructions::COUNTED_LEASE,
         instructions::ROUNDS,
@@ -86,10 +87,13 @@ pub(super) fn section(out: &mut String, results: &Results) -> anyhow::Result<()>
             keys: 1,
         },
     )?;
-    let hot_keys = format!("on {} hot keys, interleaved", Keys::Hot.count());
+    let hot_keys = format!(
+        "on {} hot keys, interleaved",
+        instructions::COUNTED_HOT_KEYS
+    );
     for (keys, on) in [
         (1, "on one hot key"),
-        (Keys::Hot.count(), hot_keys.as_str()),
+        (instructions::COUNTED_HOT_KEYS, hot_keys.as_str()),
     ] {
         judged(
             out,
@@ -332,16 +336,17 @@ mod tests {
 
     #[test]
     fn the_lease_bar_on_hot_keys_is_judged_on_counts_on_hot_keys_alone() {
-        // One key's counts and ten keys' counts of the same setups, each against its own
-        // no filter and no-op module: 1.5 times on one key, 2.5 on ten.
+        // One key's counts and the hot keys' counts of the same setups, each against its own
+        // no filter and no-op module: 1.5 times on one key, 2.5 on the hot keys.
+        let hot = instructions::COUNTED_HOT_KEYS;
         let mut counts = Vec::new();
         for round in 0..3 {
             counts.push(count(Setup::NoFilter, round, 240_000));
             counts.push(count(Setup::NoopModule, round, 244_000));
             counts.push(count(Setup::SluiceModuleLease, round, 246_000));
-            counts.push(count_on(Setup::NoFilter, 10, round, 230_000));
-            counts.push(count_on(Setup::NoopModule, 10, round, 234_000));
-            counts.push(count_on(Setup::SluiceModuleLease, 10, round, 240_000));
+            counts.push(count_on(Setup::NoFilter, hot, round, 230_000));
+            counts.push(count_on(Setup::NoopModule, hot, round, 234_000));
+            counts.push(count_on(Setup::SluiceModuleLease, hot, round, 240_000));
         }
         let out = section_of(counts);
         let line = |text: &str| out.lines().find(|l| l.contains(text)).unwrap().to_owned();
@@ -350,12 +355,12 @@ mod tests {
             "{out}"
         );
         assert!(
-            line("lease mode on 10 hot keys, interleaved")
+            line(&format!("lease mode on {hot} hot keys, interleaved"))
                 .contains(": 2.500 [2.500 .. 2.500] — **not met**"),
             "{out}"
         );
         assert!(
-            out.contains("| sluice module, lease `{\"horizon\": \"20s\"}`, 10 hot keys | 240000 [240000 .. 240000] | 10000 [10000 .. 10000] |"),
+            out.contains(&format!("| sluice module, lease `{{\"horizon\": \"20s\"}}`, {hot} hot keys | 240000 [240000 .. 240000] | 10000 [10000 .. 10000] |")),
             "{out}"
         );
     }
