@@ -18,7 +18,7 @@
 # counter: wrk stops with up to four requests in flight, which Envoy finishes within the span
 # (1,934 completed to wrk's 1,930 in one count), and divided by what wrk saw answered their
 # work moved a request's count by up to 0.2 %, a few hundred of Envoy's instructions. Envoy
-# runs with one worker; under callgrind it starts in about a minute and serves a few hundred
+# runs with one worker; under callgrind it starts in about a minute and serves 70 to 200
 # requests a second. Prints, on three lines (the last three unless CACHE is set):
 #   worker: N instructions a request
 #   main: N instructions a request
@@ -79,8 +79,7 @@ completed() {
   curl -s "http://$(cat "$out/admin")/stats?filter=^listener\\.${listener//./\\.}\\.http\\..*\\.downstream_rq_completed$" |
     awk -F': ' '{ s += $2 } END { print s + 0 }'
 }
-# Loads URL with about $1 requests: h2load sends that many, wrk sends for as long as they take
-# (under callgrind Envoy serves 100 to 200 requests a second).
+# Loads URL with about $1 requests: h2load sends that many, wrk sends for $1/100 seconds.
 load() {
   if [ "$keys" -gt 1 ]; then
     wrk -t1 -c4 -d"$(($1 / 100))s" -s "$out/keys.lua" "$url" | grep -E 'requests in' >&2
