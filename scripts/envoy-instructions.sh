@@ -79,7 +79,10 @@ completed() {
   curl -s "http://$(cat "$out/admin")/stats?filter=^listener\\.${listener//./\\.}\\.http\\..*\\.downstream_rq_completed$" |
     awk -F': ' '{ s += $2 } END { print s + 0 }'
 }
-# Loads URL with about $1 requests: h2load sends that many, wrk sends for $1/100 seconds.
+# Loads URL with about $1 requests: h2load sends that many, wrk sends for $1/100 seconds. On
+# four connections a turn of Envoy's event loop finds as many requests ready as callgrind's
+# pace allows, which moves every setup's count alike; one connection steadied that, but not
+# the differences between setups (docs/performance-log.md, "Tried, and not kept").
 load() {
   if [ "$keys" -gt 1 ]; then
     wrk -t1 -c4 -d"$(($1 / 100))s" -s "$out/keys.lua" "$url" | grep -E 'requests in' >&2

@@ -61,7 +61,9 @@ pub fn counted_name(setup: Setup) -> String {
     setup.name_leasing(COUNTED_LEASE)
 }
 
-/// Requests counted in each setup, after the script's warm-up of 500.
+/// Requests counted in each setup, after the script's warm-up of 500. Twice as many did not
+/// steady the counts from round to round (docs/performance-log.md, "Tried, and not kept"):
+/// what moves them is Envoy's work a request, not its work once a count.
 pub const REQUESTS: u64 = 2000;
 
 /// Times each setup is counted, a round at a time: a count moves by a few hundred
