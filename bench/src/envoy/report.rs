@@ -169,6 +169,7 @@ fn start_up(out: &mut String, results: &Results) -> anyhow::Result<()> {
             .map_or(0, |(_, times)| times.len()),
         START_UPS_A_ROUND,
     )?;
+    // In the order the bars read them; `--only` may have started some of them alone.
     for setup in [
         Setup::NoFilter,
         Setup::Noop,
@@ -176,12 +177,14 @@ fn start_up(out: &mut String, results: &Results) -> anyhow::Result<()> {
         Setup::NoopModule,
         Setup::SluiceModule,
     ] {
-        writeln!(
-            out,
-            "| {} | {:.0} |",
-            setup.name(),
-            start_up_ms(results, setup)
-        )?;
+        if results.start_ups.iter().any(|(s, _)| *s == setup) {
+            writeln!(
+                out,
+                "| {} | {:.0} |",
+                setup.name(),
+                start_up_ms(results, setup)
+            )?;
+        }
     }
     writeln!(out)?;
     Ok(())
@@ -197,6 +200,10 @@ fn start_up_ms(results: &Results, setup: Setup) -> f64 {
 }
 
 fn over_limit(out: &mut String, results: &Results) -> anyhow::Result<()> {
+    if results.over_limit.is_empty() {
+        // `--only` named no way in over a limit.
+        return Ok(());
+    }
     writeln!(
         out,
         "**Three ways in, over a limit.** The 10 hot keys, each limited to `{}`, offered as fast as the load generator goes from Envoy's first request, through each way into sluice-server. *Exact* is what the algorithm alone admits at most (each key's burst and its rate over the span); each way's bound is the one docs/algorithms.md states.\n\n| way in | s | requests/s | messages to sluice-server per 1,000 requests | admitted | of exact | bound | kept |\n|---|---|---|---|---|---|---|---|",
@@ -359,4 +366,49 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         plain_of(&[module, none], module <= 1.2 * none)
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Results of a run `--only` no filter and the no-op module: started, never measured over
+    /// a limit.
+    fn partial() -> Results {
+        Results {
+            seconds: 6,
+            turns: 6,
+            runs: Vec::new(),
+            start_ups: vec![
+                (Setup::NoFilter, vec![Duration::from_millis(80); 2]),
+                (Setup::NoopModule, vec![Duration::from_millis(70); 2]),
+            ],
+            over_limit: Vec::new(),
+            counts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_partial_run_lists_the_start_ups_of_the_setups_it_started_and_no_others() {
+        let mut out = String::new();
+        start_up(&mut out, &partial()).unwrap();
+        let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(
+            rows,
+            [
+                "| setup | start to ready ms |",
+                "| no filter | 80 |",
+                "| no-op dynamic module | 70 |",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_run_measuring_no_way_in_over_a_limit_writes_no_table_for_it() {
+        let mut out = String::new();
+        over_limit(&mut out, &partial()).unwrap();
+        assert_eq!(out, "");
+    }
 }
