@@ -2,7 +2,7 @@
 //! them as aligned columns, [`super::html`] as HTML tables beside its charts. What a column
 //! holds, what it is called and what it means are decided here and nowhere else.
 
-use super::Report;
+use super::{Report, RuleReport};
 use crate::trace::format_time;
 
 /// One table of the report.
@@ -95,7 +95,7 @@ pub fn rules(report: &Report) -> Table {
         "shadow: a shadow rule that would have denied",
         "skipped: another rule denied the request, so this one consumed nothing",
         "local: decided in Envoy from a lease",
-        "callouts/1k: callouts carrying the rule, per request or lease asks, per 1,000 requests it applied to",
+        "callouts/1k: callouts carrying the rule, per request or lease asks, per 1,000 requests it applied to (?: not known for this way in)",
     ]);
     for r in &report.rules {
         let c = &r.counts;
@@ -113,12 +113,21 @@ pub fn rules(report: &Report) -> Table {
             dash(c.skipped),
             dash(c.failed),
             dash(c.local),
-            r.callouts_per_thousand()
-                .map_or_else(|| "?".to_owned(), |c| format!("{c:.1}")),
+            callouts_per_thousand(r),
             thousands(r.keys),
         ]);
     }
     table
+}
+
+/// A rule's callouts per 1,000 requests: `-` for a rule no request applied to, `?` where the
+/// way in does not say how many callouts carried the rule.
+fn callouts_per_thousand(rule: &RuleReport) -> String {
+    if rule.counts.offered == 0 {
+        return "-".to_owned();
+    }
+    rule.callouts_per_thousand()
+        .map_or_else(|| "?".to_owned(), |c| format!("{c:.1}"))
 }
 
 /// The leases of the rules that lease; `None` when none does.
@@ -303,6 +312,32 @@ pub fn keys(report: &Report) -> Option<Table> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Counts;
+
+    fn rule(offered: u64, callouts: Option<u64>) -> RuleReport {
+        RuleReport {
+            rule: "per-client".to_owned(),
+            limit: None,
+            shadow: false,
+            keys: 0,
+            counts: Counts {
+                offered,
+                ..Counts::default()
+            },
+            callouts,
+            lease: None,
+            accuracy: None,
+            memory: None,
+        }
+    }
+
+    #[test]
+    fn a_rules_callouts_per_thousand_say_when_no_request_applied_and_when_unknown() {
+        assert_eq!(callouts_per_thousand(&rule(2000, Some(500))), "250.0");
+        assert_eq!(callouts_per_thousand(&rule(0, Some(0))), "-");
+        assert_eq!(callouts_per_thousand(&rule(0, None)), "-");
+        assert_eq!(callouts_per_thousand(&rule(2000, None)), "?");
+    }
 
     #[test]
     fn thousands_are_grouped() {
