@@ -16,7 +16,7 @@ mod instructions;
 mod judge;
 mod lease;
 
-use judge::{plain, plain_of, ratio_bar, spread, verdict, verdict_where_judged, within_multiple};
+use judge::{Judgeable, plain, ratio_bar, spread, verdict, verdict_where_judged, within_multiple};
 use lease::{calls_bar, module_lease_bars, rate_bar};
 
 /// The chart of Envoy's added CPU.
@@ -266,7 +266,11 @@ fn per_request_floor(out: &mut String, results: &Results, keys: Keys) -> anyhow:
 
 fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> {
     writeln!(out, "The bars, judged on every round:\n")?;
+    let mut judgeable = Judgeable::new(results);
     for keys in [Keys::Hot, Keys::Many] {
+        if !judgeable.measured(&[Setup::NoFilter, Setup::Sluice, Setup::NativeGrpc]) {
+            continue;
+        }
         let sluice = results.envoy_added_us(keys, Setup::Sluice);
         let native = results.envoy_added_us(keys, Setup::NativeGrpc);
         let met: Vec<bool> = sluice.iter().zip(&native).map(|(s, n)| s <= n).collect();
@@ -280,6 +284,9 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         )?;
     }
     for keys in [Keys::Hot, Keys::Many] {
+        if !judgeable.measured(&[Setup::NoFilter, Setup::SluiceModule, Setup::NativeGrpc]) {
+            continue;
+        }
         let module = results.envoy_added_us(keys, Setup::SluiceModule);
         let native = results.envoy_added_us(keys, Setup::NativeGrpc);
         let met: Vec<bool> = module
@@ -297,33 +304,42 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         )?;
         per_request_floor(out, results, keys)?;
     }
-    rate_bar(out, results, Setup::SluiceLease, Setup::Noop, 0.9)?;
-    let lease = results.envoy_added_us(Keys::Hot, Setup::SluiceLease);
-    let noop = results.envoy_added_us(Keys::Hot, Setup::Noop);
-    let met: Vec<Option<bool>> = lease
-        .iter()
-        .zip(&noop)
-        .map(|(l, n)| within_multiple(*l, 2.0, *n))
-        .collect();
-    writeln!(
-        out,
-        "- Lease mode on hot keys, Envoy CPU added at most twice the no-op filter's: {:.1} µs against {:.1} — {}.",
-        spread(lease).0,
-        spread(noop).0,
-        verdict_where_judged(&met, "the no-op filter")
-    )?;
-    calls_bar(out, results, "Lease mode", Setup::SluiceLease, 50, 0)?;
-    module_lease_bars(out, results)?;
-    ratio_bar(
-        out,
-        &format!(
-            "sluice-server with {SERVER_THREADS} threads, at most 1.3 times its CPU a decision with 1, on 1,000 keys"
-        ),
-        &server_cpu_ratios(results, Keys::Many, Setup::SluiceThreads, Setup::Sluice),
-        1.3,
-        2,
-    )?;
+    if judgeable.measured(&[Setup::NoFilter, Setup::SluiceLease, Setup::Noop]) {
+        rate_bar(out, results, Setup::SluiceLease, Setup::Noop, 0.9)?;
+        let lease = results.envoy_added_us(Keys::Hot, Setup::SluiceLease);
+        let noop = results.envoy_added_us(Keys::Hot, Setup::Noop);
+        let met: Vec<Option<bool>> = lease
+            .iter()
+            .zip(&noop)
+            .map(|(l, n)| within_multiple(*l, 2.0, *n))
+            .collect();
+        writeln!(
+            out,
+            "- Lease mode on hot keys, Envoy CPU added at most twice the no-op filter's: {:.1} µs against {:.1} — {}.",
+            spread(lease).0,
+            spread(noop).0,
+            verdict_where_judged(&met, "the no-op filter")
+        )?;
+    }
+    if judgeable.measured(&[Setup::SluiceLease]) {
+        calls_bar(out, results, "Lease mode", Setup::SluiceLease, 50, 0)?;
+    }
+    module_lease_bars(out, results, &mut judgeable)?;
+    if judgeable.measured(&[Setup::SluiceThreads, Setup::Sluice]) {
+        ratio_bar(
+            out,
+            &format!(
+                "sluice-server with {SERVER_THREADS} threads, at most 1.3 times its CPU a decision with 1, on 1,000 keys"
+            ),
+            &server_cpu_ratios(results, Keys::Many, Setup::SluiceThreads, Setup::Sluice),
+            1.3,
+            2,
+        )?;
+    }
     for keys in [Keys::Hot, Keys::Many] {
+        if !judgeable.measured(&[Setup::NativeGrpc, Setup::Sluice]) {
+            continue;
+        }
         // Each from Envoy's own client over HTTP/2, a decision a request: the native filter's
         // `ShouldRateLimit` against the wasm filter's `/v1/decide`.
         ratio_bar(
@@ -345,70 +361,46 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         bytes as f64 / 1024.0,
         plain(bytes <= MAX_WASM_BYTES)
     )?;
-    let (sluice, noop) = (
-        start_up_ms(results, Setup::Sluice),
-        start_up_ms(results, Setup::Noop),
-    );
+    if judgeable.started(&[Setup::Sluice, Setup::Noop]) {
+        start_up_bar(
+            out,
+            results,
+            "Envoy's start to ready with sluice's filter at most twice the no-op filter's",
+            (Setup::Sluice, Setup::Noop),
+            2.0,
+        )?;
+    }
+    if judgeable.started(&[Setup::SluiceModule, Setup::NoFilter]) {
+        start_up_bar(
+            out,
+            results,
+            "Envoy's start to ready with sluice's module at most 1.2 times with no filter",
+            (Setup::SluiceModule, Setup::NoFilter),
+            1.2,
+        )?;
+    }
+    judgeable.write_left_out(out)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// A bar on `setup`'s start to ready at most `times` its `baseline`'s.
+fn start_up_bar(
+    out: &mut String,
+    results: &Results,
+    bar: &str,
+    (setup, baseline): (Setup, Setup),
+    times: f64,
+) -> anyhow::Result<()> {
+    let (ms, base_ms) = (start_up_ms(results, setup), start_up_ms(results, baseline));
     writeln!(
         out,
-        "- Envoy's start to ready with sluice's filter at most twice the no-op filter's: {sluice:.0} ms against {noop:.0} ({:.2} times) — {}.",
-        sluice / noop,
-        plain_of(&[sluice, noop], sluice <= 2.0 * noop)
-    )?;
-    let (module, none) = (
-        start_up_ms(results, Setup::SluiceModule),
-        start_up_ms(results, Setup::NoFilter),
-    );
-    writeln!(
-        out,
-        "- Envoy's start to ready with sluice's module at most 1.2 times with no filter: {module:.0} ms against {none:.0} ({:.2} times) — {}.\n",
-        module / none,
-        plain_of(&[module, none], module <= 1.2 * none)
+        "- {bar}: {ms:.0} ms against {base_ms:.0} ({:.2} times) — {}.",
+        ms / base_ms,
+        plain(ms <= times * base_ms)
     )?;
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    /// Results of a run `--only` no filter and the no-op module: started, never measured over
-    /// a limit.
-    fn partial() -> Results {
-        Results {
-            seconds: 6,
-            turns: 6,
-            runs: Vec::new(),
-            start_ups: vec![
-                (Setup::NoFilter, vec![Duration::from_millis(80); 2]),
-                (Setup::NoopModule, vec![Duration::from_millis(70); 2]),
-            ],
-            over_limit: Vec::new(),
-            counts: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn a_partial_run_lists_the_start_ups_of_the_setups_it_started_and_no_others() {
-        let mut out = String::new();
-        start_up(&mut out, &partial()).unwrap();
-        let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("| ")).collect();
-        assert_eq!(
-            rows,
-            [
-                "| setup | start to ready ms |",
-                "| no filter | 80 |",
-                "| no-op dynamic module | 70 |",
-            ]
-        );
-    }
-
-    #[test]
-    fn a_run_measuring_no_way_in_over_a_limit_writes_no_table_for_it() {
-        let mut out = String::new();
-        over_limit(&mut out, &partial()).unwrap();
-        assert_eq!(out, "");
-    }
-}
+mod tests;

@@ -3,21 +3,74 @@
 
 use std::fmt::Write as _;
 
+use crate::envoy::plan::{Keys, Results};
+use crate::envoy::setup::Setup;
 pub(super) use crate::spread::spread;
+
+/// Which bars a run can judge: `--only` may leave out setups a bar needs, and such a bar is
+/// left unwritten rather than shown with figures that are not there.
+pub(super) struct Judgeable<'r> {
+    results: &'r Results,
+    /// Whether a bar was left out.
+    left_out: bool,
+}
+
+impl<'r> Judgeable<'r> {
+    pub(super) fn new(results: &'r Results) -> Judgeable<'r> {
+        Judgeable {
+            results,
+            left_out: false,
+        }
+    }
+
+    /// Whether the run measured every one of `setups` in its rounds (else the bar that needs
+    /// them is left out).
+    pub(super) fn measured(&mut self, setups: &[Setup]) -> bool {
+        let results = self.results;
+        self.note(
+            setups
+                .iter()
+                .all(|setup| !results.runs(Keys::Hot, *setup).is_empty()),
+        )
+    }
+
+    /// Whether the run started Envoy with every one of `setups` (else the bar that needs them
+    /// is left out).
+    pub(super) fn started(&mut self, setups: &[Setup]) -> bool {
+        let results = self.results;
+        self.note(
+            setups
+                .iter()
+                .all(|setup| results.start_ups.iter().any(|(s, _)| s == setup)),
+        )
+    }
+
+    fn note(&mut self, judgeable: bool) -> bool {
+        self.left_out |= !judgeable;
+        judgeable
+    }
+
+    /// Where bars were left out, a line naming the setups the run did not measure.
+    pub(super) fn write_left_out(&self, out: &mut String) -> std::fmt::Result {
+        if !self.left_out {
+            return Ok(());
+        }
+        let missing: Vec<String> = Setup::COMPARED
+            .into_iter()
+            .filter(|setup| self.results.runs(Keys::Hot, *setup).is_empty())
+            .map(|setup| setup.name())
+            .collect();
+        writeln!(
+            out,
+            "- Not judged: the bars on setups this run left out ({}).",
+            missing.join("; ")
+        )
+    }
+}
 
 /// Whether a single figure meets a bar.
 pub(super) fn plain(met: bool) -> &'static str {
     if met { "**met**" } else { "**not met**" }
-}
-
-/// Whether the bar on `figures` is met, as [`plain`] says; "not measured" where one of them is
-/// missing (`--only` left out its setup, and a NaN compares as not met).
-pub(super) fn plain_of(figures: &[f64], met: bool) -> &'static str {
-    if figures.iter().any(|f| f.is_nan()) {
-        "not measured"
-    } else {
-        plain(met)
-    }
 }
 
 /// Whether every round meets a bar: `met`, `not met`, or, where rounds differ, that the range
@@ -161,12 +214,5 @@ mod tests {
             within_twice_and_local(&lease, &noop, &local),
             [Some(true), Some(false), Some(false), None]
         );
-    }
-
-    #[test]
-    fn a_bar_on_a_figure_left_unmeasured_says_so_rather_than_not_met() {
-        assert_eq!(plain_of(&[f64::NAN, 144.0], false), "not measured");
-        assert_eq!(plain_of(&[130.0, 144.0], true), "**met**");
-        assert_eq!(plain_of(&[190.0, 144.0], false), "**not met**");
     }
 }

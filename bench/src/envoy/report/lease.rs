@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use sluice_core::lease::LEASED_FROM_UNITS_A_HORIZON;
 use sluice_core::policy::raw::RawLease;
 
-use super::judge::{spread, verdict, verdict_where_judged, within_local, within_twice_and_local};
+use super::judge::{
+    Judgeable, spread, verdict, verdict_where_judged, within_local, within_twice_and_local,
+};
 use crate::envoy::plan::{Keys, Results, Run};
 use crate::envoy::setup::{LEASE, Setup};
 
@@ -52,8 +54,37 @@ pub(super) fn rate_bar(
 }
 
 /// The module's lease-mode bars: its rate and Envoy CPU on hot keys against no filter, the
-/// no-op module and `local_ratelimit`, and its calls on 1,000 keys.
-pub(super) fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::Result<()> {
+/// no-op module and `local_ratelimit`, and its calls on 1,000 keys; those whose setups the run
+/// left out are counted in `judgeable`.
+pub(super) fn module_lease_bars(
+    out: &mut String,
+    results: &Results,
+    judgeable: &mut Judgeable<'_>,
+) -> anyhow::Result<()> {
+    if judgeable.measured(&[
+        Setup::NoFilter,
+        Setup::SluiceModuleLease,
+        Setup::NoopModule,
+        Setup::FloorModule,
+        Setup::LocalRatelimit,
+    ]) {
+        hot_key_bars(out, results)?;
+    }
+    if judgeable.measured(&[Setup::SluiceModuleLease]) {
+        calls_bar(
+            out,
+            results,
+            "Module lease mode",
+            Setup::SluiceModuleLease,
+            10,
+            1,
+        )?;
+    }
+    Ok(())
+}
+
+/// The module's lease-mode bars on hot keys: its rate and its Envoy CPU.
+fn hot_key_bars(out: &mut String, results: &Results) -> anyhow::Result<()> {
     // The floor is the module that does what any module of sluice's kind must (read the key's
     // header, count, set the decision's filter state), beside which the issue asks a bar be
     // met that sits below it.
@@ -106,14 +137,7 @@ pub(super) fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::
         spread(local).0,
         verdict_where_judged(&met, "the floor module")
     )?;
-    calls_bar(
-        out,
-        results,
-        "Module lease mode",
-        Setup::SluiceModuleLease,
-        10,
-        1,
-    )
+    Ok(())
 }
 
 /// `setup`'s lease on 1,000 keys makes at most `most` calls per 1,000 requests, round by round,
