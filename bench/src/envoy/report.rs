@@ -16,7 +16,7 @@ mod instructions;
 mod judge;
 mod lease;
 
-use judge::{Judgeable, plain, ratio_bar, spread, verdict, verdict_where_judged, within_multiple};
+use judge::{plain, ratio_bar, spread, verdict, verdict_where_judged, within_multiple};
 use lease::{calls_bar, module_lease_bars, rate_bar};
 
 /// The chart of Envoy's added CPU.
@@ -45,6 +45,22 @@ impl Results {
             .zip(self.runs(keys, baseline))
             .map(|(run, base)| f(run, base))
             .collect()
+    }
+
+    /// Whether the run measured every one of `setups` in its rounds: `--only` may leave some
+    /// out, and a bar that needs them is then left unwritten rather than shown with figures
+    /// that are not there.
+    fn measured(&self, setups: &[Setup]) -> bool {
+        setups
+            .iter()
+            .all(|setup| !self.runs(Keys::Hot, *setup).is_empty())
+    }
+
+    /// Whether the run started Envoy with every one of `setups`.
+    fn started(&self, setups: &[Setup]) -> bool {
+        setups
+            .iter()
+            .all(|setup| self.start_ups.iter().any(|(s, _)| s == setup))
     }
 
     /// Envoy's CPU µs a request added by `setup` over no filter, per round.
@@ -177,7 +193,7 @@ fn start_up(out: &mut String, results: &Results) -> anyhow::Result<()> {
         Setup::NoopModule,
         Setup::SluiceModule,
     ] {
-        if results.start_ups.iter().any(|(s, _)| *s == setup) {
+        if results.started(&[setup]) {
             writeln!(
                 out,
                 "| {} | {:.0} |",
@@ -266,11 +282,15 @@ fn per_request_floor(out: &mut String, results: &Results, keys: Keys) -> anyhow:
 
 fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> {
     writeln!(out, "The bars, judged on every round:\n")?;
-    let mut judgeable = Judgeable::new(results);
-    for keys in [Keys::Hot, Keys::Many] {
-        if !judgeable.measured(&[Setup::NoFilter, Setup::Sluice, Setup::NativeGrpc]) {
-            continue;
+    // The key spreads a bar on both is judged on: none where the run left out a setup it needs.
+    let spreads = |setups: &[Setup]| -> &[Keys] {
+        if results.measured(setups) {
+            &[Keys::Hot, Keys::Many]
+        } else {
+            &[]
         }
+    };
+    for &keys in spreads(&[Setup::NoFilter, Setup::Sluice, Setup::NativeGrpc]) {
         let sluice = results.envoy_added_us(keys, Setup::Sluice);
         let native = results.envoy_added_us(keys, Setup::NativeGrpc);
         let met: Vec<bool> = sluice.iter().zip(&native).map(|(s, n)| s <= n).collect();
@@ -283,10 +303,7 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
             verdict(&met)
         )?;
     }
-    for keys in [Keys::Hot, Keys::Many] {
-        if !judgeable.measured(&[Setup::NoFilter, Setup::SluiceModule, Setup::NativeGrpc]) {
-            continue;
-        }
+    for &keys in spreads(&[Setup::NoFilter, Setup::SluiceModule, Setup::NativeGrpc]) {
         let module = results.envoy_added_us(keys, Setup::SluiceModule);
         let native = results.envoy_added_us(keys, Setup::NativeGrpc);
         let met: Vec<bool> = module
@@ -304,7 +321,7 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         )?;
         per_request_floor(out, results, keys)?;
     }
-    if judgeable.measured(&[Setup::NoFilter, Setup::SluiceLease, Setup::Noop]) {
+    if results.measured(&[Setup::NoFilter, Setup::SluiceLease, Setup::Noop]) {
         rate_bar(out, results, Setup::SluiceLease, Setup::Noop, 0.9)?;
         let lease = results.envoy_added_us(Keys::Hot, Setup::SluiceLease);
         let noop = results.envoy_added_us(Keys::Hot, Setup::Noop);
@@ -321,11 +338,11 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
             verdict_where_judged(&met, "the no-op filter")
         )?;
     }
-    if judgeable.measured(&[Setup::SluiceLease]) {
+    if results.measured(&[Setup::SluiceLease]) {
         calls_bar(out, results, "Lease mode", Setup::SluiceLease, 50, 0)?;
     }
-    module_lease_bars(out, results, &mut judgeable)?;
-    if judgeable.measured(&[Setup::SluiceThreads, Setup::Sluice]) {
+    module_lease_bars(out, results)?;
+    if results.measured(&[Setup::SluiceThreads, Setup::Sluice]) {
         ratio_bar(
             out,
             &format!(
@@ -336,10 +353,7 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
             2,
         )?;
     }
-    for keys in [Keys::Hot, Keys::Many] {
-        if !judgeable.measured(&[Setup::NativeGrpc, Setup::Sluice]) {
-            continue;
-        }
+    for &keys in spreads(&[Setup::NativeGrpc, Setup::Sluice]) {
         // Each from Envoy's own client over HTTP/2, a decision a request: the native filter's
         // `ShouldRateLimit` against the wasm filter's `/v1/decide`.
         ratio_bar(
@@ -361,7 +375,7 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
         bytes as f64 / 1024.0,
         plain(bytes <= MAX_WASM_BYTES)
     )?;
-    if judgeable.started(&[Setup::Sluice, Setup::Noop]) {
+    if results.started(&[Setup::Sluice, Setup::Noop]) {
         start_up_bar(
             out,
             results,
@@ -370,7 +384,7 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
             2.0,
         )?;
     }
-    if judgeable.started(&[Setup::SluiceModule, Setup::NoFilter]) {
+    if results.started(&[Setup::SluiceModule, Setup::NoFilter]) {
         start_up_bar(
             out,
             results,
@@ -379,9 +393,26 @@ fn bars(out: &mut String, results: &Results, wasm: &Path) -> anyhow::Result<()> 
             1.2,
         )?;
     }
-    judgeable.write_left_out(out)?;
+    left_out(out, results)?;
     writeln!(out)?;
     Ok(())
+}
+
+/// Where the run left out setups (`--only`), a line naming them: their bars are not judged.
+fn left_out(out: &mut String, results: &Results) -> std::fmt::Result {
+    let missing: Vec<String> = Setup::COMPARED
+        .into_iter()
+        .filter(|setup| !results.measured(&[*setup]))
+        .map(|setup| setup.name())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "- Not judged: the bars on setups this run left out ({}).",
+        missing.join("; ")
+    )
 }
 
 /// A bar on `setup`'s start to ready at most `times` its `baseline`'s.

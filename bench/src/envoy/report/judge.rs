@@ -3,70 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::envoy::plan::{Keys, Results};
-use crate::envoy::setup::Setup;
 pub(super) use crate::spread::spread;
-
-/// Which bars a run can judge: `--only` may leave out setups a bar needs, and such a bar is
-/// left unwritten rather than shown with figures that are not there.
-pub(super) struct Judgeable<'r> {
-    results: &'r Results,
-    /// Whether a bar was left out.
-    left_out: bool,
-}
-
-impl<'r> Judgeable<'r> {
-    pub(super) fn new(results: &'r Results) -> Judgeable<'r> {
-        Judgeable {
-            results,
-            left_out: false,
-        }
-    }
-
-    /// Whether the run measured every one of `setups` in its rounds (else the bar that needs
-    /// them is left out).
-    pub(super) fn measured(&mut self, setups: &[Setup]) -> bool {
-        let results = self.results;
-        self.note(
-            setups
-                .iter()
-                .all(|setup| !results.runs(Keys::Hot, *setup).is_empty()),
-        )
-    }
-
-    /// Whether the run started Envoy with every one of `setups` (else the bar that needs them
-    /// is left out).
-    pub(super) fn started(&mut self, setups: &[Setup]) -> bool {
-        let results = self.results;
-        self.note(
-            setups
-                .iter()
-                .all(|setup| results.start_ups.iter().any(|(s, _)| s == setup)),
-        )
-    }
-
-    fn note(&mut self, judgeable: bool) -> bool {
-        self.left_out |= !judgeable;
-        judgeable
-    }
-
-    /// Where bars were left out, a line naming the setups the run did not measure.
-    pub(super) fn write_left_out(&self, out: &mut String) -> std::fmt::Result {
-        if !self.left_out {
-            return Ok(());
-        }
-        let missing: Vec<String> = Setup::COMPARED
-            .into_iter()
-            .filter(|setup| self.results.runs(Keys::Hot, *setup).is_empty())
-            .map(|setup| setup.name())
-            .collect();
-        writeln!(
-            out,
-            "- Not judged: the bars on setups this run left out ({}).",
-            missing.join("; ")
-        )
-    }
-}
 
 /// Whether a single figure meets a bar.
 pub(super) fn plain(met: bool) -> &'static str {

@@ -6,9 +6,7 @@ use std::fmt::Write as _;
 use sluice_core::lease::LEASED_FROM_UNITS_A_HORIZON;
 use sluice_core::policy::raw::RawLease;
 
-use super::judge::{
-    Judgeable, spread, verdict, verdict_where_judged, within_local, within_twice_and_local,
-};
+use super::judge::{spread, verdict, verdict_where_judged, within_local, within_twice_and_local};
 use crate::envoy::plan::{Keys, Results, Run};
 use crate::envoy::setup::{LEASE, Setup};
 
@@ -54,14 +52,10 @@ pub(super) fn rate_bar(
 }
 
 /// The module's lease-mode bars: its rate and Envoy CPU on hot keys against no filter, the
-/// no-op module and `local_ratelimit`, and its calls on 1,000 keys; those whose setups the run
-/// left out are counted in `judgeable`.
-pub(super) fn module_lease_bars(
-    out: &mut String,
-    results: &Results,
-    judgeable: &mut Judgeable<'_>,
-) -> anyhow::Result<()> {
-    if judgeable.measured(&[
+/// no-op module and `local_ratelimit`, and its calls on 1,000 keys: those the run measured
+/// the setups of.
+pub(super) fn module_lease_bars(out: &mut String, results: &Results) -> anyhow::Result<()> {
+    if results.measured(&[
         Setup::NoFilter,
         Setup::SluiceModuleLease,
         Setup::NoopModule,
@@ -70,7 +64,7 @@ pub(super) fn module_lease_bars(
     ]) {
         hot_key_bars(out, results)?;
     }
-    if judgeable.measured(&[Setup::SluiceModuleLease]) {
+    if results.measured(&[Setup::SluiceModuleLease]) {
         calls_bar(
             out,
             results,

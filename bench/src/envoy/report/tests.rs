@@ -45,7 +45,7 @@ fn bars_of(results: &Results) -> String {
 
 /// One round of `setup` on both key spreads: 10,000 requests in a second, Envoy taking
 /// `envoy_us` of CPU a request, and `calls` calls to sluice-server.
-fn measured(setup: Setup, envoy_us: f64, calls: u64) -> [(Keys, Setup, Vec<Run>); 2] {
+fn one_round(setup: Setup, envoy_us: f64, calls: u64) -> [(Keys, Setup, Vec<Run>); 2] {
     let run = Run {
         measured: crate::load::Measured {
             requests: 10_000,
@@ -64,9 +64,9 @@ fn measured(setup: Setup, envoy_us: f64, calls: u64) -> [(Keys, Setup, Vec<Run>)
 fn a_partial_run_judges_the_bars_it_measured_and_names_the_setups_it_left_out() {
     let mut results = partial();
     for setup in [
-        measured(Setup::NoFilter, 45.0, 0),
-        measured(Setup::NoopModule, 47.0, 0),
-        measured(Setup::SluiceModuleLease, 49.0, 20),
+        one_round(Setup::NoFilter, 45.0, 0),
+        one_round(Setup::NoopModule, 47.0, 0),
+        one_round(Setup::SluiceModuleLease, 49.0, 20),
     ] {
         results.runs.extend(setup);
     }
@@ -93,7 +93,7 @@ fn a_partial_run_judges_the_bars_it_measured_and_names_the_setups_it_left_out() 
 fn a_full_set_of_runs_leaves_no_bar_out() {
     let mut results = partial();
     for setup in Setup::COMPARED {
-        results.runs.extend(measured(setup, 50.0, 0));
+        results.runs.extend(one_round(setup, 50.0, 0));
     }
     results.start_ups = [
         Setup::NoFilter,
